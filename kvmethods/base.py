@@ -1,0 +1,135 @@
+"""The Method base class: typed, validated parameters plus the selection contract.
+
+A method decides which prompt positions each KV head of a layer keeps. During the compressed prefill
+(see hooks.py) it is handed one layer at a time as a `LayerInputs` and answers with kept indices; it never
+touches the model or the cache itself. Parameters are dataclass fields with documented defaults; values
+from the CLI grid arrive as strings and are coerced by the field's annotated type, so `window="32"` works
+and `window="wide"` is a MethodError naming the valid parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from .errors import MethodError
+from .layer_inputs import LayerInputs
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def param(default: Any, help: str, *, choices: tuple | None = None, minimum: float | None = None):
+    """A method parameter: a dataclass field whose metadata drives validation and error messages."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "minimum": minimum})
+
+
+def _coerce(method: str, name: str, kind: type, value: Any) -> Any:
+    wrong = MethodError(
+        f"{method}: parameter {name!r} must be {kind.__name__}, got {value!r} ({type(value).__name__})"
+    )
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise wrong
+    if isinstance(value, bool):
+        raise wrong
+    if kind is int:
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                raise wrong from None
+        raise wrong
+    if kind is float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                raise wrong from None
+        raise wrong
+    if kind is str:
+        if isinstance(value, str):
+            return value.strip()
+        raise wrong
+    raise MethodError(f"{method}: parameter {name!r} has unsupported type {kind!r} (use int, float, str or bool)")
+
+
+def top_positions(scores: torch.Tensor, n_keep: int) -> torch.Tensor:
+    """Indices of the n_keep highest scores along the last axis, in ascending position order.
+    Ties (frequent after max-pooling) go to the earlier position, on every device."""
+    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
+    return order[..., :n_keep].sort(dim=-1).values
+
+
+@dataclass
+class Method:
+    """Base class of every compression method (built-in or third-party).
+
+    Subclasses are dataclasses that set `name`, declare parameters with `param(...)`, and implement
+    `score` (higher = keep; the base keeps the top n per KV head) or override `kept_indices`.
+    """
+
+    name: ClassVar[str] = ""
+    compresses: ClassVar[bool] = True  # False only for the full-cache reference
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for field in dataclasses.fields(self):
+            value = _coerce(self.name, field.name, hints[field.name], getattr(self, field.name))
+            choices, minimum = field.metadata.get("choices"), field.metadata.get("minimum")
+            if choices and value not in choices:
+                raise MethodError(f"{self.name}: parameter {field.name!r} must be one of {'|'.join(choices)}, got {value!r}")
+            if minimum is not None and value < minimum:
+                raise MethodError(f"{self.name}: parameter {field.name!r} must be >= {minimum}, got {value!r}")
+            setattr(self, field.name, value)
+        self.check()
+
+    def check(self) -> None:
+        """Cross-parameter validation; raise MethodError."""
+
+    @classmethod
+    def describe_params(cls) -> str:
+        hints = typing.get_type_hints(cls)
+        parts = []
+        for field in dataclasses.fields(cls):
+            text = f"{field.name}:{hints[field.name].__name__}={field.default}"
+            if field.metadata.get("choices"):
+                text += f" ({'|'.join(field.metadata['choices'])})"
+            parts.append(text)
+        return ", ".join(parts) if parts else "(none)"
+
+    @classmethod
+    def from_params(cls, **kwargs: Any) -> "Method":
+        valid = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - valid)
+        if unknown:
+            raise MethodError(
+                f"{cls.name}: unknown parameter {unknown[0]!r}; valid parameters: {cls.describe_params()}"
+            )
+        return cls(**kwargs)
+
+    def params(self) -> dict:
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def layer_budgets(self, budget_tokens: int, num_layers: int, prompt_len: int) -> list[int]:
+        """Tokens kept by each layer; uniform unless a method allocates budgets across layers."""
+        return [min(budget_tokens, prompt_len)] * num_layers
+
+    def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
+        """[batch, num_kv_heads, T] importance of each prompt position (higher = keep)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement score() or kept_indices()")
+
+    def kept_indices(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
+        """[batch, num_kv_heads, n_keep] positions to keep, ascending, distinct, all < T."""
+        return top_positions(self.score(layer, n_keep), n_keep)

@@ -1,0 +1,63 @@
+"""KV budgets: how many prompt tokens each layer keeps, in the two conventions papers use.
+
+An absolute budget ("1024") is the number of KV tokens kept per layer per KV head, observation window
+included; this is how the LongBench tables of SnapKV/PyramidKV are labelled (128/512/1024/2048).
+A ratio budget ("r0.5") is the fraction of the prompt removed, as in kvpress' `compression_ratio`.
+The two spellings differ so that item ids never confuse them. A budget at or above the prompt length
+means no compression.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .errors import MethodError
+
+_TOKENS = re.compile(r"^[0-9]+$")
+_RATIO = re.compile(r"^r([0-9]*\.?[0-9]+)$")
+_HELP = "use a positive token count like '1024' or a removed fraction like 'r0.5' (0 <= r < 1)"
+
+
+@dataclass(frozen=True)
+class Budget:
+    kind: str  # "tokens" | "ratio"
+    value: float | int
+
+    @property
+    def spec(self) -> str:
+        """Canonical spelling, used in item ids and records."""
+        return str(self.value) if self.kind == "tokens" else f"r{self.value:g}"
+
+    @classmethod
+    def parse(cls, raw: "Budget | int | str") -> "Budget":
+        if isinstance(raw, Budget):
+            return raw
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+            raise MethodError(f"invalid budget {raw!r} ({type(raw).__name__}): {_HELP}")
+        text = str(raw).strip()
+        if _TOKENS.match(text):
+            tokens = int(text)
+            if tokens <= 0:
+                raise MethodError(f"invalid budget {raw!r}: a token budget must be at least 1; {_HELP}")
+            return cls("tokens", tokens)
+        ratio = _RATIO.match(text)
+        if ratio:
+            removed = float(ratio.group(1))
+            if not 0.0 <= removed < 1.0:
+                raise MethodError(f"invalid budget {raw!r}: the removed fraction must be in [0, 1); {_HELP}")
+            return cls("ratio", removed)
+        raise MethodError(f"invalid budget {raw!r}: {_HELP}")
+
+    def tokens_for(self, prompt_len: int) -> int:
+        """KV tokens each layer keeps (on average, for per-layer schedules) for a prompt of this length."""
+        if prompt_len <= 0:
+            return 0
+        if self.kind == "tokens":
+            return min(int(self.value), prompt_len)
+        kept = math.floor(prompt_len * (1.0 - self.value) + 1e-9)
+        return max(1, min(kept, prompt_len))
+
+    def as_record(self) -> dict:
+        return {"spec": self.spec, "kind": self.kind, "value": self.value}

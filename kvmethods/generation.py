@@ -1,0 +1,155 @@
+"""Compressed prefill, greedy decoding and teacher forcing: what the harness runs per sample.
+
+Two protocols, selectable per run:
+- "question_in_window": compress the whole prompt; the question sits in the observation window
+  (how the SnapKV/PyramidKV LongBench tables were made);
+- "query_agnostic": compress input_ids[:context_len] only, then append the rest uncompressed.
+After compression, later tokens keep their original RoPE positions (position_ids = true positions),
+while the causal mask follows the actual cache lengths (hooks.per_layer_causal_masks when layers
+differ). The model is only called through its public forward with a DynamicCache.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+from .base import Method
+from .budget import Budget
+from .errors import MethodError
+from .families import check_family, decoder_layers
+from .hooks import compressing_prefill, per_layer_causal_masks
+
+PROTOCOLS = ("question_in_window", "query_agnostic")
+
+
+@dataclass
+class GenerationOutput:
+    tokens: list[int]  # generated ids, greedy, without the eos that stopped decoding
+    kept_tokens_per_layer: list[int]  # measured cache length of each layer once the prompt is in
+    kv_bytes_before: int  # bytes of an uncompressed cache of the prompt
+    kv_bytes_after: int  # bytes actually held once the prompt is in (before decoding)
+    prompt_tokens: int
+    prefill_s: float  # prefill + compression (+ uncompressed question) up to the first token's logits
+    decode_s: float
+
+
+@dataclass
+class PrefilledPrompt:
+    cache: DynamicCache
+    next_logits: torch.Tensor  # [vocab] logits predicting the token after the prompt
+    next_position: int
+    uneven: bool  # layers hold different lengths: later multi-token forwards need per-layer masks
+    kept_indices: list = field(default_factory=list)  # per layer [batch, kv_heads, n] or None
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_keep: int) -> torch.Tensor:
+    device = _device(model)
+    input_ids = torch.tensor([ids], dtype=torch.long, device=device)
+    positions = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
+    kwargs = dict(input_ids=input_ids, position_ids=positions, past_key_values=cache, use_cache=True,
+                  logits_to_keep=logits_to_keep)
+    if uneven:
+        with per_layer_causal_masks(model, cache):
+            return model(**kwargs).logits[0]
+    return model(**kwargs).logits[0]
+
+
+def _check_request(method: Method, input_ids: list[int], context_len: int, protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise MethodError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(PROTOCOLS)}")
+    if not input_ids:
+        raise MethodError("input_ids is empty")
+    if not 0 <= context_len <= len(input_ids):
+        raise MethodError(f"context_len {context_len} outside [0, {len(input_ids)}]")
+    if not isinstance(method, Method):
+        raise MethodError(f"{method!r} is not a kvmethods Method")
+
+
+@torch.inference_mode()
+def prefill(model, method: Method, budget: Budget, input_ids: list[int], context_len: int, protocol: str,
+            total_tokens: int | None = None) -> PrefilledPrompt:
+    """Run the prompt through the model, compressing per the protocol; nothing is decoded yet."""
+    _check_request(method, input_ids, context_len, protocol)
+    if method.compresses:
+        check_family(model, method.name, total_tokens or len(input_ids))
+    budget = Budget.parse(budget)
+    compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
+    n_layers = len(decoder_layers(model))
+    budget_tokens = budget.tokens_for(compressed_len)
+    layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
+    active = method.compresses and compressed_len > 0 and min(layer_budgets) < compressed_len
+    cache = DynamicCache()
+    kept_indices: list = [None] * n_layers
+    logits = None
+    if active:
+        if len(layer_budgets) != n_layers or min(layer_budgets) < 1:
+            raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
+        with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
+            logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+    elif compressed_len > 0:
+        logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+    lengths = {cache.get_seq_length(i) for i in range(n_layers)}
+    uneven = len(lengths) > 1
+    if compressed_len < len(input_ids):
+        logits = _forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
+    return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices))
+
+
+def _kv_bytes(cache: DynamicCache) -> tuple[int, int]:
+    """(bytes held, bytes per cached token summed over layers)."""
+    held = per_token = 0
+    for layer in cache.layers:
+        for tensor in (layer.keys, layer.values):
+            held += tensor.numel() * tensor.element_size()
+            per_token += tensor.shape[0] * tensor.shape[1] * tensor.shape[3] * tensor.element_size()
+    return held, per_token
+
+
+@torch.inference_mode()
+def generate(model, method: Method, budget, input_ids: list[int], context_len: int, max_new_tokens: int,
+             eos_token_ids: set[int], protocol: str) -> GenerationOutput:
+    """Greedy generation with a compressed prompt cache; stops at an eos id (not returned) or max_new_tokens."""
+    input_ids = [int(token) for token in input_ids]
+    eos = {int(token) for token in (eos_token_ids or ())}
+    started = time.perf_counter()
+    state = prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
+    prefill_s = time.perf_counter() - started
+    kept = [state.cache.get_seq_length(i) for i in range(len(state.cache.layers))]
+    held, per_token = _kv_bytes(state.cache)
+
+    started = time.perf_counter()
+    tokens: list[int] = []
+    next_token = int(state.next_logits.argmax())
+    position = state.next_position
+    while len(tokens) < max_new_tokens and next_token not in eos:
+        tokens.append(next_token)
+        if len(tokens) == max_new_tokens:
+            break
+        logits = _forward(model, state.cache, [next_token], position, state.uneven, 1)
+        position += 1
+        next_token = int(logits[-1].argmax())
+    decode_s = time.perf_counter() - started
+    return GenerationOutput(tokens, kept, per_token * len(input_ids), held, len(input_ids), prefill_s, decode_s)
+
+
+@torch.inference_mode()
+def teacher_force(model, method: Method, budget, input_ids: list[int], context_len: int, target_ids: list[int],
+                  protocol: str) -> torch.Tensor:
+    """[len(target_ids), vocab] float32 log-probs; row i is the next-token distribution that predicts
+    target_ids[i] given the compressed prompt and target_ids[:i]."""
+    input_ids = [int(token) for token in input_ids]
+    target_ids = [int(token) for token in target_ids]
+    state = prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + len(target_ids))
+    rows = [state.next_logits.unsqueeze(0)]
+    if len(target_ids) > 1:
+        rows.append(_forward(model, state.cache, target_ids[:-1], state.next_position, state.uneven, 0))
+    logits = torch.cat(rows)[: len(target_ids)]
+    return torch.log_softmax(logits.float(), dim=-1)

@@ -1,0 +1,119 @@
+"""The forward-hook machinery that compresses the cache during prefill, layer by layer.
+
+Compression never replaces an attention forward. A forward hook (register_forward_hook, with_kwargs=True)
+on each layer's attention module runs right after that layer has written its keys/values into the
+DynamicCache: it hands the method a LayerInputs (with the q_proj output, captured by a hook on q_proj
+so that queries need not be projected twice), gathers the kept positions per KV head and writes the
+smaller tensors back through the cache layer's public `keys`/`values`. So the full-length cache of a
+layer is freed before the next layer runs, and the prefill itself (sdpa, full attention) is unchanged.
+
+After compression layers may hold different lengths (PyramidKV). The model builds one causal mask from
+layer 0's length, so for later multi-token forwards a pre-hook rebuilds the mask per layer with
+transformers' `create_causal_mask(..., layer_idx=i)`.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+from transformers.cache_utils import DynamicCache
+from transformers.masking_utils import create_causal_mask
+
+from .base import Method
+from .errors import MethodError
+from .families import decoder_layers
+from .layer_inputs import LayerInputs
+
+
+def _validated(indices: torch.Tensor, method: Method, shape: tuple[int, ...], seq_len: int) -> torch.Tensor:
+    if not isinstance(indices, torch.Tensor) or tuple(indices.shape) != shape or indices.is_floating_point():
+        got = tuple(indices.shape) if isinstance(indices, torch.Tensor) else type(indices).__name__
+        raise MethodError(f"{method.name}: kept_indices must be an integer tensor of shape {shape}, got {got}")
+    if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= seq_len):
+        raise MethodError(f"{method.name}: kept_indices out of range [0, {seq_len})")
+    if bool((indices.sort(dim=-1).values.diff(dim=-1) == 0).any()):
+        raise MethodError(f"{method.name}: kept_indices repeat a position")
+    return indices.long()
+
+
+@contextmanager
+def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: DynamicCache) -> Iterator[list]:
+    """While active, every forward compresses layer i of `cache` to layer_budgets[i] tokens.
+    Yields a list filled with each layer's kept indices [batch, num_kv_heads, n] (None if untouched)."""
+    layers = decoder_layers(model)
+    kept: list[torch.Tensor | None] = [None] * len(layers)
+    projected_queries: dict[int, torch.Tensor] = {}
+
+    def capture_for(layer_idx: int):
+        def capture(module, args, output):
+            projected_queries[layer_idx] = output
+
+        return capture
+
+    def hook_for(layer_idx: int):
+        def compress(module, args, kwargs, output):
+            cache_layer = cache.layers[layer_idx]
+            keys, values = cache_layer.keys, cache_layer.values
+            queries = projected_queries.pop(layer_idx, None)
+            seq_len, n_keep = keys.shape[-2], layer_budgets[layer_idx]
+            if n_keep >= seq_len:
+                return None
+            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            cos, sin = kwargs["position_embeddings"]
+            if queries is not None and queries.shape[:2] != hidden.shape[:2]:
+                queries = None
+            inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, keys, values, queries)
+            shape = (*keys.shape[:2], n_keep)
+            indices = _validated(method.kept_indices(inputs, n_keep), method, shape, seq_len)
+            gather = indices.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
+            cache_layer.keys = keys.gather(2, gather)
+            cache_layer.values = values.gather(2, gather)
+            kept[layer_idx] = indices
+            return None
+
+        return compress
+
+    handles = [
+        layer.self_attn.register_forward_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)
+    ]
+    handles += [
+        layer.self_attn.q_proj.register_forward_hook(capture_for(i)) for i, layer in enumerate(layers)
+        if isinstance(getattr(layer.self_attn, "q_proj", None), torch.nn.Module)
+    ]
+    try:
+        yield kept
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def per_layer_causal_masks(model, cache: DynamicCache) -> Iterator[None]:
+    """While active, each attention module gets a causal mask sized to its own cache layer."""
+    layers = decoder_layers(model)
+
+    def hook_for(layer_idx: int):
+        def set_mask(module, args, kwargs):
+            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            kwargs["attention_mask"] = create_causal_mask(
+                config=module.config,
+                inputs_embeds=hidden,
+                attention_mask=None,
+                past_key_values=cache,
+                position_ids=kwargs.get("position_ids"),
+                layer_idx=layer_idx,
+            )
+            return args, kwargs
+
+        return set_mask
+
+    handles = [
+        layer.self_attn.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -1,0 +1,94 @@
+"""Name -> Method class: built-ins, the `kvbench.methods` entry-point group, and runtime registrations.
+
+Third-party methods appear in the grid like built-in ones, either by an entry point
+(`[project.entry-points."kvbench.methods"] mymethod = "mypkg.module:MyMethod"`) or by calling
+`register_method` (usable as a decorator) from a conftest. Entry points are read on every lookup, so a
+package installed into the running environment is visible without restarting anything.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any
+
+from .base import Method
+from .errors import MethodError
+from .full import Full
+from .h2o import H2O
+from .knorm import KNorm
+from .pyramidkv import PyramidKV
+from .random import Random
+from .snapkv import SnapKV
+from .streamingllm import StreamingLLM
+from .tova import TOVA
+
+ENTRY_POINT_GROUP = "kvbench.methods"
+BUILTIN_METHODS: dict[str, type[Method]] = {
+    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random)
+}
+_registered: dict[str, type[Method]] = {}
+
+
+def _check_method_class(cls: Any, origin: str) -> type[Method]:
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise MethodError(f"{origin}: {cls!r} is not a subclass of kvmethods.Method")
+    if not cls.name or not cls.name.replace("_", "").replace("-", "").isalnum():
+        raise MethodError(f"{origin}: {cls.__name__}.name must be a non-empty identifier-like string")
+    return cls
+
+
+def register_method(cls: type[Method] | None = None, *, name: str | None = None):
+    """Register a Method subclass under `name` (default: cls.name). Works as `@register_method`,
+    `@register_method(name=...)` or a plain call. Re-registering the same class is a no-op."""
+
+    def add(target: type[Method]) -> type[Method]:
+        if name is not None:
+            target.name = name
+        _check_method_class(target, "register_method")
+        existing = _registered.get(target.name) or BUILTIN_METHODS.get(target.name)
+        if existing is not None and existing is not target:
+            raise MethodError(f"register_method: a method named {target.name!r} already exists ({existing.__module__})")
+        _registered[target.name] = target
+        return target
+
+    return add if cls is None else add(cls)
+
+
+def unregister_method(name: str) -> None:
+    """Remove a runtime registration (tests, interactive sessions)."""
+    _registered.pop(name, None)
+
+
+def _entry_point_methods() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_methods() -> list[str]:
+    names = set(BUILTIN_METHODS) | set(_registered) | set(_entry_point_methods())
+    return sorted(names)
+
+
+def _load(name: str) -> type[Method]:
+    if name in BUILTIN_METHODS:
+        return BUILTIN_METHODS[name]
+    if name in _registered:
+        return _registered[name]
+    entry = _entry_point_methods().get(name)
+    if entry is None:
+        raise MethodError(f"unknown method {name!r}; valid methods: {', '.join(available_methods())}")
+    origin = f"entry point {name!r} ({ENTRY_POINT_GROUP}: {entry.value})"
+    try:
+        loaded = entry.load()
+    except Exception as error:  # a broken third-party package must not crash collection
+        raise MethodError(f"{origin} failed to load: {type(error).__name__}: {error}") from error
+    _check_method_class(loaded, origin)
+    if loaded.name != name:
+        raise MethodError(f"{origin}: class name attribute is {loaded.name!r}, expected {name!r}")
+    return loaded
+
+
+def get_method(name: str, **params: Any) -> Method:
+    """An instance of the named method with the given parameters (strings are coerced by field type)."""
+    if not isinstance(name, str):
+        raise MethodError(f"method name must be a string, got {name!r}")
+    return _load(name.strip()).from_params(**params)

@@ -1,0 +1,367 @@
+"""The ``kvbench`` command: find, inspect, compare, export, report and merge past runs.
+
+Researchers should not need scripts to work with their results, and CI should be able to gate
+outside pytest, so every verb works on the run directories under ``results/runs/``. Exit codes
+are a contract: 0 success, 1 a regression found by ``compare``, 2 bad input (unknown or
+ambiguous run id, corrupt file, bad option), always with a one-line message and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from tabulate import tabulate
+
+from pytest_kvbench import storage
+from pytest_kvbench.baseline import (
+    Baseline,
+    BaselineError,
+    compare_record,
+    comparison_summary,
+    comparison_table,
+    environment_differences,
+    load_baseline,
+    parse_tolerances,
+)
+from pytest_kvbench.export import FORMATS, ExportError, config_key, export_records, to_markdown
+from pytest_kvbench.report import ReportError
+from pytest_kvbench.runs import Run, RunError, is_scored, list_runs, load_run, merge_runs
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+DEFAULT_RESULTS = "results"
+MiB = 2**20
+
+
+class UsageError(ValueError):
+    """Bad command-line input that argparse cannot see (a threshold out of range, ...)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit code 2) instead of usage + error."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# -- verbs ------------------------------------------------------------------------------------
+
+
+def _fmt(value, digits: int = 2, scale: float = 1.0) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return "-"
+    return f"{value / scale:.{digits}f}"
+
+
+def cmd_list(args) -> int:
+    infos = list_runs(args.results)
+    if args.json:
+        print(json.dumps([{
+            "run_id": i.run_id, "path": str(i.path), "date": i.date.isoformat() if i.date else None,
+            "models": list(i.models), "methods": list(i.methods), "budgets": list(i.budgets), "tasks": list(i.tasks),
+            "commit": i.commit, "items": i.n_records, "complete": i.complete, "problem": i.problem,
+        } for i in infos], indent=2))
+        return EXIT_OK
+    if not infos:
+        print(f"no runs under {Path(args.results) / 'runs'}")
+        return EXIT_OK
+    rows = []
+    for i in infos:
+        date = i.date.strftime("%Y-%m-%d %H:%M") if i.date else "-"
+        if i.problem:
+            rows.append([i.run_id, date, "", "", "", "", "", "", f"unreadable: {i.problem}"])
+            continue
+        rows.append([i.run_id, date, ", ".join(i.models), ", ".join(i.methods), ", ".join(i.budgets),
+                     ", ".join(i.tasks), (i.commit or "-")[:10], i.n_records, "complete" if i.complete else "incomplete"])
+    print(tabulate(rows, headers=["run", "date", "models", "methods", "budgets", "tasks", "commit", "items", "state"],
+                   disable_numparse=True))
+    return EXIT_OK
+
+
+def _reproduce_lines(run: Run) -> list[str]:
+    sources = run.info.get("merged_from") if isinstance(run.info.get("merged_from"), list) else None
+    if sources:
+        lines = [f"# {run.run_id} was merged by `kvbench merge` from {len(sources)} runs; each was made by:"]
+        for source in sources:
+            env = source.get("environment") or {}
+            lines += [f"# -- {source.get('run_id')}"] + _commands(env, source.get("run_id"))
+        return lines
+    return _commands(run.environment, run.run_id)
+
+
+def _commands(env: dict, run_id: str | None) -> list[str]:
+    command, commit, cwd = env.get("command"), env.get("git_commit"), env.get("cwd")
+    if not command:
+        raise RunError(f"run {run_id} does not record the command that made it (no environment.command in run.json)")
+    lines = []
+    if commit:
+        if env.get("git_dirty"):
+            lines.append("# warning: the working tree had uncommitted changes; they are not part of the commit")
+        lines.append(f"git checkout {commit}")
+    else:
+        lines.append("# commit unknown (the run was not made in a git checkout)")
+    if cwd:
+        lines.append(f"cd {shlex.quote(str(cwd))}")
+    lines.append(command)
+    return lines
+
+
+def cmd_show(args) -> int:
+    run = load_run(args.run, args.results)
+    if args.reproduce:
+        print("\n".join(_reproduce_lines(run)))
+        return EXIT_OK
+    statuses: dict[str, int] = defaultdict(int)
+    for r in run.records:
+        statuses[str(r.get("status", "unknown"))] += 1
+    info = run.info
+    print(f"run {run.run_id} ({'complete' if run.complete else 'incomplete'})")
+    print(f"path: {run.path}")
+    print(f"date: {run.started or '-'}   duration: {_fmt(info.get('duration_s'), 1)} s")
+    print(f"commit: {run.commit or '-'}{' (dirty)' if run.dirty else ''}")
+    print(f"command: {run.command or '-'}")
+    print("items: " + str(len(run.records)) + (" (" + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + ")" if statuses else ""))
+    if run.scored_records:
+        print()
+        print(to_markdown(run.records).rstrip())
+    rows = []
+    for r in sorted(run.records, key=lambda r: r["key"]):
+        latency, memory = r.get("latency") or {}, r.get("memory") or {}
+        rows.append([r.get("item_id") or r["key"], r.get("seed", "-"), r.get("status", "-"), _fmt(r.get("score")),
+                     r.get("n_samples", "-"), _fmt(latency.get("total_s"), 3), _fmt(memory.get("peak_bytes"), 1, MiB),
+                     _fmt(memory.get("kv_bytes_after"), 2, MiB), _fmt(memory.get("compression_ratio"), 2)])
+    if rows:
+        print()
+        print(tabulate(rows, headers=["item", "seed", "status", "score", "samples", "latency s", "peak MiB", "KV MiB",
+                                      "compression"], disable_numparse=True))
+    problems = [r for r in run.records if r.get("status") in ("failed", "error") and r.get("message")]
+    for r in problems:
+        print(f"{r.get('status')}: {r.get('item_id') or r['key']}: {str(r['message']).splitlines()[0]}")
+    print()
+    print("environment:")
+    for name, value in sorted(run.environment.items()):
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        print(f"  {name}: {value}")
+    return EXIT_OK
+
+
+def _load_reference(spec: str, results: str) -> tuple[Baseline, str]:
+    """``compare``'s first argument: a run (id, prefix or directory) or a saved baseline file."""
+    path = Path(spec)
+    if path.is_file() and path.name not in (storage.RUN_FILE, storage.RECORDS_FILE):
+        baseline = load_baseline(path)
+        return baseline, f"baseline file {path}"
+    run = load_run(spec, results)
+    return Baseline.from_records(run.records, run.environment, source=run.run_id), f"run {run.run_id}"
+
+
+def cmd_compare(args) -> int:
+    tolerances = parse_tolerances(args.fail)
+    baseline, baseline_name = _load_reference(args.baseline, args.results)
+    current = load_run(args.current, args.results)
+    if not baseline.entries:
+        raise BaselineError(f"{baseline_name} has no scored items to compare against")
+    verdicts = [compare_record(r, baseline.entry(r), tolerances, seed=args.seed)
+                for r in sorted(current.records, key=lambda r: r["key"])]
+    unrun = baseline.unrun(r["key"] for r in current.records)
+    print(f"comparing run {current.run_id} against {baseline_name}; tolerances: {tolerances}")
+    notes = environment_differences(baseline.environment, current.environment)
+    if notes:
+        print("environment changed: " + "; ".join(notes))
+    print()
+    print(comparison_table(verdicts))
+    print()
+    print(comparison_summary(verdicts, unrun))
+    for verdict in verdicts:
+        if verdict.failed:
+            print(f"REGRESSION {verdict.message}")
+    failed = any(v.failed for v in verdicts)
+    if args.strict and any(v.status == "mismatch" for v in verdicts):
+        failed = True
+    return EXIT_REGRESSION if failed else EXIT_OK
+
+
+def _write_output(path: str, text: str, what: str) -> None:
+    try:
+        storage.atomic_write_text(path, text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def cmd_export(args) -> int:
+    run = load_run(args.run, args.results)
+    text = export_records(run.records, args.format, run_id=run.run_id, environment=run.environment)
+    if args.output:
+        _write_output(args.output, text, "export")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    from pytest_kvbench.report import write_report
+
+    runs = [load_run(r, args.results) for r in args.runs]
+    target = write_report(runs, args.output, title=args.title)
+    print(f"wrote {target}")
+    return EXIT_OK
+
+
+def cmd_merge(args) -> int:
+    out = args.into or args.results
+    run_id = merge_runs(args.runs, out, results_dir=args.results)
+    merged = load_run(run_id, out)
+    print(f"merged {len(args.runs)} runs ({len(merged.records)} items) into {run_id} ({merged.path})")
+    return EXIT_OK
+
+
+def parse_fraction(text: str) -> float:
+    """``1%`` or ``0.01``: a positive fraction for a coefficient-of-variation threshold."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UsageError(f"invalid threshold {text!r}: use a percentage like 1% or a fraction like 0.01") from None
+    if not (0 < value < 10) or not math.isfinite(value):
+        raise UsageError(f"invalid threshold {text!r}: it must be positive")
+    return value
+
+
+def variance_groups(runs: Sequence[Run]) -> dict[str, list[float]]:
+    """Scores of each configuration (item key without the seed) over all its seeds, in seed order."""
+    groups: dict[str, list[tuple]] = defaultdict(list)
+    for run in runs:
+        for r in run.records:
+            if is_scored(r):
+                groups[config_key(r)].append((r.get("seed") if isinstance(r.get("seed"), int) else 0, run.run_id, float(r["score"])))
+    return {key: [score for *_, score in sorted(values)] for key, values in sorted(groups.items())}
+
+
+def cmd_variance(args) -> int:
+    from pytest_kvbench.stats import variation_curve
+
+    threshold = parse_fraction(args.threshold)
+    runs = [load_run(r, args.results) for r in args.runs]
+    groups = variance_groups(runs)
+    curves = [(key, variation_curve(values, threshold)) for key, values in groups.items()]
+    if not any(curve.n >= 2 for _, curve in curves):
+        raise UsageError("variance needs at least two seeds of one item (run with --kvbench-seeds 0,1,2)")
+    rows = []
+    for key, curve in curves:
+        if curve.n < 2:
+            rows.append([key, curve.n, _fmt(curve.mean), "-", "-", "run more seeds"])
+            continue
+        by_k = ", ".join(f"{k}: {100 * m:.2f}%" for k, _, m in curve.points)
+        if curve.needed is None:
+            needed = "-"
+        elif curve.enough:
+            needed = f"{curve.needed} (enough)"
+        else:
+            needed = f"{curve.needed} (run {curve.needed - curve.n} more)"
+        rows.append([key, curve.n, _fmt(curve.mean), f"{100 * curve.cv:.2f}%", by_k, needed])
+    print(f"coefficient of variation of the mean score against the number of seeds; threshold {100 * threshold:g}%")
+    print(tabulate(rows, headers=["item", "seeds", "mean", "CV per seed", "CV of the mean (seeds: CV)",
+                                  "seeds needed"], disable_numparse=True))
+    if args.plot.lower() != "none":
+        from pytest_kvbench.report import save_figure, variance_figure
+
+        save_figure(variance_figure([(k, c) for k, c in curves if c.n >= 2]), args.plot)
+        print(f"wrote {args.plot}")
+    return EXIT_OK
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--results", default=argparse.SUPPRESS, metavar="DIR",
+                        help=f"results directory holding runs/ (default: {DEFAULT_RESULTS})")
+    parser = _Parser(prog="kvbench", parents=[common],
+                     description="Work with pytest-kvbench run directories (results/runs/<run_id>/). "
+                                 "RUN is a run id, a unique prefix of one (with or without 'bench_'), "
+                                 "'latest', or a run directory.",
+                     epilog="Exit codes: 0 success, 1 regression (compare), 2 bad input.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("list", parents=[common], help="list runs: id, date, models, methods, budgets, tasks, commit")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", parents=[common], help="tables and environment of a run")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--reproduce", action="store_true", help="print only the commit and exact command that made the run")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("compare", parents=[common], help="gate run B against run (or baseline file) A; exit 1 on regression",
+                       description="Same statistics and verdicts as --kvbench-compare: an item regresses when its "
+                                   "score drops by more than the tolerance and the paired bootstrap 95% interval "
+                                   "over the same samples lies below zero.")
+    p.add_argument("baseline", metavar="A", help="baseline: a run or a file written by --kvbench-save")
+    p.add_argument("current", metavar="B", help="the run to check")
+    p.add_argument("--fail", action="append", metavar="METRIC:TOL",
+                   help="tolerance, repeatable or comma-separated: score:1.0, latency:20%%, kv_bytes:5%%, "
+                        "peak_bytes:10%% (default score:1.0; latency and memory only when given)")
+    p.add_argument("--strict", action="store_true", help="also exit 1 when an item cannot be compared (mismatch)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("export", parents=[common], help="export a run's tables: md, csv, latex or json")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--format", required=True, choices=FORMATS)
+    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of standard output")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("report", parents=[common], help="self-contained HTML report with plots")
+    p.add_argument("runs", nargs="+", metavar="RUN")
+    p.add_argument("--output", "-o", default="report.html", metavar="FILE", help="HTML file (default report.html)")
+    p.add_argument("--title", help="page title")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("merge", parents=[common], help="combine runs made on several machines into one new run")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories or ids (at least two)")
+    p.add_argument("--into", metavar="DIR", help="results directory for the merged run (default: --results)")
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("variance", parents=[common],
+                       help="coefficient of variation against the number of seeds, and the seeds needed")
+    p.add_argument("runs", nargs="+", metavar="RUN")
+    p.add_argument("--threshold", default="1%", help="target CV of the mean score (default 1%%)")
+    p.add_argument("--plot", default="variance.png", metavar="FILE",
+                   help="plot file, .png/.svg/.pdf (default variance.png; 'none' for no plot)")
+    p.set_defaults(func=cmd_variance)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    args.results = getattr(args, "results", DEFAULT_RESULTS)
+    try:
+        return args.func(args)
+    except (RunError, BaselineError, ExportError, ReportError, UsageError) as exc:
+        print(f"kvbench {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("matplotlib"):
+            raise
+        print(f"kvbench {args.command}: error: plots need matplotlib (pip install matplotlib)", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # `kvbench list | head`
+        sys.stderr.close()
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

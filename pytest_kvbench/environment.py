@@ -1,0 +1,44 @@
+"""What a run was made with: enough to reproduce it, captured without importing heavy modules."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+from importlib import metadata
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def capture_environment(invocation_args: list[str] | None = None) -> dict:
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    args = list(invocation_args if invocation_args is not None else sys.argv[1:])
+    return {
+        "git_commit": commit,
+        "git_dirty": bool(status) if status is not None else None,
+        "command": "pytest " + shlex.join(args),
+        "cwd": os.getcwd(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {p: _version(p) for p in ("pytest-kvbench", "torch", "transformers", "datasets", "pytest", "pytest-xdist")},
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "hf_hub_offline": os.environ.get("HF_HUB_OFFLINE"),
+    }

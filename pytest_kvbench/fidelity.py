@@ -1,0 +1,78 @@
+"""Label-free fidelity: how far a compressed cache moves the model from its full-cache self.
+
+Task scores need references and are coarse on small samples; fidelity needs neither. For each
+sample the full-cache model generates greedily once per run (the reference); every method is then
+teacher-forced on that same output, and we compare next-token distributions position by position:
+
+* ``kl``: mean over answer positions of KL(P_full || P_method), in nats;
+* ``agreement``: fraction of answer positions where both distributions have the same argmax.
+
+The reference pass is shared by all methods and budgets, so it is cached. To keep the cache small
+for 128k-token vocabularies we keep the top ``REFERENCE_TOP_K`` reference log-probs plus the log
+of the remaining mass; KL is then computed between the two distributions coarsened onto
+(top-k tokens, everything else). That is exact when the vocabulary fits in the kept set (the
+embedded model) and, by the data-processing inequality, a tight lower bound otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+import torch
+
+REFERENCE_TOP_K = 4096
+
+
+@dataclass
+class Reference:
+    """The full-cache pass of one sample: its output and its coarsened next-token distributions."""
+
+    result: Any  # the GenerationResult of the full-cache generation (reused by the `full` item)
+    target_ids: list[int]  # tokens the methods are teacher-forced on
+    top_ids: torch.Tensor | None  # [n, k] token ids kept, or None when the whole vocabulary is kept
+    top_logp: torch.Tensor  # [n, k] (or [n, vocab]) reference log-probs
+    rest_logp: torch.Tensor | None  # [n] log of the mass outside top_ids
+    argmax: torch.Tensor  # [n] the reference's greedy token at each position
+
+
+def make_reference(result: Any, target_ids: list[int], logp: torch.Tensor, top_k: int = REFERENCE_TOP_K) -> Reference:
+    logp = logp.float()
+    argmax = logp.argmax(-1)
+    if logp.shape[-1] <= top_k:
+        return Reference(result, target_ids, None, logp.clone(), None, argmax)
+    top_logp, top_ids = logp.topk(top_k, dim=-1)
+    rest = torch.log1p(-top_logp.exp().sum(-1).clamp(max=1 - 1e-7))
+    return Reference(result, target_ids, top_ids, top_logp, rest, argmax)
+
+
+def compare(reference: Reference, logp: torch.Tensor) -> tuple[float, float]:
+    """(mean KL, argmax agreement) of ``logp`` [n, vocab] against the reference."""
+    n = reference.top_logp.shape[0]
+    if n == 0:
+        return 0.0, 1.0
+    logp = logp.float()[:n]
+    if reference.top_ids is None:
+        ref_logp, cand_logp = reference.top_logp, logp
+    else:
+        cand_top = logp.gather(-1, reference.top_ids)
+        cand_rest = torch.log1p(-cand_top.exp().sum(-1).clamp(max=1 - 1e-7))
+        ref_logp = torch.cat([reference.top_logp, reference.rest_logp[:, None]], dim=-1)
+        cand_logp = torch.cat([cand_top, cand_rest[:, None]], dim=-1)
+    kl = (ref_logp.exp() * (ref_logp - cand_logp)).sum(-1).clamp(min=0.0)
+    agreement = (logp.argmax(-1) == reference.argmax).float()
+    return float(kl.mean()), float(agreement.mean())
+
+
+class ReferenceCache:
+    """Per-process cache of reference passes, keyed by (model, task, sample, prompt settings)."""
+
+    def __init__(self) -> None:
+        self._items: dict[Hashable, Reference] = {}
+        self.computed = 0
+
+    def get(self, key: Hashable, compute: Callable[[], Reference]) -> Reference:
+        if key not in self._items:
+            self._items[key] = compute()
+            self.computed += 1
+        return self._items[key]

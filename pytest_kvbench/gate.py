@@ -1,0 +1,77 @@
+"""The regression gate inside pytest: --kvbench-save, --kvbench-compare and --kvbench-compare-fail.
+
+The statistics and the baseline file format live in baseline.py (shared with ``kvbench
+compare``); this module only connects them to a pytest run: the baseline is read and checked
+at configure time (bad file -> usage error before any model loads), each item checks itself
+against its entry, and the controller writes a new baseline and the comparison table at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_kvbench.grid import GridError
+
+
+class Gate:
+    def __init__(self, baseline=None, tolerances=None, save_path: str | None = None, save_force: bool = False) -> None:
+        self.baseline = baseline
+        self.tolerances = tolerances
+        self.save_path = save_path
+        self.save_force = save_force
+        self._verdicts: list = []
+        self._unrun: list[str] = []
+        self._saved: str | None = None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> "Gate":
+        from pytest_kvbench.baseline import BaselineError, load_baseline, parse_tolerances
+
+        compare = config.getoption("kvbench_compare")
+        save = config.getoption("kvbench_save")
+        force = config.getoption("kvbench_save_force")
+        try:
+            tolerances = parse_tolerances(config.getoption("kvbench_compare_fail") or [])
+            baseline = load_baseline(compare) if compare else None
+        except BaselineError as exc:
+            raise GridError(str(exc)) from None
+        if save and Path(save).exists() and not force:
+            raise GridError(f"--kvbench-save {save}: file exists (add --kvbench-save-force to overwrite)")
+        return cls(baseline, tolerances, save, force)
+
+    def check(self, record: dict) -> None:
+        if self.baseline is None:
+            return
+        from pytest_kvbench.baseline import compare_record
+
+        verdict = compare_record(record, self.baseline.entry(record), self.tolerances)
+        record["verdict"] = verdict.status
+        if verdict.status in ("regression", "mismatch"):
+            pytest.fail(verdict.message, pytrace=False)
+
+    def finish(self, records: list[dict], environment: dict) -> None:
+        """Controller, end of run: comparison over all records and the optional new baseline."""
+        from pytest_kvbench.baseline import compare_record, write_baseline
+
+        finished = [r for r in records if r.get("status") in ("passed", "failed") and r.get("samples")]
+        if self.baseline is not None:
+            self._verdicts = [compare_record(r, self.baseline.entry(r), self.tolerances) for r in finished]
+            self._unrun = self.baseline.unrun({r["key"] for r in records})
+        if self.save_path:
+            write_baseline(self.save_path, finished, environment, force=self.save_force)
+            self._saved = self.save_path
+
+    def summary_lines(self) -> list[str]:
+        from pytest_kvbench.baseline import comparison_table
+
+        lines = []
+        if self._verdicts:
+            lines += ["comparison with baseline:", comparison_table(self._verdicts)]
+        if self._unrun:
+            lines.append(f"baseline entries not run ({len(self._unrun)}): {', '.join(self._unrun[:20])}"
+                         + (" ..." if len(self._unrun) > 20 else ""))
+        if self._saved:
+            lines.append(f"baseline written: {self._saved}")
+        return lines

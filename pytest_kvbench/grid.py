@@ -1,0 +1,195 @@
+"""The benchmark grid: which (model, method, budget, task, context length, seed) cases exist.
+
+The grid is resolved once per session from options, ini keys and a TOML file (see options.py)
+and validated here, before any model loads, so that a typo is a one-line usage error rather than
+a crash an hour into a sweep. Each Case knows its pytest id, which must stay stable across runs
+(``--lf`` and baselines depend on it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_MODEL = "default"
+FULL_METHOD = "full"
+
+
+class GridError(ValueError):
+    """A grid value that cannot be used; the message is one line naming the valid choices."""
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method name with the parameters the user set (defaults are filled in by kvmethods)."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def label(self) -> str:
+        if not self.params:
+            return self.name
+        inner = ",".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.name}({inner})"
+
+    @classmethod
+    def parse(cls, text: str) -> "MethodSpec":
+        """``snapkv`` or ``snapkv:window=64:kernel=5`` (the TOML grid may use tables instead)."""
+        name, *pairs = text.strip().split(":")
+        params = []
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise GridError(f"method parameter {pair!r} in {text!r} is not of the form name=value")
+            params.append((key.strip(), value.strip()))
+        return cls(name.strip(), tuple(sorted(params)))
+
+
+def model_label(model: str) -> str:
+    """A short, path- and id-safe name for a model id or path."""
+    tail = model.rstrip("/").split("/")[-1] or model
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", tail)
+
+
+def path_safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "_"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One pytest item: everything needed to run and to name it."""
+
+    model: str
+    method: MethodSpec
+    budget: str  # budget spec ("1024", "r0.5") or "full" for the uncompressed reference
+    task: str
+    suite: str
+    context_length: int | None
+    seed: int
+    samples: int | None
+    smoke: bool = False
+    show_model: bool = False
+    show_seed: bool = False
+
+    @property
+    def id(self) -> str:
+        parts = [self.method.label]
+        if self.budget != FULL_METHOD:
+            parts.append(self.budget)
+        parts.append(self.task)
+        if self.context_length is not None:
+            parts.append(f"ctx{self.context_length}")
+        if self.show_seed:
+            parts.append(f"seed{self.seed}")
+        if self.show_model:
+            parts.append(model_label(self.model))
+        return "-".join(parts)
+
+    @property
+    def key(self) -> str:
+        """The comparison key of baselines: one entry per model/method/budget/task/length/seed."""
+        ctx = f"@{self.context_length}" if self.context_length is not None else ""
+        return f"{self.model}|{self.method.label}|{self.budget}|{self.task}{ctx}|seed{self.seed}"
+
+
+@dataclass
+class Grid:
+    models: list[str] = field(default_factory=lambda: [DEFAULT_MODEL])
+    methods: list[MethodSpec] = field(default_factory=list)
+    budgets: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+    smoke_tasks: list[str] = field(default_factory=list)
+    context_lengths: list[int] = field(default_factory=list)
+    samples: int | None = None
+    seeds: list[int] = field(default_factory=lambda: [0])
+    protocol: str = "question_in_window"
+    dtype: str = "auto"
+    attn_implementation: str = "sdpa"
+    data_dir: str | None = None
+    max_prompt_tokens: int | None = None
+
+    def cases(self, suite: str, suite_of) -> list[Case]:
+        """All cases of one suite, in a stable order (model, task, method, budget, length, seed)."""
+        show_model = len(self.models) > 1
+        show_seed = len(self.seeds) > 1
+        smallest = min(self.budgets, key=_budget_sort_key) if self.budgets else None
+        out: list[Case] = []
+        for model in self.models:
+            for task in self.tasks:
+                if suite_of(task) != suite:
+                    continue
+                lengths = self.context_lengths if suite == "ruler" else [None]
+                for method in self.methods:
+                    budgets = [FULL_METHOD] if method.name == FULL_METHOD else self.budgets
+                    for budget in budgets:
+                        for length in lengths:
+                            for seed in self.seeds:
+                                smoke = (
+                                    task in self.smoke_tasks
+                                    and budget in (smallest, FULL_METHOD)
+                                    and length == (lengths[0] if lengths else None)
+                                    and seed == self.seeds[0]
+                                    and model == self.models[0]
+                                )
+                                out.append(Case(model, method, budget, task, suite, length, seed,
+                                                self.samples, smoke, show_model, show_seed))
+        return out
+
+    def as_dict(self) -> dict:
+        return {
+            "models": list(self.models),
+            "methods": [{"name": m.name, "params": dict(m.params)} for m in self.methods],
+            "budgets": list(self.budgets),
+            "tasks": list(self.tasks),
+            "context_lengths": list(self.context_lengths),
+            "samples": self.samples,
+            "seeds": list(self.seeds),
+            "protocol": self.protocol,
+            "dtype": self.dtype,
+            "attn_implementation": self.attn_implementation,
+            "data_dir": self.data_dir,
+            "max_prompt_tokens": self.max_prompt_tokens,
+        }
+
+
+def _budget_sort_key(spec: str) -> tuple[int, float]:
+    if spec.startswith("r"):
+        return (1, -float(spec[1:]))
+    return (0, float(spec))
+
+
+def parse_positive_int(text: Any, what: str) -> int:
+    """A positive integer from an option, ini or TOML value; GridError otherwise."""
+    try:
+        value = int(str(text).strip())
+        if str(text).strip().lstrip("+").isdigit() and value > 0:
+            return value
+    except ValueError:
+        pass
+    raise GridError(f"{what} must be a positive integer, got {text!r}")
+
+
+def parse_seed(text: Any) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise GridError(f"seed must be a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise GridError(f"seed must be a non-negative integer, got {text!r}")
+    return value
+
+
+def split_list(value: Any) -> list[str]:
+    """Comma-separated strings, repeated options and TOML arrays all become one flat list."""
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            out.extend(part.strip() for part in item.split(",") if part.strip())
+        else:
+            out.append(item)
+    return out

@@ -1,0 +1,133 @@
+"""Load each (model, dtype, attention implementation) once per worker process.
+
+Loading an 8B model takes a minute and most of a GPU, so items never load models themselves:
+they ask this cache, which loads on first use (never at collection) and records the load time
+and on-disk size once. The embedded default model is loaded through exactly the same
+``from_pretrained`` path as a hub model; only its location differs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_kvbench.grid import DEFAULT_MODEL
+
+DEFAULT_MODEL_DIR = Path(__file__).with_name("default_model")
+
+
+class ModelLoadError(RuntimeError):
+    """A model that could not be loaded; the item fails with this message."""
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    source: str
+    model: Any
+    tokenizer: Any
+    device: str
+    dtype: str
+    attn_implementation: str
+    family: str
+    load_s: float
+    size_bytes: int
+    max_positions: int | None
+    eos_token_ids: set[int] = field(default_factory=set)
+
+    def info(self) -> dict:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "dtype": self.dtype,
+            "attn_implementation": self.attn_implementation,
+            "family": self.family,
+            "device": self.device,
+            "load_s": round(self.load_s, 4),
+            "size_bytes": self.size_bytes,
+            "max_positions": self.max_positions,
+        }
+
+
+def pick_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_source(name: str) -> str:
+    return str(DEFAULT_MODEL_DIR) if name == DEFAULT_MODEL else name
+
+
+def _torch_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids
+
+
+class ModelCache:
+    """Per-process cache; ``loads`` counts real loads (tests assert one per worker)."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, str, str], LoadedModel] = {}
+        self.loads = 0
+
+    def get(self, name: str, dtype: str = "auto", attn_implementation: str = "sdpa") -> tuple[LoadedModel, bool]:
+        """The loaded model and whether this call loaded it."""
+        key = (name, dtype, attn_implementation)
+        if key in self._models:
+            return self._models[key], False
+        loaded = self._load(name, dtype, attn_implementation)
+        self._models[key] = loaded
+        self.loads += 1
+        return loaded, True
+
+    def _load(self, name: str, dtype: str, attn_implementation: str) -> LoadedModel:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from pytest_kvbench.hardware import model_size_on_disk
+
+        source = resolve_source(name)
+        device = pick_device()
+        torch_dtype = _torch_dtype(dtype, device)
+        start = time.perf_counter()
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=torch_dtype, attn_implementation=attn_implementation
+            )
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"could not load model {name!r}: {str(exc).splitlines()[0]}") from exc
+        model.to(device).eval()
+        torch.set_grad_enabled(False)
+        load_s = time.perf_counter() - start
+        config = model.config
+        return LoadedModel(
+            name=name,
+            source=source,
+            model=model,
+            tokenizer=tokenizer,
+            device=device,
+            dtype=str(torch_dtype).replace("torch.", ""),
+            attn_implementation=attn_implementation,
+            family=getattr(config, "model_type", "unknown"),
+            load_s=load_s,
+            size_bytes=model_size_on_disk(source),
+            max_positions=getattr(config, "max_position_embeddings", None),
+            eos_token_ids=_eos_ids(model, tokenizer),
+        )

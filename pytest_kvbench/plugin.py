@@ -1,0 +1,310 @@
+"""The pytest11 entry point: wires options, hooks and fixtures of pytest-kvbench together.
+
+Nothing here does benchmark work itself. Configuration resolves and validates the grid
+(options.py), collection turns it into one item per case (grid.py), the ``kvbench`` fixture runs
+an item (runner.py), each finished item's record goes through the ``pytest_kvbench_record`` hook
+(hookspecs.py) into the run directory (session.py), and the controller writes the results at the
+end (tables.py) and gates against a baseline (gate.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_kvbench import hookspecs, options
+from pytest_kvbench.distributed import DeviceSlots, xdist_group_name
+from pytest_kvbench.environment import capture_environment
+from pytest_kvbench.gate import Gate
+from pytest_kvbench.grid import GridError
+from pytest_kvbench.session import RunSession, new_run_id
+
+SESSION_KEY = pytest.StashKey[RunSession]()
+RUNNER_KEY = pytest.StashKey[object]()
+GATE_KEY = pytest.StashKey[Gate]()
+RECORD_KEY = pytest.StashKey[dict]()
+SLOTS_KEY = pytest.StashKey[DeviceSlots]()
+SUITES = ("longbench", "ruler")
+
+MARKERS = {
+    "smoke": "quick subset of the benchmark grid (smallest budget, smoke tasks)",
+    "longbench": "LongBench / LongBench-E task items",
+    "ruler": "RULER synthetic task items",
+    "slow": "items expected to take long (large contexts, full suites)",
+}
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    try:
+        grid = options.resolve_grid(config)
+        gate = Gate.from_config(config)
+    except GridError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    results = options.results_dir(config)
+    if _is_worker(config):
+        _pin_worker_device(config)
+        run_id = config.workerinput["kvbench_run_id"]
+    else:
+        run_id = config.getoption("kvbench_resume") or new_run_id()
+        if config.getoption("kvbench_resume") and not (results / "runs" / run_id).is_dir():
+            raise pytest.UsageError(f"--kvbench-resume {run_id}: no run directory {results / 'runs' / run_id}")
+        _check_worker_count(config)
+    session = RunSession(grid, results, run_id, is_controller=not _is_worker(config),
+                         environment=capture_environment(config.invocation_params.args),
+                         resumed=bool(config.getoption("kvbench_resume")))
+    config.stash[SESSION_KEY] = session
+    config.stash[GATE_KEY] = gate
+    timeout = config.getoption("kvbench_timeout")
+    if timeout is not None:
+        try:
+            timeout = float(timeout)
+            assert timeout > 0
+        except (ValueError, AssertionError):
+            raise pytest.UsageError(f"--kvbench-timeout must be a positive number of seconds, got {timeout!r}") from None
+    from pytest_kvbench.runner import Runner
+
+    config.stash[RUNNER_KEY] = Runner(grid, run_id, timeout)
+
+
+def _check_worker_count(config: pytest.Config) -> None:
+    """Controller: more workers than GPUs is a usage error unless explicitly allowed."""
+    from pytest_kvbench.distributed import assign_device
+
+    workers = getattr(config.option, "numprocesses", None)
+    if not isinstance(workers, int) or workers < 2:
+        return
+    import torch
+
+    environ = dict(os.environ, PYTEST_XDIST_WORKER_COUNT=str(workers))
+    try:
+        assign_device(f"gw{workers - 1}", environ, torch.cuda.device_count(),
+                      allow_oversubscribe=config.getoption("kvbench_allow_oversubscribe"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[SLOTS_KEY] = DeviceSlots()
+
+
+def _pin_worker_device(config: pytest.Config) -> None:
+    """Worker: take the GPU slot the controller handed out, before anything initialises CUDA.
+
+    torch.cuda.device_count() counts through NVML without starting CUDA.
+    """
+    from pytest_kvbench.distributed import apply_environment, assign_device
+
+    import torch
+
+    try:
+        changes = assign_device(os.environ.get("PYTEST_XDIST_WORKER"), os.environ, torch.cuda.device_count(),
+                                allow_oversubscribe=config.getoption("kvbench_allow_oversubscribe"),
+                                slot=config.workerinput.get("kvbench_device_slot"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    apply_environment(changes)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: every worker appends to the same run and gets its own GPU slot."""
+    config = node.config
+    node.workerinput["kvbench_run_id"] = config.stash[SESSION_KEY].run_id
+    slots = config.stash.get(SLOTS_KEY, None)
+    if slots is not None:
+        node.workerinput["kvbench_device_slot"] = slots.acquire(node.gateway.id)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """A worker that died frees its GPU slot for the replacement xdist starts."""
+    slots = node.config.stash.get(SLOTS_KEY, None)
+    if slots is not None:
+        slots.release(node.gateway.id)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "kvbench_case" not in metafunc.fixturenames:
+        return
+    suites = [s for s in SUITES if metafunc.definition.get_closest_marker(s)]
+    if len(suites) != 1:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: mark the test with exactly one of {', '.join(SUITES)}")
+    from pytest_kvbench.tasks import get_task
+
+    session = metafunc.config.stash[SESSION_KEY]
+    suite_cache: dict[str, str] = {}
+
+    def suite_of(task: str) -> str:
+        if task not in suite_cache:
+            suite_cache[task] = get_task(task).suite
+        return suite_cache[task]
+
+    cases = session.grid.cases(suites[0], suite_of)
+    smoke, ruler_or_lb = pytest.mark.smoke, getattr(pytest.mark, suites[0])
+    params = [
+        pytest.param(case, id=case.id,
+                     marks=[ruler_or_lb, pytest.mark.xdist_group(xdist_group_name(case.model))] + ([smoke] if case.smoke else []))
+        for case in cases
+    ]
+    metafunc.parametrize("kvbench_case", params)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    run = config.stash[SESSION_KEY]
+    keep, drop = list(items), []
+    if config.getoption("kvbench_resume"):
+        done = run.finished_nodeids()
+        keep, drop = [i for i in keep if i.nodeid not in done], [i for i in keep if i.nodeid in done]
+    shard = config.getoption("kvbench_shard")
+    if shard:
+        from pytest_kvbench.distributed import parse_shard, select_shard
+
+        try:
+            k, n = parse_shard(shard)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--kvbench-shard: {exc}") from None
+        bench = [i for i in keep if _case(i) is not None]
+        chosen = {id(i) for i in select_shard(bench, k, n, lambda i: _case(i).model)}
+        drop += [i for i in bench if id(i) not in chosen]
+        keep = [i for i in keep if _case(i) is None or id(i) in chosen]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _case(item: pytest.Item):
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("kvbench_case") if callspec else None
+
+
+class KvbenchFixture:
+    """What a benchmark test function uses: run its case, then gate the record."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        self.item = item
+        self.config = item.config
+
+    def run(self, case) -> dict:
+        from pytest_kvbench.distributed import free_accelerator_memory, is_out_of_memory
+        from pytest_kvbench.tasks import TaskUnavailable
+
+        runner = self.config.stash[RUNNER_KEY]
+        try:
+            record = runner.run(case)
+        except TaskUnavailable as exc:
+            pytest.skip(str(exc))
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                free_accelerator_memory()
+                pytest.fail(f"out of memory in {case.id}: {str(exc).splitlines()[0]}", pytrace=False)
+            raise
+        record["nodeid"] = self.item.nodeid
+        self.item.stash[RECORD_KEY] = record
+        for key in ("score", "metric"):
+            self.item.user_properties.append((f"kvbench_{key}", record[key]))
+        self.item.user_properties.append(("kvbench_kl", record["fidelity"]["kl"]))
+        self.item.user_properties.append(("kvbench_agreement", record["fidelity"]["agreement"]))
+        self.item.user_properties.append(("kvbench_total_s", record["latency"]["total_s"]))
+        self.item.user_properties.append(("kvbench_peak_bytes", record["memory"]["peak_bytes"]))
+        return record
+
+    def check(self, record: dict) -> None:
+        """Fail on a significant regression against the baseline (--kvbench-compare)."""
+        self.config.stash[GATE_KEY].check(record)
+
+
+@pytest.fixture
+def kvbench(request: pytest.FixtureRequest) -> KvbenchFixture:
+    return KvbenchFixture(request.node)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    case = _case(item)
+    if case is None:
+        return
+    final = report.when == "call" or (report.when == "setup" and not report.passed)
+    if not final:
+        return
+    record = item.stash.get(RECORD_KEY, None)
+    if record is None:
+        record = _bare_record(item, case)
+    if report.skipped:
+        record["status"] = "skipped"
+    elif report.passed:
+        record["status"] = "passed"
+    else:
+        record["status"] = "failed" if RECORD_KEY in item.stash else "error"
+    if not report.passed:
+        record["message"] = _one_line(report)
+    item.config.hook.pytest_kvbench_record(record=record, item=item)
+
+
+def _bare_record(item: pytest.Item, case) -> dict:
+    session = item.config.stash[SESSION_KEY]
+    return {
+        "run_id": session.run_id, "nodeid": item.nodeid, "item_id": case.id, "key": case.key,
+        "model": {"name": case.model}, "method": {"name": case.method.name, "params": dict(case.method.params)},
+        "budget": {"spec": case.budget}, "protocol": session.grid.protocol, "seed": case.seed,
+        "task": {"name": case.task, "suite": case.suite, "context_length": case.context_length},
+        "metric": None, "score": None, "samples": [],
+    }
+
+
+def _one_line(report: pytest.TestReport) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    text = getattr(report.longrepr, "reprcrash", None)
+    message = text.message if text is not None else str(report.longrepr)
+    return message.strip().splitlines()[0] if message.strip() else report.outcome
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_kvbench_record(record: dict, item: pytest.Item) -> None:
+    item.config.stash[SESSION_KEY].add(record)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    run = config.stash.get(SESSION_KEY, None)
+    if run is None or not run.is_controller or not run.records_path.exists():
+        return
+    complete = exitstatus not in (pytest.ExitCode.INTERRUPTED,) and not session.shouldstop
+    run_json = run.finish(complete=complete)
+    config.stash[GATE_KEY].finish(run_json["records"], run_json["environment"])
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    run = config.stash.get(SESSION_KEY, None)
+    if run is None or not run.is_controller or not run.records_path.exists():
+        return
+    from pytest_kvbench.tables import budget_tables
+
+    records = run.all_records()
+    terminalreporter.section("kvbench")
+    for heading, table in budget_tables(records, fmt="simple", bold=False):
+        terminalreporter.write_line(heading)
+        terminalreporter.write_line(table)
+        terminalreporter.write_line("")
+    zeros = sorted(r["item_id"] for r in records if r.get("score") == 0)
+    if zeros:
+        terminalreporter.write_line(f"scored exactly 0 (check these): {', '.join(zeros)}", yellow=True)
+    for line in config.stash[GATE_KEY].summary_lines():
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"run {run.run_id}: {run.run_dir} ; table: {Path(run.results_dir) / 'RESULTS.md'}")

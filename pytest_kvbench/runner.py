@@ -1,0 +1,183 @@
+"""One benchmark item's work: samples -> prompts -> compressed generation -> scores -> a record.
+
+Everything expensive that does not depend on the method is shared between items through caches
+that live for the whole worker process: the model (models.py), the task's samples and tokenized
+prompts, and the full-cache reference pass used for fidelity (fidelity.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from pytest_kvbench.fidelity import ReferenceCache, compare, make_reference
+from pytest_kvbench.grid import FULL_METHOD, Case, Grid
+from pytest_kvbench.models import LoadedModel, ModelCache
+
+NO_COMPRESSION = "r0"  # the budget the full-cache reference runs with: remove nothing
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+class Runner:
+    """Runs cases; one instance per worker process (held by the session)."""
+
+    def __init__(self, grid: Grid, run_id: str, timeout_s: float | None = None) -> None:
+        self.grid = grid
+        self.run_id = run_id
+        self.timeout_s = timeout_s
+        self.models = ModelCache()
+        self.references = ReferenceCache()
+        self._samples: dict[tuple, list] = {}
+        self._prompts: dict[tuple, Any] = {}
+
+    # -- shared inputs -------------------------------------------------------------------------
+    def _load_samples(self, case: Case, task, loaded: LoadedModel) -> list:
+        key = (case.model, case.task, case.samples, case.seed, case.context_length, self.grid.data_dir)
+        if key not in self._samples:
+            self._samples[key] = task.load_samples(
+                loaded.tokenizer,
+                n=case.samples,
+                seed=case.seed,
+                data_dir=self.grid.data_dir,
+                context_length=case.context_length,
+            )
+        return self._samples[key]
+
+    def _max_prompt_tokens(self, task, loaded: LoadedModel) -> int | None:
+        if self.grid.max_prompt_tokens:
+            return self.grid.max_prompt_tokens
+        if loaded.max_positions:
+            return loaded.max_positions - task.max_new_tokens
+        return None
+
+    def _prompt(self, case: Case, task, sample, loaded: LoadedModel):
+        key = (case.model, case.task, case.seed, case.context_length, sample.id)
+        if key not in self._prompts:
+            self._prompts[key] = task.build_prompt(sample, loaded.tokenizer, self._max_prompt_tokens(task, loaded))
+        return self._prompts[key]
+
+    def _reference(self, case: Case, task, sample, prompt, loaded: LoadedModel):
+        """The full-cache pass of a sample, computed once per run and shared by every method."""
+        from kvmethods import get_method
+        from kvmethods.generation import generate, teacher_force
+
+        key = (case.model, case.task, case.seed, case.context_length, sample.id, self.grid.protocol)
+
+        def compute():
+            full = get_method(FULL_METHOD)
+            result = generate(loaded.model, full, NO_COMPRESSION, prompt.input_ids, prompt.context_len,
+                              task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol)
+            target = list(result.tokens)
+            logp = teacher_force(loaded.model, full, NO_COMPRESSION, prompt.input_ids, prompt.context_len,
+                                 target, self.grid.protocol)
+            return make_reference(result, target, logp)
+
+        return self.references.get(key, compute)
+
+    # -- the item ------------------------------------------------------------------------------
+    def run(self, case: Case) -> dict:
+        from kvmethods import Budget, get_method
+        from kvmethods.generation import generate, teacher_force
+
+        from pytest_kvbench.distributed import check_logits_finite, item_time_limit
+        from pytest_kvbench.hardware import ItemMeter
+        from pytest_kvbench.tasks import get_task
+
+        started = time.perf_counter()
+        task = get_task(case.task)
+        method = get_method(case.method.name, **dict(case.method.params))
+        budget = NO_COMPRESSION if case.budget == FULL_METHOD else Budget.parse(case.budget)
+        loaded, loaded_now = self.models.get(case.model, self.grid.dtype, self.grid.attn_implementation)
+        samples = self._load_samples(case, task, loaded)
+        rows: list[dict] = []
+        scores: list[float] = []
+        with item_time_limit(self.timeout_s), ItemMeter(loaded.device) as meter:
+            for sample in samples:
+                prompt = self._prompt(case, task, sample, loaded)
+                reference = self._reference(case, task, sample, prompt, loaded)
+                if case.method.name == FULL_METHOD:
+                    result, kl, agreement = reference.result, 0.0, 1.0
+                else:
+                    result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
+                                      task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol)
+                    logp = teacher_force(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
+                                         reference.target_ids, self.grid.protocol)
+                    check_logits_finite(logp, f"{case.id} sample {sample.id}")
+                    kl, agreement = compare(reference, logp)
+                prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
+                score = float(task.score(prediction, sample))
+                scores.append(score)
+                rows.append({
+                    "id": sample.id,
+                    "prediction": prediction,
+                    "references": list(sample.answers),
+                    "score": score,
+                    "prompt_tokens": result.prompt_tokens,
+                    "kept_tokens": _mean(result.kept_tokens_per_layer),
+                    "kept_tokens_per_layer": list(result.kept_tokens_per_layer),
+                    "prefill_ms": result.prefill_s * 1000.0,
+                    "decode_ms": result.decode_s * 1000.0,
+                    "new_tokens": len(result.tokens),
+                    "kv_bytes_before": result.kv_bytes_before,
+                    "kv_bytes_after": result.kv_bytes_after,
+                    "kl": kl,
+                    "agreement": agreement,
+                    "fields": {k: v for k, v in sample.fields.items() if k in ("length", "depth", "context_length")},
+                })
+        aggregate = task.aggregate(scores, samples) if samples else {"score": None}
+        return self._record(case, task, method, budget, loaded, loaded_now, rows, aggregate,
+                            meter.result, time.perf_counter() - started)
+
+    def _record(self, case, task, method, budget, loaded, loaded_now, rows, aggregate, meter, total_s) -> dict:
+        new_tokens = sum(r["new_tokens"] for r in rows)
+        decode_s = sum(r["decode_ms"] for r in rows) / 1000.0
+        before = _mean([r["kv_bytes_before"] for r in rows])
+        after = _mean([r["kv_bytes_after"] for r in rows])
+        model_info = loaded.info() | {"loaded_by_this_item": loaded_now}
+        return {
+            "run_id": self.run_id,
+            "item_id": case.id,
+            "key": case.key,
+            "model": model_info,
+            "method": {"name": method.name, "params": method.params()},
+            "budget": {"spec": case.budget, "kind": "none" if case.budget == FULL_METHOD else budget.kind,
+                       "value": None if case.budget == FULL_METHOD else budget.value},
+            "protocol": self.grid.protocol,
+            "seed": case.seed,
+            "task": {"name": task.name, "suite": task.suite, "metric": task.metric_name,
+                     "context_length": case.context_length},
+            "metric": task.metric_name,
+            "score": aggregate.get("score"),
+            "aggregate": aggregate,
+            "n_samples": len(rows),
+            "samples": rows,
+            "latency": {
+                "prefill_ms": _mean([r["prefill_ms"] for r in rows]),
+                "decode_tokens_per_s": new_tokens / decode_s if decode_s > 0 else None,
+                "total_s": total_s,
+            },
+            "memory": {
+                "peak_bytes": meter.get("peak_bytes"),
+                "kind": meter.get("memory_kind"),
+                "kv_bytes_before": before,
+                "kv_bytes_after": after,
+                "compression_ratio": (before / after) if before and after else None,
+            },
+            "fidelity": {"kl": _mean([r["kl"] for r in rows]), "agreement": _mean([r["agreement"] for r in rows])},
+            "energy_j": meter.get("energy_j"),
+            "energy_source": meter.get("energy_source"),
+        }
+
+
+def skip_or_fail_for(exc: BaseException) -> None:
+    """Turn the task layer's errors into pytest outcomes: missing data skips, bad data errors."""
+    from pytest_kvbench.tasks import TaskUnavailable
+
+    if isinstance(exc, TaskUnavailable):
+        pytest.skip(str(exc))

@@ -1,0 +1,431 @@
+"""Run directories after the fact: find one by id or prefix, read it back, list them, merge them.
+
+The harness writes ``results/runs/<run_id>/`` (see DEVELOPERS.md); everything the CLI does starts
+here. Reading is strict and explains itself: a missing, unreadable or malformed file is a
+``RunError`` whose one-line message names the file and what is wrong, so that ``kvbench`` can
+print it and exit 2 instead of showing a traceback. Merging never touches its inputs and
+publishes the merged run with a single directory rename, so a failed merge leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from pytest_kvbench import storage
+
+RUNS_SUBDIR = "runs"
+LATEST = "latest"
+_RUN_ID_TIME = re.compile(r"_(\d{8}_\d{6})$")
+# Grid settings that change what an item measures without appearing in its key: runs that
+# disagree on them cannot become one run.
+_MERGE_MUST_AGREE = ("protocol", "dtype", "attn_implementation", "samples", "max_prompt_tokens", "data_dir")
+_MERGE_UNION = ("models", "methods", "budgets", "tasks", "context_lengths", "seeds")
+
+
+class RunError(ValueError):
+    """A run that cannot be found or read; the message is one line naming the file or id."""
+
+
+@dataclass
+class Run:
+    """One run directory read back: its ``run.json`` (may be absent for a crashed run) and records."""
+
+    run_id: str
+    path: Path
+    info: dict
+    records: list[dict]
+
+    @property
+    def environment(self) -> dict:
+        env = self.info.get("environment")
+        return env if isinstance(env, dict) else {}
+
+    @property
+    def commit(self) -> str | None:
+        return self.environment.get("git_commit")
+
+    @property
+    def dirty(self) -> bool | None:
+        return self.environment.get("git_dirty")
+
+    @property
+    def command(self) -> str | None:
+        return self.environment.get("command")
+
+    @property
+    def complete(self) -> bool:
+        """False for a run without run.json (it crashed or is still running) or one marked incomplete."""
+        return bool(self.info) and bool(self.info.get("complete", False))
+
+    @property
+    def started(self) -> datetime | None:
+        return _start_time(self.info, self.run_id, self.path)
+
+    @property
+    def scored_records(self) -> list[dict]:
+        """Records that carry a numeric score (errored and skipped items have none)."""
+        return [r for r in self.records if is_scored(r)]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One line of ``kvbench list``; ``problem`` is set (and the rest mostly empty) for a corrupt run."""
+
+    run_id: str
+    path: Path
+    date: datetime | None
+    models: tuple[str, ...] = ()
+    methods: tuple[str, ...] = ()
+    budgets: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    commit: str | None = None
+    n_records: int = 0
+    complete: bool = False
+    problem: str | None = None
+
+
+def is_scored(record: dict) -> bool:
+    """A record with a finite numeric score: only these can be tabulated, saved or compared."""
+    score = record.get("score")
+    return isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)
+
+
+# -- finding a run --------------------------------------------------------------------------------
+
+
+def runs_dir(results_dir: str | os.PathLike) -> Path:
+    return Path(results_dir) / RUNS_SUBDIR
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / storage.RUN_FILE).is_file() or (path / storage.RECORDS_FILE).is_file()
+
+
+def _run_dirs(results_dir: str | os.PathLike) -> list[Path]:
+    base = runs_dir(results_dir)
+    if not base.is_dir():
+        return []
+    return sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".") and _is_run_dir(p))
+
+
+def resolve_run_dir(run_id_or_path: str | os.PathLike, results_dir: str | os.PathLike = "results") -> Path:
+    """The directory of a run named by path, exact id, unique id prefix, hex part prefix or ``latest``."""
+    text = str(run_id_or_path)
+    as_path = Path(text)
+    if as_path.is_file() and as_path.name in (storage.RUN_FILE, storage.RECORDS_FILE):
+        as_path = as_path.parent
+    if as_path.is_dir() and (os.sep in text or _is_run_dir(as_path) or text in (".", "..")):
+        if not _is_run_dir(as_path):
+            raise RunError(f"{as_path} is not a run directory (no {storage.RUN_FILE} or {storage.RECORDS_FILE})")
+        return as_path
+    if not as_path.exists() and (os.sep in text or text.startswith(".")):
+        raise RunError(f"{text}: no such run directory")
+    base = runs_dir(results_dir)
+    candidates = _run_dirs(results_dir)
+    if not candidates:
+        where = f"{base} does not exist" if not base.is_dir() else f"{base} holds no runs"
+        raise RunError(f"no run {text!r}: {where}")
+    if text == LATEST:
+        return max(candidates, key=lambda p: (_start_time({}, p.name, p) or datetime.min, p.name))
+    exact = [p for p in candidates if p.name == text]
+    if exact:
+        return exact[0]
+    matches = [p for p in candidates if p.name.startswith(text) or p.name.startswith("bench_" + text)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise RunError(f"no run {text!r} in {base} (see `kvbench list`)")
+    shown = ", ".join(p.name for p in matches[:4]) + (", ..." if len(matches) > 4 else "")
+    raise RunError(f"run id {text!r} is ambiguous: {len(matches)} runs match ({shown})")
+
+
+# -- reading a run --------------------------------------------------------------------------------
+
+
+def _read_json_object(path: Path, what: str) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise RunError(f"{path}: {what} is not UTF-8 text") from None
+    except OSError as exc:
+        raise RunError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RunError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise RunError(f"{path}: {what} must be a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _check_records(records: object, where: str) -> list[dict]:
+    if not isinstance(records, list):
+        raise RunError(f"{where}: 'records' must be a list")
+    for number, record in enumerate(records, start=1):
+        if not isinstance(record, dict):
+            raise RunError(f"{where}: record {number} is not a JSON object")
+        if not isinstance(record.get("key"), str):
+            raise RunError(f"{where}: record {number} has no 'key' string")
+        for name, inner in (("model", "name"), ("method", "name"), ("budget", "spec"), ("task", "name")):
+            if not isinstance(record.get(name), dict) or not isinstance(record[name].get(inner), str):
+                raise RunError(f"{where}: record {number} ({record['key']}) has no '{name}' object with a '{inner}'")
+        samples = record.get("samples", [])
+        if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):
+            raise RunError(f"{where}: record {number} ({record['key']}) has malformed 'samples' (a list of objects)")
+    return records
+
+
+def _latest_per_item(records: Iterable[dict]) -> list[dict]:
+    """A resumed run appends a new record for a retried item; the last one wins.
+
+    Items are told apart by their comparison key, not their node id: runs merged from machines
+    that each ran one seed share node ids (the seed only enters the id when a grid has several).
+    """
+    latest: dict[str, dict] = {}
+    for record in records:
+        latest[record["key"]] = record
+    return list(latest.values())
+
+
+def _read_records_file(path: Path) -> list[dict]:
+    try:
+        records = storage.read_records(path)
+    except storage.RecordsError as exc:
+        raise RunError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise RunError(f"{path}: records file is not UTF-8 text") from None
+    except OSError as exc:
+        raise RunError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return _check_records(records, str(path))
+
+
+def load_run(run_id_or_path: str | os.PathLike, results_dir: str | os.PathLike = "results") -> Run:
+    """Read a run back; records come from records.jsonl (the live log), else from run.json."""
+    path = resolve_run_dir(run_id_or_path, results_dir)
+    run_file = path / storage.RUN_FILE
+    records_file = path / storage.RECORDS_FILE
+    info = _read_json_object(run_file, "run.json") if run_file.exists() else {}
+    if records_file.exists():
+        records = _read_records_file(records_file)
+    else:
+        records = _check_records(info.get("records", []), str(run_file))
+    run_id = info.get("run_id") if isinstance(info.get("run_id"), str) else path.name
+    return Run(run_id=run_id, path=path, info=info, records=_latest_per_item(records))
+
+
+def _start_time(info: dict, run_id: str, path: Path) -> datetime | None:
+    """When a run started: run.json's timestamp, else the time encoded in its id, else None."""
+    stamp = info.get("start_ts")
+    if isinstance(stamp, (int, float)):
+        return datetime.fromtimestamp(stamp)
+    start = info.get("start")
+    if isinstance(start, str):
+        try:
+            return datetime.fromisoformat(start).replace(tzinfo=None)
+        except ValueError:
+            pass
+    match = _RUN_ID_TIME.search(run_id)
+    if match:
+        try:
+            return datetime.strptime(match.group(1), "%Y%m%d_%H%M%S")
+        except ValueError:
+            pass
+    return None
+
+
+def _distinct(values: Iterable[object]) -> tuple[str, ...]:
+    out: list[str] = []
+    for value in values:
+        if value is not None and str(value) not in out:
+            out.append(str(value))
+    return tuple(out)
+
+
+def run_info(run: Run) -> RunInfo:
+    records = run.records
+    return RunInfo(
+        run_id=run.run_id,
+        path=run.path,
+        date=run.started,
+        models=_distinct(r["model"].get("name") for r in records),
+        methods=_distinct(r["method"].get("name") for r in records),
+        budgets=_distinct(r["budget"].get("spec") for r in records),
+        tasks=_distinct(r["task"].get("name") for r in records),
+        commit=run.commit,
+        n_records=len(records),
+        complete=run.complete,
+    )
+
+
+def list_runs(results_dir: str | os.PathLike = "results") -> list[RunInfo]:
+    """Every run under ``results_dir/runs``, oldest first; a corrupt run is listed with its problem."""
+    infos = []
+    for path in _run_dirs(results_dir):
+        try:
+            infos.append(run_info(load_run(path, results_dir)))
+        except RunError as exc:
+            infos.append(RunInfo(run_id=path.name, path=path, date=_start_time({}, path.name, path), problem=str(exc)))
+    return sorted(infos, key=lambda i: (i.date or datetime.min, i.run_id))
+
+
+# -- merging --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _MergePlan:
+    runs: list[Run]
+    records: list[dict] = field(default_factory=list)
+    grid: dict = field(default_factory=dict)
+
+
+def _merged_grid(runs: list[Run]) -> dict:
+    grids = [r.info.get("grid") for r in runs if isinstance(r.info.get("grid"), dict)]
+    merged: dict = {}
+    for name in _MERGE_MUST_AGREE:
+        values = {json.dumps(g.get(name), sort_keys=True) for g in grids}
+        if len(values) > 1:
+            shown = ", ".join(f"{r.run_id}: {(r.info.get('grid') or {}).get(name)!r}" for r in runs)
+            raise RunError(f"cannot merge runs with different {name} ({shown})")
+        if grids:
+            merged[name] = grids[0].get(name)
+    for name in _MERGE_UNION:
+        union: list = []
+        for grid in grids:
+            for value in grid.get(name) or []:
+                if value not in union:
+                    union.append(value)
+        merged[name] = union
+    return merged
+
+
+def _plan_merge(runs: list[Run]) -> _MergePlan:
+    seen_paths: dict[Path, str] = {}
+    for run in runs:
+        resolved = run.path.resolve()
+        if resolved in seen_paths:
+            raise RunError(f"run {run.run_id} is given twice")
+        seen_paths[resolved] = run.run_id
+    owner: dict[str, str] = {}
+    plan = _MergePlan(runs=runs, grid=_merged_grid(runs))
+    for run in runs:
+        for record in run.records:
+            key = record["key"]
+            if key in owner:
+                raise RunError(f"cannot merge: item {key} is in both {owner[key]} and {run.run_id}")
+            owner[key] = run.run_id
+            plan.records.append(record)
+    if not plan.records:
+        raise RunError("nothing to merge: the runs hold no records")
+    return plan
+
+
+def _item_dir(run_dir: Path, record: dict, show_seed: bool) -> Path:
+    """Per-item folder, the same layout as ``session.RunSession.item_dir``."""
+    from pytest_kvbench.grid import model_label, path_safe
+
+    task = record["task"]
+    method = (record.get("item_id") or record["method"]["name"]).split("-")[0]
+    config = path_safe(f"{method}_{model_label(record['model']['name'])}_{record['budget']['spec']}")
+    task_name = task["name"] + (f"_{task['context_length']}" if task.get("context_length") else "")
+    if show_seed:
+        task_name += f"_seed{record.get('seed')}"
+    return run_dir / config / path_safe(task_name)
+
+
+def _write_item_files(run_dir: Path, record: dict, show_seed: bool) -> None:
+    """predictions.jsonl and metrics.json of one item, as ``session.py`` writes them."""
+    if not record.get("samples"):
+        return
+    folder = _item_dir(run_dir, record, show_seed)
+    storage.write_jsonl(folder / "predictions.jsonl", record["samples"])
+    metrics = {k: record.get(k) for k in ("item_id", "key", "metric", "score", "aggregate", "n_samples",
+                                          "latency", "memory", "fidelity", "energy_j", "status")}
+    metrics |= {"method": record["method"], "budget": record["budget"], "model": record["model"].get("name"),
+                "task": record["task"], "seed": record.get("seed"), "protocol": record.get("protocol")}
+    storage.atomic_write_json(folder / "metrics.json", metrics)
+
+
+def _merged_run_json(run_id: str, plan: _MergePlan, records: list[dict]) -> dict:
+    from pytest_kvbench.session import summarize
+
+    starts = [r.info.get("start_ts") for r in plan.runs if isinstance(r.info.get("start_ts"), (int, float))]
+    ends = [r.info.get("end") for r in plan.runs if isinstance(r.info.get("end"), str)]
+    first_start = min(plan.runs, key=lambda r: r.info.get("start_ts") or float("inf"))
+    return {
+        "schema": 1,
+        "run_id": run_id,
+        "start": first_start.info.get("start"),
+        "start_ts": min(starts) if starts else None,
+        "end": max(ends) if ends else None,
+        # machine time spent on the merged results, not wall time (the runs may not overlap)
+        "duration_s": round(sum(float(r.info.get("duration_s") or 0) for r in plan.runs), 3),
+        "complete": all(r.complete for r in plan.runs),
+        "resumed": False,
+        "grid": plan.grid,
+        "environment": plan.runs[0].environment,
+        "merged_from": [
+            {"run_id": r.run_id, "path": str(r.path), "start": r.info.get("start"),
+             "duration_s": r.info.get("duration_s"), "complete": r.complete,
+             "records": len(r.records), "environment": r.environment}
+            for r in plan.runs
+        ],
+        "summary": summarize(records),
+        "records": records,
+    }
+
+
+def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.PathLike = "results",
+               *, results_dir: str | os.PathLike | None = None) -> str:
+    """Combine runs made on several machines into one new run under ``out_results_dir``.
+
+    ``paths`` are run directories or ids (looked up in ``results_dir``, default the output
+    directory). Refused with a RunError, before anything is written, when an item appears in two
+    runs or the runs differ in a setting that is not part of the item key (protocol, dtype, ...).
+    Records keep their content; ``run_id`` becomes the merged id and ``merged_from_run`` names
+    the run each came from. Returns the new run id.
+    """
+    from pytest_kvbench.session import new_run_id
+    from pytest_kvbench.tables import results_markdown
+
+    lookup = results_dir if results_dir is not None else out_results_dir
+    runs = [load_run(p, lookup) for p in paths]
+    if len(runs) < 2:
+        raise RunError("merge needs at least two runs")
+    plan = _plan_merge(runs)
+    run_id = new_run_id()
+    records = []
+    for run in runs:
+        for record in run.records:
+            records.append(record | {"run_id": run_id, "merged_from_run": run.run_id})
+    show_seed = len({r.get("seed") for r in records}) > 1
+    run = _merged_run_json(run_id, plan, records)
+
+    parent = runs_dir(out_results_dir)
+    staging = parent / f".{run_id}.merging"  # hidden from list_runs until the final rename
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
+    except OSError as exc:
+        raise RunError(f"cannot create the merged run under {parent}: {exc.strerror or exc}") from None
+    try:
+        storage.write_jsonl(staging / storage.RECORDS_FILE, records)
+        for record in records:
+            _write_item_files(staging, record, show_seed)
+        storage.atomic_write_json(staging / storage.RUN_FILE, run)
+        storage.atomic_write_text(staging / "RESULTS.md", results_markdown(run, records))
+        os.rename(staging, parent / run_id)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RunError(f"cannot write the merged run under {parent}: {exc.strerror or exc}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return run_id

@@ -1,0 +1,134 @@
+"""One benchmark run: its id and directory, the records it produced, and what it writes at the end.
+
+Workers append each finished item's record to ``records.jsonl`` (storage.py) the moment it
+finishes; the controller alone, at session end, reads them all back and writes ``run.json``, the
+per-task prediction files and RESULTS.md. A crash therefore loses at most the running item, and
+``--kvbench-resume RUN_ID`` can complete the same directory later.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pytest_kvbench import storage
+from pytest_kvbench.grid import Grid, model_label, path_safe
+from pytest_kvbench.tables import results_markdown
+
+FINISHED = ("passed", "failed")
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    now = now or datetime.now()
+    return f"bench_{secrets.token_hex(4)}_{now.strftime('%Y%m%d_%H%M%S')}"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+class RunSession:
+    def __init__(self, grid: Grid, results_dir: Path, run_id: str, *, is_controller: bool,
+                 environment: dict, resumed: bool = False) -> None:
+        self.grid = grid
+        self.results_dir = results_dir
+        self.run_id = run_id
+        self.run_dir = results_dir / "runs" / run_id
+        self.records_path = self.run_dir / storage.RECORDS_FILE
+        self.is_controller = is_controller
+        self.environment = environment
+        self.resumed = resumed
+        self.start = time.time()
+        self.local_records: list[dict] = []
+
+    # -- records -----------------------------------------------------------------------------
+    def add(self, record: dict) -> None:
+        """Persist one finished record now (crash safety) and keep it for this process."""
+        storage.append_record(self.records_path, record)
+        self.local_records.append(record)
+
+    def all_records(self) -> list[dict]:
+        """Every record of the run (all workers, earlier resumed attempts), last one per item wins."""
+        latest: dict[str, dict] = {}
+        for record in storage.read_records(self.records_path):
+            latest[record.get("nodeid") or record["item_id"]] = record
+        return list(latest.values())
+
+    def finished_nodeids(self) -> set[str]:
+        return {r["nodeid"] for r in self.all_records() if r.get("status") in FINISHED and r.get("nodeid")}
+
+    # -- end of run ----------------------------------------------------------------------------
+    def finish(self, *, complete: bool) -> dict:
+        """Write run.json, per-task files and RESULTS.md from every record; return run.json."""
+        records = self.all_records()
+        previous = self._previous_run()
+        start = previous.get("start_ts", self.start) if previous else self.start
+        end = time.time()
+        run = {
+            "schema": 1,
+            "run_id": self.run_id,
+            "start": _iso(start),
+            "start_ts": start,
+            "end": _iso(end),
+            "duration_s": round(end - start, 3),
+            "complete": complete,
+            "resumed": self.resumed or bool(previous),
+            "grid": self.grid.as_dict(),
+            "environment": self.environment,
+            "summary": summarize(records),
+            "records": records,
+        }
+        for record in records:
+            self._write_item_files(record)
+        storage.atomic_write_json(self.run_dir / storage.RUN_FILE, run)
+        markdown = results_markdown(run, records)
+        storage.atomic_write_text(self.run_dir / "RESULTS.md", markdown)
+        storage.atomic_write_text(self.results_dir / "RESULTS.md", markdown)
+        return run
+
+    def _previous_run(self) -> dict | None:
+        path = self.run_dir / storage.RUN_FILE
+        if not path.exists():
+            return None
+        import json
+
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def item_dir(self, record: dict) -> Path:
+        task = record["task"]
+        model = model_label(record["model"]["name"])
+        config = path_safe(f"{record['item_id'].split('-')[0]}_{model}_{record['budget']['spec']}")
+        task_name = task["name"] + (f"_{task['context_length']}" if task.get("context_length") else "")
+        if len(self.grid.seeds) > 1:
+            task_name += f"_seed{record['seed']}"
+        return self.run_dir / config / path_safe(task_name)
+
+    def _write_item_files(self, record: dict) -> None:
+        if not record.get("samples"):
+            return
+        folder = self.item_dir(record)
+        storage.write_jsonl(folder / "predictions.jsonl", record["samples"])
+        metrics = {k: record.get(k) for k in ("item_id", "key", "metric", "score", "aggregate", "n_samples",
+                                              "latency", "memory", "fidelity", "energy_j", "status")}
+        metrics |= {"method": record["method"], "budget": record["budget"], "model": record["model"]["name"],
+                    "task": record["task"], "seed": record["seed"], "protocol": record.get("protocol")}
+        storage.atomic_write_json(folder / "metrics.json", metrics)
+
+
+def summarize(records: list[dict]) -> dict:
+    by_status: dict[str, int] = {}
+    for r in records:
+        by_status[r.get("status", "unknown")] = by_status.get(r.get("status", "unknown"), 0) + 1
+    scored = [r for r in records if r.get("score") is not None]
+    return {
+        "items": len(records),
+        "by_status": by_status,
+        "zero_scores": sorted(r["item_id"] for r in scored if r["score"] == 0),
+        "mean_score": round(sum(r["score"] for r in scored) / len(scored), 2) if scored else None,
+        "total_item_s": round(sum((r.get("latency") or {}).get("total_s") or 0 for r in records), 3),
+    }

@@ -1,0 +1,95 @@
+"""Durable files of a run: atomic writes and crash-safe record appends.
+
+A sweep can run for days, so nothing here may leave a half-written file behind: whole files are
+written to a temporary sibling and renamed into place, and each finished item's record is
+appended to ``records.jsonl`` under a file lock the moment it finishes, so that several xdist
+workers (or several processes on a shared filesystem) can append at once without interleaving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from filelock import FileLock
+
+RECORDS_FILE = "records.jsonl"
+RUN_FILE = "run.json"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def _dumps(obj: Any, indent: int | None = 2) -> str:
+    return json.dumps(obj, indent=indent, ensure_ascii=False, default=str)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are shared files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, _dumps(obj) + "\n")
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    atomic_write_text(path, "".join(_dumps(row, indent=None) + "\n" for row in rows))
+
+
+def _lock_for(path: Path) -> FileLock:
+    return FileLock(str(path) + ".lock")
+
+
+def append_record(records_path: str | os.PathLike, record: dict) -> None:
+    """Append one record as one JSON line, under a lock, flushed and fsynced before returning."""
+    records_path = Path(records_path)
+    records_path.parent.mkdir(parents=True, exist_ok=True)
+    line = _dumps(record, indent=None) + "\n"
+    with _lock_for(records_path):
+        with open(records_path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+class RecordsError(ValueError):
+    """A records file that cannot be read back (named, with the line that is wrong)."""
+
+
+def read_records(records_path: str | os.PathLike, *, tolerate_torn_tail: bool = True) -> list[dict]:
+    """Read every record of a records file.
+
+    A process killed in the middle of a write can leave a torn last line; it is dropped (the item
+    it belonged to did not finish), but a malformed line anywhere else is an error.
+    """
+    records_path = Path(records_path)
+    if not records_path.exists():
+        return []
+    with _lock_for(records_path):
+        lines = records_path.read_text(encoding="utf-8").splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if tolerate_torn_tail and number == len(lines):
+                break
+            raise RecordsError(f"{records_path}:{number}: not a JSON record ({exc.msg})") from None
+    return records

@@ -1,0 +1,60 @@
+"""The task interface every benchmark task implements, and the shared aggregate.
+
+Tasks are cheap objects: constructing one loads nothing, so the registry can build one per
+collected item. Data is read in ``load_samples`` and nothing is cached across calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Sample:
+    """One benchmark example. ``id`` is stable across runs and machines."""
+
+    id: str
+    answers: list[str]
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Prompt:
+    """Token ids of a built prompt; ``input_ids[:context_len]`` is the context part and the rest
+    is the question part (question, instructions after the context, answer prefix)."""
+
+    input_ids: list[int]
+    context_len: int
+
+
+def percent_mean(scores: list[float]) -> float | None:
+    """100 x mean rounded to 2 decimals, as both official evaluations report; None when empty."""
+    if not scores:
+        return None
+    return round(100 * sum(scores) / len(scores), 2)
+
+
+class Task:
+    """Base class: subclasses set the attributes and implement the four methods."""
+
+    name: str
+    suite: str  # "longbench" | "ruler"
+    metric_name: str
+    max_new_tokens: int
+
+    def load_samples(self, tokenizer, n: int | None = None, seed: int = 0, data_dir=None,
+                     context_length: int | None = None) -> list[Sample]:
+        raise NotImplementedError
+
+    def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
+        raise NotImplementedError
+
+    def score(self, prediction: str, sample: Sample) -> float:
+        raise NotImplementedError
+
+    def aggregate(self, scores: list[float], samples: list[Sample]) -> dict:
+        return {"score": percent_mean(list(scores))}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} ({self.suite}, {self.metric_name})>"

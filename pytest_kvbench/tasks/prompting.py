@@ -1,0 +1,93 @@
+"""Turning prompt text into token ids: middle truncation, chat templates, the context boundary.
+
+LongBench truncates an over-long prompt in the middle (the instructions sit at both ends) by
+decoding the first and last halves of its tokens; the chat template is applied afterwards.
+The harness also needs to know where the context ends and the question begins (to compress
+only the context in the query-agnostic protocol). Token boundaries move when text is joined,
+so the boundary is located as a character offset in the final string and mapped to tokens
+with the tokenizer's offset mapping.
+"""
+
+from __future__ import annotations
+
+from .base import Prompt
+
+
+def encode(tokenizer, text: str, *, special_tokens: bool) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=special_tokens)["input_ids"])
+
+
+def middle_truncate(tokenizer, text: str, max_tokens: int | None) -> tuple[str, int | None]:
+    """LongBench's truncation: keep the first and last ``max_tokens // 2`` tokens.
+
+    Returns the (possibly shortened) text and, when truncated, the character offset where the
+    kept tail starts.
+    """
+    ids = encode(tokenizer, text, special_tokens=True)
+    if max_tokens is None or len(ids) <= max_tokens:
+        return text, None
+    half = max_tokens // 2
+    head = tokenizer.decode(ids[:half], skip_special_tokens=True)
+    tail = tokenizer.decode(ids[len(ids) - half :], skip_special_tokens=True) if half else ""
+    return head + tail, len(head)
+
+
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_chat(tokenizer, user_text: str) -> str:
+    """The user turn wrapped in the tokenizer's chat template, ready for the assistant's answer."""
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def locate_question(text: str, candidates: list[str], fallback: int) -> int:
+    """Character offset in ``text`` where the first findable candidate (searched from the end) starts."""
+    for candidate in candidates:
+        for variant in (candidate, candidate.strip()):
+            if variant:
+                found = text.rfind(variant)
+                if found != -1:
+                    return found
+    return fallback
+
+
+def tokenize_with_boundary(tokenizer, text: str, boundary: int, *, special_tokens: bool) -> Prompt:
+    """Tokenize ``text``; the context is every token that starts before character ``boundary``.
+
+    A token straddling the boundary belongs to the context; zero-width special tokens count
+    where they stand (a leading BOS is context, a trailing EOS is question).
+    """
+    encoded = tokenizer(text, add_special_tokens=special_tokens, return_offsets_mapping=True)
+    ids = list(encoded["input_ids"])
+    context_len = len(ids)
+    for index, (start, end) in enumerate(encoded["offset_mapping"]):
+        if end > start >= boundary:
+            context_len = index
+            break
+    return Prompt(input_ids=ids, context_len=context_len)
+
+
+def build_token_prompt(tokenizer, user_text: str, question: str, *, use_chat: bool,
+                       answer_prefix: str = "", truncated_at: int | None = None) -> Prompt:
+    """Apply the chat template (if asked and available), append the answer prefix, tokenize,
+    and split context from question where ``question`` starts.
+
+    If the question itself was cut by truncation, the boundary is the truncation point
+    (``truncated_at``, a character offset in ``user_text``); if it cannot be found at all,
+    everything before the answer prefix is context.
+    """
+    if use_chat and has_chat_template(tokenizer):
+        text = render_chat(tokenizer, user_text) + answer_prefix
+        special_tokens = False  # chat templates write their own BOS
+    else:
+        text = user_text + answer_prefix
+        special_tokens = True
+    search_end = len(text) - len(answer_prefix)
+    candidates = [question]
+    if truncated_at is not None:
+        candidates.append(user_text[truncated_at:])
+    boundary = locate_question(text[:search_end], candidates, search_end)
+    return tokenize_with_boundary(tokenizer, text, boundary, special_tokens=special_tokens)

@@ -1,0 +1,1 @@
+"""RULER synthetic long-context tasks: generators sized with the model's own tokenizer."""

@@ -1,0 +1,123 @@
+"""Print prefill+compression cost of each method relative to a plain prefill (time and peak memory).
+
+Target (issue 3): on a tiny Llama (hidden 256, 4 layers, 8 query / 2 KV heads) on CPU with a prompt of
+at least 4,096 tokens, prefill+compression / plain prefill <= 1.10 in time for snapkv, pyramidkv, tova,
+knorm and streamingllm, <= 1.5 for h2o, and <= 1.15 in peak memory for all.
+
+"Plain prefill" is the same call with the `full` method: a DynamicCache forward over the prompt keeping
+only the last logits (as model.generate does). Times are medians over interleaved repeats. Peak memory is
+measured in a fresh subprocess per method from the kernel's resident-set high-water mark (VmHWM, reset
+through /proc/self/clear_refs after a short warm-up): "extra" is the peak above the resident size just
+before the prefill (activations + cache + scoring scratch), "process" includes the interpreter and weights.
+The children run with a fixed glibc mmap threshold so that freed tensors leave the resident set at once.
+
+    python scripts/measure_methods.py [--prompt 4096] [--budget 1024] [--repeats 5] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from tabulate import tabulate  # noqa: E402
+
+from kvmethods import get_method  # noqa: E402
+from kvmethods.generation import prefill  # noqa: E402
+from kvmethods.testing import BENCH_MODEL, bench_model  # noqa: E402
+
+METHODS = ["snapkv", "pyramidkv", "tova", "knorm", "streamingllm", "random", "h2o"]
+TIME_TARGETS = {"h2o": 1.5, "random": None}
+def prompt_ids(length: int) -> list[int]:
+    return torch.randint(3, 32000, (length,), generator=torch.Generator().manual_seed(0)).tolist()
+
+
+def run_prefill(model, method_name: str, budget: str, ids: list[int]) -> float:
+    started = time.perf_counter()
+    prefill(model, get_method(method_name), budget, ids, len(ids), "question_in_window")
+    return time.perf_counter() - started
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def memory_child(method_name: str, budget: str, length: int) -> dict:
+    model = bench_model()
+    run_prefill(model, method_name, budget, prompt_ids(256))  # load kernels and code paths
+    ids = prompt_ids(length)
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # reset VmHWM to the current resident size
+    before = _status_kib("VmRSS")
+    run_prefill(model, method_name, budget, ids)
+    peak = _status_kib("VmHWM")
+    return {"before_kib": before, "peak_kib": peak, "extra_kib": peak - before}
+
+
+def measure_memory(method_name: str, args) -> dict:
+    command = [sys.executable, __file__, "--memory-child", method_name, "--prompt", str(args.prompt),
+               "--budget", args.budget, "--threads", str(args.threads)]
+    # a fixed mmap threshold makes every large tensor its own mapping, returned to the kernel when freed,
+    # so the resident-set peak follows live tensor bytes instead of allocator caching
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
+    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompt", type=int, default=4096)
+    parser.add_argument("--budget", default="1024")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--memory-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.memory_child:
+        print(json.dumps(memory_child(args.memory_child, args.budget, args.prompt)))
+        return
+
+    methods = args.methods.split(",")
+    model, ids = bench_model(), prompt_ids(args.prompt)
+    for name in ["full", *methods]:
+        run_prefill(model, name, args.budget, ids[:512])  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in ["full", *methods]}
+    for _ in range(args.repeats):
+        for name in times:
+            times[name].append(run_prefill(model, name, args.budget, ids))
+    plain_time = statistics.median(times["full"])
+    plain_memory = measure_memory("full", args)
+
+    rows = []
+    for name in methods:
+        memory = measure_memory(name, args)
+        time_ratio = statistics.median(times[name]) / plain_time
+        extra_ratio = memory["extra_kib"] / plain_memory["extra_kib"]
+        process_ratio = memory["peak_kib"] / plain_memory["peak_kib"]
+        target = TIME_TARGETS.get(name, 1.10)
+        rows.append([name, f"{statistics.median(times[name]):.3f}", f"{time_ratio:.3f}",
+                     "-" if target is None else ("ok" if time_ratio <= target else "OVER") + f" (<= {target})",
+                     f"{memory['extra_kib'] / 1024:.1f}", f"{extra_ratio:.3f}", f"{process_ratio:.3f}",
+                     "ok" if extra_ratio <= 1.15 else "OVER"])
+    print(f"tiny Llama {BENCH_MODEL}, prompt {args.prompt} tokens, budget {args.budget}, "
+          f"{args.threads} thread(s), torch {torch.__version__}")
+    print(f"plain prefill: {plain_time:.3f} s median of {args.repeats}; peak {plain_memory['extra_kib'] / 1024:.1f} MiB "
+          f"above the loaded model (process peak {plain_memory['peak_kib'] / 1024:.1f} MiB)")
+    print(tabulate(rows, headers=["method", "prefill+compress s", "time ratio", "time target", "extra peak MiB",
+                                  "memory ratio (extra)", "memory ratio (process)", "memory <= 1.15"]))
+
+
+if __name__ == "__main__":
+    main()
