@@ -18,7 +18,7 @@ from pytest_kvbench import hookspecs, options
 from pytest_kvbench.distributed import DeviceSlots, xdist_group_name
 from pytest_kvbench.environment import capture_environment
 from pytest_kvbench.gate import Gate
-from pytest_kvbench.grid import GridError
+from pytest_kvbench.grid import Case, GridError
 from pytest_kvbench.session import RunSession, new_run_id
 
 SESSION_KEY = pytest.StashKey[RunSession]()
@@ -165,6 +165,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     run = config.stash[SESSION_KEY]
+    # A suite with no case in the grid (e.g. only RULER tasks chosen) gets no item at all,
+    # rather than pytest's placeholder for an empty parameter set.
+    items[:] = [i for i in items if not _empty_case_item(i)]
     keep, drop = list(items), []
     if config.getoption("kvbench_resume"):
         done = run.finished_nodeids()
@@ -186,9 +189,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         items[:] = keep
 
 
+def _empty_case_item(item: pytest.Item) -> bool:
+    return "kvbench_case" in getattr(item, "fixturenames", ()) and _case(item) is None
+
+
 def _case(item: pytest.Item):
     callspec = getattr(item, "callspec", None)
-    return callspec.params.get("kvbench_case") if callspec else None
+    case = callspec.params.get("kvbench_case") if callspec else None
+    return case if isinstance(case, Case) else None
 
 
 class KvbenchFixture:

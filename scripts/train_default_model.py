@@ -80,6 +80,7 @@ CONFIG_MIX = {
 }
 MAX_QUERIES = 40
 QUERY_TOKENS = 1.0   # extra query/answer tokens per context token (at most)
+QUERY_TOKENS_MAX = 768
 
 NEEDLE_RE = re.compile(r"One of the special magic (\w+) for (.+?) is: (.+?)\.(?=\s|$)")
 
@@ -171,7 +172,7 @@ class SequenceBuilder:
         # extra queries about other needles (dense supervision), same question form
         extra = [k for k in by_key if k not in query and "," not in k]
         rng.shuffle(extra)
-        budget = len(ids) + int(QUERY_TOKENS * length)   # extra queries add at most this much
+        budget = len(ids) + min(int(QUERY_TOKENS * length), QUERY_TOKENS_MAX)   # room for extra queries
         if query and "," not in query:
             for key in extra[: MAX_QUERIES - 1]:
                 # a third ask the full question, the rest only the answer prefix (denser supervision)
@@ -299,7 +300,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "pytest_kvbench" / "default_model"))
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    ap.add_argument("--steps", type=int, default=1800)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1,

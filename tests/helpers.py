@@ -19,3 +19,38 @@ def add_bench_files(pytester) -> None:
     """Copy the real benchmark suite into the pytester directory."""
     for name in ("test_longbench.py", "test_ruler.py"):
         pytester.makepyfile(**{name[:-3]: (BENCH / name).read_text()})
+
+
+HOOK_CONFTEST = (
+    "import json\n"
+    "def pytest_kvbench_record(record, item):\n"
+    "    with open('hook_calls.jsonl', 'a') as f:\n"
+    "        f.write(json.dumps({'nodeid': item.nodeid, 'record': record}, default=str) + '\\n')\n"
+)
+
+
+def run_bench(directory, *args, timeout=900):
+    """Run the benchmark suite in a fresh interpreter (as a user would) inside ``directory``.
+
+    A subprocess keeps torch's global registrations out of the test process and lets one run
+    serve a whole test module.
+    """
+    import os
+    import subprocess
+    import sys
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("test_longbench.py", "test_ruler.py"):
+        (directory / name).write_text((BENCH / name).read_text())
+    if not (directory / "conftest.py").exists():
+        (directory / "conftest.py").write_text(HOOK_CONFTEST)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONHASHSEED="0")
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                          cwd=directory, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def hook_records(directory) -> list[dict]:
+    import json
+
+    path = directory / "hook_calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

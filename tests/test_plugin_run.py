@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from helpers import SMALL_GRID, add_bench_files
+from helpers import SMALL_GRID, hook_records, run_bench
 
 RECORD_FIELDS = {
     "run_id", "nodeid", "item_id", "key", "model", "method", "budget", "protocol", "seed", "task",
@@ -16,24 +16,21 @@ SAMPLE_FIELDS = {"id", "prediction", "references", "score", "prompt_tokens", "ke
                  "kept_tokens_per_layer", "prefill_ms", "decode_ms", "new_tokens", "kl", "agreement"}
 
 
-@pytest.fixture
-def bench_run(pytester, tmp_path):
-    add_bench_files(pytester)
-    pytester.makeconftest(
-        "import json\n"
-        "def pytest_kvbench_record(record, item):\n"
-        "    with open('hook_calls.jsonl', 'a') as f:\n"
-        "        f.write(json.dumps({'nodeid': item.nodeid, 'record': record}, default=str) + '\\n')\n"
-    )
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    """One real run on the embedded model, shared by the tests of this module."""
+    tmp_path = tmp_path_factory.mktemp("run")
     results = tmp_path / "res"
-    result = pytester.runpytest(*SMALL_GRID, "--kvbench-results", str(results), f"--junitxml={tmp_path / 'j.xml'}")
-    return pytester, result, results, tmp_path
+    work = tmp_path / "work"
+    proc = run_bench(work, *SMALL_GRID, "--kvbench-results", str(results), f"--junitxml={tmp_path / 'j.xml'}")
+    return work, proc, results, tmp_path
 
 
 def test_a_run_records_every_item_once_through_the_hook(bench_run):
-    pytester, result, results, _ = bench_run
-    result.assert_outcomes(passed=6)
-    calls = [json.loads(line) for line in (pytester.path / "hook_calls.jsonl").read_text().splitlines()]
+    work, proc, results, _ = bench_run
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "6 passed" in proc.stdout
+    calls = hook_records(work)
     assert len(calls) == 6
     assert len({c["nodeid"] for c in calls}) == 6
     for call in calls:
@@ -48,9 +45,8 @@ def test_a_run_records_every_item_once_through_the_hook(bench_run):
 
 
 def test_compressed_items_keep_the_budget_and_full_is_exact(bench_run):
-    pytester, _, _, _ = bench_run
-    records = {json.loads(l)["record"]["item_id"]: json.loads(l)["record"]
-               for l in (pytester.path / "hook_calls.jsonl").read_text().splitlines()}
+    work, _, _, _ = bench_run
+    records = {c["record"]["item_id"]: c["record"] for c in hook_records(work)}
     snap = records["snapkv-32-niah_single_1-ctx256"]
     assert all(max(s["kept_tokens_per_layer"]) <= 32 for s in snap["samples"])
     assert snap["memory"]["kv_bytes_after"] < snap["memory"]["kv_bytes_before"]
@@ -60,8 +56,8 @@ def test_compressed_items_keep_the_budget_and_full_is_exact(bench_run):
 
 
 def test_the_model_is_loaded_once_for_many_items(bench_run):
-    pytester, _, _, _ = bench_run
-    records = [json.loads(l)["record"] for l in (pytester.path / "hook_calls.jsonl").read_text().splitlines()]
+    work, _, _, _ = bench_run
+    records = [c["record"] for c in hook_records(work)]
     assert sum(r["model"]["loaded_by_this_item"] for r in records) == 1
 
 
