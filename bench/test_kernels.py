@@ -5,7 +5,7 @@ selection (scoring + top-k) at a 1,024-token budget, the two attention-recomputa
 plain decoder-layer forward for scale. No assertions on time; compare with `pytest-benchmark compare`.
 scripts/measure_methods.py reports the end-to-end ratios against a plain prefill.
 
-    pytest bench/test_kernels.py --benchmark-only -p no:kvbench
+    pytest bench/test_kernels.py -p no:kvbench --benchmark-timer time.process_time
 """
 
 import pytest

@@ -8,11 +8,17 @@ from .base import Method, param, top_positions
 from .budget import Budget
 from .errors import MethodError
 from .layer_inputs import LayerInputs
-from .registry import ENTRY_POINT_GROUP, available_methods, get_method, register_method, unregister_method
+from .registry import (
+    ENTRY_POINT_GROUP,
+    available_methods,
+    get_method,
+    register_method,
+    unregister_method,
+)
 
 __all__ = [
-    "Budget",
     "ENTRY_POINT_GROUP",
+    "Budget",
     "LayerInputs",
     "Method",
     "MethodError",

@@ -110,7 +110,7 @@ class Method:
         return ", ".join(parts) if parts else "(none)"
 
     @classmethod
-    def from_params(cls, **kwargs: Any) -> "Method":
+    def from_params(cls, **kwargs: Any) -> Method:
         valid = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - valid)
         if unknown:

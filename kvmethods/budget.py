@@ -31,7 +31,7 @@ class Budget:
         return str(self.value) if self.kind == "tokens" else f"r{self.value:g}"
 
     @classmethod
-    def parse(cls, raw: "Budget | int | str") -> "Budget":
+    def parse(cls, raw: Budget | int | str) -> Budget:
         if isinstance(raw, Budget):
             return raw
         if isinstance(raw, bool) or not isinstance(raw, (int, str)):

@@ -11,6 +11,7 @@ differ). The model is only called through its public forward with a DynamicCache
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -35,6 +36,12 @@ class GenerationOutput:
     prompt_tokens: int
     prefill_s: float  # prefill + compression (+ uncompressed question) up to the first token's logits
     decode_s: float
+    stop_token: int | None = None  # the eos id that stopped decoding, None when max_new_tokens did
+    # With return_logprobs: [len(tokens) (+1 with stop_token), vocab] log-probs of every decoding step,
+    # i.e. this run's own distributions over tokens (+ [stop_token]).
+    logprobs: torch.Tensor | None = None
+    # With teacher_targets: teacher_force()'s result for those targets, from the same compressed prefill.
+    target_logprobs: torch.Tensor | None = None
 
 
 @dataclass
@@ -115,8 +122,14 @@ def _kv_bytes(cache: DynamicCache) -> tuple[int, int]:
 
 @torch.inference_mode()
 def generate(model, method: Method, budget, input_ids: list[int], context_len: int, max_new_tokens: int,
-             eos_token_ids: set[int], protocol: str) -> GenerationOutput:
-    """Greedy generation with a compressed prompt cache; stops at an eos id (not returned) or max_new_tokens."""
+             eos_token_ids: set[int], protocol: str, *, return_logprobs: bool = False,
+             teacher_targets: list[int] | None = None) -> GenerationOutput:
+    """Greedy generation with a compressed prompt cache; stops at an eos id (not returned) or max_new_tokens.
+
+    ``teacher_targets`` also teacher-forces those tokens on a copy of the same compressed cache, so
+    fidelity against a reference output costs no second prefill; ``return_logprobs`` keeps the
+    distribution of every decoding step (the reference for other methods).
+    """
     input_ids = [int(token) for token in input_ids]
     eos = {int(token) for token in (eos_token_ids or ())}
     started = time.perf_counter()
@@ -124,20 +137,41 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     prefill_s = time.perf_counter() - started
     kept = [state.cache.get_seq_length(i) for i in range(len(state.cache.layers))]
     held, per_token = _kv_bytes(state.cache)
+    target_logprobs = None
+    if teacher_targets is not None:
+        forked = PrefilledPrompt(copy.deepcopy(state.cache), state.next_logits, state.next_position, state.uneven)
+        target_logprobs = _teacher_force_prefilled(model, forked, [int(t) for t in teacher_targets])
 
     started = time.perf_counter()
     tokens: list[int] = []
-    next_token = int(state.next_logits.argmax())
+    steps: list[torch.Tensor] = []
+    stop_token = None
+    logits = state.next_logits
     position = state.next_position
-    while len(tokens) < max_new_tokens and next_token not in eos:
-        tokens.append(next_token)
-        if len(tokens) == max_new_tokens:
+    while True:
+        if return_logprobs:
+            steps.append(torch.log_softmax(logits.float(), dim=-1))
+        next_token = int(logits.argmax())
+        if next_token in eos:
+            stop_token = next_token
             break
-        logits = _forward(model, state.cache, [next_token], position, state.uneven, 1)
+        tokens.append(next_token)
+        if len(tokens) >= max_new_tokens:
+            break
+        logits = _forward(model, state.cache, [next_token], position, state.uneven, 1)[-1]
         position += 1
-        next_token = int(logits[-1].argmax())
     decode_s = time.perf_counter() - started
-    return GenerationOutput(tokens, kept, per_token * len(input_ids), held, len(input_ids), prefill_s, decode_s)
+    logprobs = torch.stack(steps) if return_logprobs else None
+    return GenerationOutput(tokens, kept, per_token * len(input_ids), held, len(input_ids), prefill_s, decode_s,
+                            stop_token, logprobs, target_logprobs)
+
+
+def _teacher_force_prefilled(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:
+    rows = [state.next_logits.unsqueeze(0)]
+    if len(target_ids) > 1:
+        rows.append(_forward(model, state.cache, target_ids[:-1], state.next_position, state.uneven, 0))
+    logits = torch.cat(rows)[: len(target_ids)]
+    return torch.log_softmax(logits.float(), dim=-1)
 
 
 @torch.inference_mode()
@@ -148,8 +182,4 @@ def teacher_force(model, method: Method, budget, input_ids: list[int], context_l
     input_ids = [int(token) for token in input_ids]
     target_ids = [int(token) for token in target_ids]
     state = prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + len(target_ids))
-    rows = [state.next_logits.unsqueeze(0)]
-    if len(target_ids) > 1:
-        rows.append(_forward(model, state.cache, target_ids[:-1], state.next_position, state.uneven, 0))
-    logits = torch.cat(rows)[: len(target_ids)]
-    return torch.log_softmax(logits.float(), dim=-1)
+    return _teacher_force_prefilled(model, state, target_ids)

@@ -14,8 +14,8 @@ transformers' `create_causal_mask(..., layer_idx=i)`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -59,7 +59,7 @@ def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: 
             queries = projected_queries.pop(layer_idx, None)
             seq_len, n_keep = keys.shape[-2], layer_budgets[layer_idx]
             if n_keep >= seq_len:
-                return None
+                return
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
             cos, sin = kwargs["position_embeddings"]
             if queries is not None and queries.shape[:2] != hidden.shape[:2]:
@@ -71,7 +71,7 @@ def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: 
             cache_layer.keys = keys.gather(2, gather)
             cache_layer.values = values.gather(2, gather)
             kept[layer_idx] = indices
-            return None
+            return
 
         return compress
 

@@ -65,17 +65,20 @@ class Runner:
     def _reference(self, case: Case, task, sample, prompt, loaded: LoadedModel):
         """The full-cache pass of a sample, computed once per run and shared by every method."""
         from kvmethods import get_method
-        from kvmethods.generation import generate, teacher_force
+        from kvmethods.generation import generate
+
+        from pytest_kvbench.distributed import check_logits_finite
 
         key = (case.model, case.task, case.seed, case.context_length, sample.id, self.grid.protocol)
 
         def compute():
-            full = get_method(FULL_METHOD)
-            result = generate(loaded.model, full, NO_COMPRESSION, prompt.input_ids, prompt.context_len,
-                              task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol)
-            target = list(result.tokens)
-            logp = teacher_force(loaded.model, full, NO_COMPRESSION, prompt.input_ids, prompt.context_len,
-                                 target, self.grid.protocol)
+            result = generate(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, prompt.input_ids,
+                              prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol,
+                              return_logprobs=True)
+            # Methods are teacher-forced on the reference's whole output, the stopping eos included.
+            target = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
+            logp, result.logprobs = result.logprobs, None
+            check_logits_finite(logp, f"full-cache reference of {case.task} sample {sample.id}")
             return make_reference(result, target, logp)
 
         return self.references.get(key, compute)
@@ -83,7 +86,7 @@ class Runner:
     # -- the item ------------------------------------------------------------------------------
     def run(self, case: Case) -> dict:
         from kvmethods import Budget, get_method
-        from kvmethods.generation import generate, teacher_force
+        from kvmethods.generation import generate
 
         from pytest_kvbench.distributed import check_logits_finite, item_time_limit
         from pytest_kvbench.hardware import ItemMeter
@@ -91,7 +94,10 @@ class Runner:
 
         started = time.perf_counter()
         task = get_task(case.task)
-        method = get_method(case.method.name, **dict(case.method.params))
+        params = dict(case.method.params)
+        method = get_method(case.method.name, **params)
+        if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
+            method = get_method(case.method.name, **params, seed=case.seed)
         budget = NO_COMPRESSION if case.budget == FULL_METHOD else Budget.parse(case.budget)
         loaded, loaded_now = self.models.get(case.model, self.grid.dtype, self.grid.attn_implementation)
         samples = self._load_samples(case, task, loaded)
@@ -105,11 +111,10 @@ class Runner:
                     result, kl, agreement = reference.result, 0.0, 1.0
                 else:
                     result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
-                                      task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol)
-                    logp = teacher_force(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
-                                         reference.target_ids, self.grid.protocol)
-                    check_logits_finite(logp, f"{case.id} sample {sample.id}")
-                    kl, agreement = compare(reference, logp)
+                                      task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol,
+                                      teacher_targets=reference.target_ids)
+                    check_logits_finite(result.target_logprobs, f"{case.id} sample {sample.id}")
+                    kl, agreement = compare(reference, result.target_logprobs)
                 prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
                 score = float(task.score(prediction, sample))
                 scores.append(score)

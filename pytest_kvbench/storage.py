@@ -61,8 +61,12 @@ def append_record(records_path: str | os.PathLike, record: dict) -> None:
     records_path.parent.mkdir(parents=True, exist_ok=True)
     line = _dumps(record, indent=None) + "\n"
     with _lock_for(records_path):
-        with open(records_path, "a", encoding="utf-8") as handle:
-            handle.write(line)
+        with open(records_path, "a+b") as handle:
+            if handle.tell() > 0:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":  # a writer killed mid-line: close its torn line first
+                    line = "\n" + line
+            handle.write(line.encode("utf-8"))
             handle.flush()
             os.fsync(handle.fileno())
 
@@ -71,11 +75,12 @@ class RecordsError(ValueError):
     """A records file that cannot be read back (named, with the line that is wrong)."""
 
 
-def read_records(records_path: str | os.PathLike, *, tolerate_torn_tail: bool = True) -> list[dict]:
+def read_records(records_path: str | os.PathLike, *, tolerate_torn: bool = True) -> list[dict]:
     """Read every record of a records file.
 
-    A process killed in the middle of a write can leave a torn last line; it is dropped (the item
-    it belonged to did not finish), but a malformed line anywhere else is an error.
+    A process killed in the middle of a write leaves a torn line (the item it belonged to did not
+    finish; later appends start on a fresh line). Torn lines are skipped when ``tolerate_torn``,
+    else they are an error naming the file and line.
     """
     records_path = Path(records_path)
     if not records_path.exists():
@@ -89,7 +94,7 @@ def read_records(records_path: str | os.PathLike, *, tolerate_torn_tail: bool = 
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            if tolerate_torn_tail and number == len(lines):
-                break
+            if tolerate_torn:
+                continue
             raise RecordsError(f"{records_path}:{number}: not a JSON record ({exc.msg})") from None
     return records

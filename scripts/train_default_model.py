@@ -311,7 +311,14 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--final-eval", type=int, default=50, help="held-out samples per length (0: skip)")
     ap.add_argument("--metrics", default=None, help="write final metrics JSON here (default: scratch/)")
+    ap.add_argument("--hidden", type=int, default=MODEL_CONFIG["hidden_size"])
+    ap.add_argument("--layers", type=int, default=MODEL_CONFIG["num_hidden_layers"])
+    ap.add_argument("--heads", type=int, default=MODEL_CONFIG["num_attention_heads"])
+    ap.add_argument("--kv-heads", type=int, default=MODEL_CONFIG["num_key_value_heads"])
+    ap.add_argument("--intermediate", type=int, default=MODEL_CONFIG["intermediate_size"])
     args = ap.parse_args(argv)
+    MODEL_CONFIG.update(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                        num_key_value_heads=args.kv_heads, intermediate_size=args.intermediate)
 
     torch.set_num_threads(args.threads)
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else (

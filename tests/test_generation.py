@@ -13,7 +13,14 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import kvmethods
-from kvmethods import Budget, Method, MethodError, available_methods, get_method, register_method
+from kvmethods import (
+    Budget,
+    Method,
+    MethodError,
+    available_methods,
+    get_method,
+    register_method,
+)
 from kvmethods.generation import PROTOCOLS, generate, prefill, teacher_force
 from kvmethods.testing import tiny_model
 

@@ -6,7 +6,15 @@ from dataclasses import dataclass
 import pytest
 
 import kvmethods
-from kvmethods import Budget, Method, MethodError, available_methods, get_method, param, register_method
+from kvmethods import (
+    Budget,
+    Method,
+    MethodError,
+    available_methods,
+    get_method,
+    param,
+    register_method,
+)
 
 BUILTINS = ["full", "h2o", "knorm", "pyramidkv", "random", "snapkv", "streamingllm", "tova"]
 

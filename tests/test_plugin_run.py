@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from helpers import SMALL_GRID, hook_records, run_bench
+from helpers import hook_records
 
 RECORD_FIELDS = {
     "run_id", "nodeid", "item_id", "key", "model", "method", "budget", "protocol", "seed", "task",
@@ -16,14 +16,9 @@ SAMPLE_FIELDS = {"id", "prediction", "references", "score", "prompt_tokens", "ke
                  "kept_tokens_per_layer", "prefill_ms", "decode_ms", "new_tokens", "kl", "agreement"}
 
 
-@pytest.fixture(scope="module")
-def bench_run(tmp_path_factory):
-    """One real run on the embedded model, shared by the tests of this module."""
-    tmp_path = tmp_path_factory.mktemp("run")
-    results = tmp_path / "res"
-    work = tmp_path / "work"
-    proc = run_bench(work, *SMALL_GRID, "--kvbench-results", str(results), f"--junitxml={tmp_path / 'j.xml'}")
-    return work, proc, results, tmp_path
+@pytest.fixture
+def bench_run(small_run):
+    return small_run
 
 
 def test_a_run_records_every_item_once_through_the_hook(bench_run):

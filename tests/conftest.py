@@ -1,0 +1,15 @@
+"""Fixtures shared by the plugin tests: one small real run, reused by every module that reads it."""
+
+import pytest
+
+from helpers import SMALL_GRID, run_bench
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory):
+    """A real benchmark run of the small grid without xdist: (workdir, process, results dir)."""
+    base = tmp_path_factory.mktemp("small_run")
+    results = base / "res"
+    proc = run_bench(base / "work", *SMALL_GRID, "--kvbench-results", str(results), f"--junitxml={base / 'j.xml'}")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return base / "work", proc, results, base
