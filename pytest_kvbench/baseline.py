@@ -165,7 +165,7 @@ def baseline_entry(record: dict) -> dict:
         "score": record["score"],
         "n_samples": record.get("n_samples"),
         "samples": [
-            {k: s.get(k) for k in ("id", "score", "prefill_ms", "decode_ms")}
+            {k: s.get(k) for k in ("id", "score", "prefill_ms", "decode_ms", "kl", "agreement")}
             for s in record.get("samples") or []
         ],
         "latency": record.get("latency"),
@@ -370,6 +370,8 @@ def _fmt_value(metric: str, value: float | None) -> str:
         return f"{value:.2f}"
     if metric == "latency":
         return f"{value:.3f} s"
+    if metric in ("kl", "agreement"):
+        return f"{value:.4f}"
     return f"{value / MiB:.2f} MiB"
 
 
@@ -380,6 +382,8 @@ def _fmt_delta(metric: str, value: float | None) -> str:
         return f"{value:+.2f}"
     if metric == "latency":
         return f"{value:+.3f} s"
+    if metric in ("kl", "agreement"):
+        return f"{value:+.4f}"
     return f"{value / MiB:+.2f} MiB"
 
 
@@ -484,6 +488,26 @@ def _check_score(record: dict, entry: dict, tolerance: Tolerance | None, seed: i
     return check
 
 
+def _fidelity_checks(record: dict, entry: dict, seed: int) -> list[MetricCheck]:
+    """KL to the full cache and greedy agreement, paired per sample: reported beside the score, never gated.
+
+    They need no labels, so they move even where a task score is flat (a small model, few samples).
+    """
+    base, _ = _samples_by_id(entry["samples"])
+    cur, _ = _samples_by_id(record["samples"])
+    checks = []
+    for metric in ("agreement", "kl"):
+        ids = [i for i in base if _is_number(base[i].get(metric)) and _is_number(cur.get(i, {}).get(metric))]
+        if not ids:
+            continue
+        before = [base[i][metric] for i in ids]
+        after = [cur[i][metric] for i in ids]
+        result = compare_paired(before, after, seed=seed)
+        checks.append(MetricCheck(metric, sum(before) / len(before), sum(after) / len(after), result.mean_diff,
+                                  result.low, result.high, result.p, result.n, None, note="not gated"))
+    return checks
+
+
 def _sample_seconds(sample: dict) -> float | None:
     prefill, decode = sample.get("prefill_ms"), sample.get("decode_ms")
     if _is_number(prefill) and _is_number(decode):
@@ -564,6 +588,7 @@ def compare_record(record: dict, entry: dict | None, tolerances: Tolerances, *, 
         return Verdict(key, "mismatch", [MetricCheck("score", float(entry["score"]), current_score, None)], reasons,
                        message=f"{key}: not compared with the baseline: " + "; ".join(reasons))
     checks = [_check_score(record, entry, tolerances.get("score"), seed)]
+    checks += _fidelity_checks(record, entry, seed)
     for tolerance in tolerances:
         if tolerance.metric == "latency":
             checks.append(_check_latency(record, entry, tolerance, seed))

@@ -81,6 +81,8 @@ CONFIG_MIX = {
 MAX_QUERIES = 40
 QUERY_TOKENS = 1.0   # extra query/answer tokens per context token (at most)
 QUERY_TOKENS_MAX = 768
+RESTATE_P = 0.5        # extra queries that restate the needle (recall drill)
+FULL_QUESTION_P = 0.2  # extra queries with the full question (the rest: answer prefix only)
 
 NEEDLE_RE = re.compile(r"One of the special magic (\w+) for (.+?) is: (.+?)\.(?=\s|$)")
 
@@ -161,7 +163,8 @@ class SequenceBuilder:
         question, prefix, query = _query_of(ex)
         # needles present in the context, grouped by key in order of appearance
         by_key: dict[str, list[str]] = {}
-        for _, key, value in NEEDLE_RE.findall(ex.input):
+        needle_type = "numbers"
+        for needle_type, key, value in NEEDLE_RE.findall(ex.input):
             by_key.setdefault(key, []).append(value)
         main_vals = list(ex.outputs)
         ids = ([self.bos] if rng.random() < 0.5 else []) + self.enc(ex.input + ex.answer_prefix)
@@ -175,10 +178,17 @@ class SequenceBuilder:
         budget = len(ids) + min(int(QUERY_TOKENS * length), QUERY_TOKENS_MAX)   # room for extra queries
         if query and "," not in query:
             for key in extra[: MAX_QUERIES - 1]:
-                # a third ask the full question, the rest only the answer prefix (denser supervision)
-                full = rng.random() < 1 / 3
-                q = self.enc("\n" + (question.replace(query, key) if full else "") + prefix.replace(query, key))
-                t = self.enc(answer_text(by_key[key])) + [self.eos]
+                # Three forms: restating the needle (a recall drill: the value follows the same
+                # "for KEY is:" as in the context, which bootstraps the copy circuit), the answer
+                # prefix alone, or the full question + answer prefix (the evaluated form).
+                form = rng.random()
+                if form < RESTATE_P and by_key[key] and len(by_key[key]) == 1:
+                    q = self.enc("\n" + f"One of the special magic {needle_type} for {key} is:")
+                    t = self.enc(answer_text(by_key[key]) + ".")
+                else:
+                    full = form > 1 - FULL_QUESTION_P
+                    q = self.enc("\n" + (question.replace(query, key) if full else "") + prefix.replace(query, key))
+                    t = self.enc(answer_text(by_key[key])) + [self.eos]
                 if len(ids) + len(q) + len(t) > budget:
                     break
                 ids += q + t
