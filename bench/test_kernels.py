@@ -14,7 +14,6 @@ import torch
 from kvmethods import get_method
 from kvmethods.layer_inputs import LayerInputs
 from kvmethods.scoring import accumulated_attention, window_attention
-from kvmethods.testing import bench_model
 
 PROMPT_LEN, BUDGET = 4096, 1024
 METHODS = ["snapkv", "pyramidkv", "tova", "knorm", "streamingllm", "random", "h2o"]
@@ -23,6 +22,8 @@ METHODS = ["snapkv", "pyramidkv", "tova", "knorm", "streamingllm", "random", "h2
 @pytest.fixture(scope="module")
 def layer_inputs():
     """What the compression hook sees for layer 0 at the end of a 4,096-token prefill."""
+    from kvmethods.testing import bench_model  # imports transformers: only when the benchmark runs
+
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     model = bench_model()

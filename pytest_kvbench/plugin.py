@@ -170,8 +170,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     items[:] = [i for i in items if not _empty_case_item(i)]
     keep, drop = list(items), []
     if config.getoption("kvbench_resume"):
-        done = run.finished_nodeids()
-        keep, drop = [i for i in keep if i.nodeid not in done], [i for i in keep if i.nodeid in done]
+        done = run.finished_keys()
+        finished = [i for i in keep if _case(i) is not None and _case(i).key in done]
+        keep = [i for i in keep if not (_case(i) is not None and _case(i).key in done)]
+        drop = finished
     shard = config.getoption("kvbench_shard")
     if shard:
         from pytest_kvbench.distributed import parse_shard, select_shard

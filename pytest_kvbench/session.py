@@ -50,14 +50,18 @@ class RunSession:
         self.local_records.append(record)
 
     def all_records(self) -> list[dict]:
-        """Every record of the run (all workers, earlier resumed attempts), last one per item wins."""
+        """Every record of the run (all workers, earlier resumed attempts), last one per case wins.
+
+        Records are keyed by the case key, not the pytest node id: node ids move with the rootdir,
+        and a resumed run may well be started from another directory.
+        """
         latest: dict[str, dict] = {}
         for record in storage.read_records(self.records_path):
-            latest[record.get("nodeid") or record["item_id"]] = record
+            latest[record["key"]] = record
         return list(latest.values())
 
-    def finished_nodeids(self) -> set[str]:
-        return {r["nodeid"] for r in self.all_records() if r.get("status") in FINISHED and r.get("nodeid")}
+    def finished_keys(self) -> set[str]:
+        return {r["key"] for r in self.all_records() if r.get("status") in FINISHED}
 
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
