@@ -27,12 +27,13 @@ GATE_KEY = pytest.StashKey[Gate]()
 RECORD_KEY = pytest.StashKey[dict]()
 SLOTS_KEY = pytest.StashKey[DeviceSlots]()
 SUITES = ("longbench", "ruler")
+SLOW_CONTEXT = 8192  # RULER items from this context length on are marked slow
 
 MARKERS = {
     "smoke": "quick subset of the benchmark grid (smallest budget, smoke tasks)",
     "longbench": "LongBench / LongBench-E task items",
     "ruler": "RULER synthetic task items",
-    "slow": "items expected to take long (large contexts, full suites)",
+    "slow": f"items expected to take long (RULER contexts of {SLOW_CONTEXT} tokens and more)",
 }
 
 
@@ -154,12 +155,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return suite_cache[task]
 
     cases = session.grid.cases(suites[0], suite_of)
-    smoke, ruler_or_lb = pytest.mark.smoke, getattr(pytest.mark, suites[0])
-    params = [
-        pytest.param(case, id=case.id,
-                     marks=[ruler_or_lb, pytest.mark.xdist_group(xdist_group_name(case.model))] + ([smoke] if case.smoke else []))
-        for case in cases
-    ]
+    suite_mark = getattr(pytest.mark, suites[0])
+    params = []
+    for case in cases:
+        marks = [suite_mark, pytest.mark.xdist_group(xdist_group_name(case.model))]
+        if case.smoke:
+            marks.append(pytest.mark.smoke)
+        if (case.context_length or 0) >= SLOW_CONTEXT:
+            marks.append(pytest.mark.slow)
+        params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("kvbench_case", params)
 
 

@@ -94,6 +94,30 @@ def _nanmean(values) -> float | None:
     return fmean(values) if values else None
 
 
+def needle_heatmaps(records: list[dict], fmt: str = "github") -> list[tuple[str, str]]:
+    """Depth x context length tables of the needle-grid tasks (niah_grid*), one per model/method/budget."""
+    cells: dict = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if not r["task"]["name"].startswith("niah_grid"):
+            continue
+        for sample in r.get("samples") or []:
+            fields = sample.get("fields") or {}
+            if "depth" in fields:
+                length = fields.get("context_length") or r["task"].get("context_length")
+                cells[(r["model"]["name"], r["task"]["name"], _method_label(r), r["budget"]["spec"])][
+                    (float(fields["depth"]), length)].append(100.0 * sample["score"])
+    tables = []
+    for (model, task, method, budget), grid in sorted(cells.items()):
+        depths = sorted({d for d, _ in grid})
+        lengths = sorted({n for _, n in grid})
+        rows = [[f"{d:g}%"] + [_fmt(fmean(grid[(d, n)]) if grid.get((d, n)) else None, 0) for n in lengths]
+                for d in depths]
+        heading = f"{model} — {task} — {method}" + ("" if budget == FULL_METHOD else f" @ {budget}")
+        tables.append((heading, tabulate(rows, headers=["depth \\ tokens"] + [str(n) for n in lengths],
+                                         tablefmt=fmt, disable_numparse=True)))
+    return tables
+
+
 def results_markdown(run: dict, records: list[dict]) -> str:
     """The whole RESULTS.md of a run."""
     lines = [
@@ -109,6 +133,11 @@ def results_markdown(run: dict, records: list[dict]) -> str:
     ]
     for heading, table in budget_tables(records):
         lines += [f"## {heading}", "", table, ""]
+    heatmaps = needle_heatmaps(records)
+    if heatmaps:
+        lines += ["## Needle in a haystack: score by depth and context length", ""]
+        for heading, table in heatmaps:
+            lines += [f"### {heading}", "", table, ""]
     zeros = sorted(r["item_id"] for r in records if r.get("score") == 0)
     if zeros:
         lines += ["## Items scoring exactly 0", "", ", ".join(f"`{z}`" for z in zeros), ""]

@@ -1,0 +1,57 @@
+"""RESULTS.md tables: full row first, Avg, best compressed score in bold, needle heatmaps."""
+
+from pytest_kvbench.tables import budget_tables, needle_heatmaps, results_markdown
+
+
+def record(method, budget, task, score, ctx=None, samples=None, kl=0.1):
+    item = f"{method}-{task}" if budget == "full" else f"{method}-{budget}-{task}"
+    return {
+        "item_id": item, "key": item, "status": "passed", "score": score,
+        "model": {"name": "m"}, "method": {"name": method, "params": {}}, "budget": {"spec": budget},
+        "task": {"name": task, "context_length": ctx}, "fidelity": {"kl": kl, "agreement": 0.5},
+        "memory": {"kv_bytes_after": 2**20}, "samples": samples or [],
+    }
+
+
+RECORDS = [
+    record("full", "full", "qasper", 40.0, kl=0.0),
+    record("full", "full", "trec", 60.0, kl=0.0),
+    record("snapkv", "128", "qasper", 35.0),
+    record("snapkv", "128", "trec", 50.0),
+    record("h2o", "128", "qasper", 30.0),
+    record("h2o", "128", "trec", 55.0),
+]
+
+
+def test_one_table_per_budget_with_reference_avg_and_bold_best():
+    ((heading, table),) = budget_tables(RECORDS)
+    assert heading == "m — budget 128"
+    lines = table.splitlines()
+    assert lines[0].split("|")[1].strip() == "Method"
+    assert [c.strip() for c in lines[0].split("|")[2:5]] == ["qasper", "trec", "Avg"]
+    full, h2o, snap = (next(l for l in lines if l.startswith(f"| {m}")) for m in ("full", "h2o", "snapkv"))
+    assert lines.index(full) == 2  # the reference row comes first
+    assert "50.00" in full  # (40 + 60) / 2
+    assert "**35.00**" in snap and "**55.00**" in h2o  # best compressed per column
+    assert "**42.50**" in h2o and "42.50" in snap  # tie on Avg: both bold
+    assert "0.0000" in full
+
+
+def test_needle_heatmap_is_depth_by_length():
+    samples = [{"score": 1.0, "fields": {"depth": d, "context_length": 1024}} for d in (0, 50)]
+    samples.append({"score": 0.0, "fields": {"depth": 100, "context_length": 1024}})
+    recs = [record("snapkv", "64", "niah_grid", 66.67, ctx=1024, samples=samples)]
+    ((heading, table),) = needle_heatmaps(recs)
+    assert "niah_grid" in heading and "snapkv" in heading
+    rows = table.splitlines()
+    assert "1024" in rows[0]
+    assert rows[2].startswith("| 0%") and "100" in rows[2]
+    assert rows[-1].startswith("| 100%") and rows[-1].rstrip("| ").endswith("0")
+    markdown = results_markdown({"run_id": "r", "complete": True}, recs)
+    assert "Needle in a haystack" in markdown
+
+
+def test_incomplete_runs_and_zero_scores_are_flagged():
+    markdown = results_markdown({"run_id": "r", "complete": False}, RECORDS + [record("random", "128", "trec", 0.0)])
+    assert "(incomplete)" in markdown
+    assert "`random-128-trec`" in markdown
