@@ -137,6 +137,7 @@ class SequenceBuilder:
         self.weights = [CONFIG_MIX[n] for n in self.names]
         self.eos = tokenizer.eos_token_id
         self.bos = tokenizer.bos_token_id
+        self.digit_ids = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
 
     def enc(self, text):
         return self.tok(text, add_special_tokens=False)["input_ids"]
@@ -290,6 +291,22 @@ def greedy_eval(model, builder, name, length, n, device, max_new_tokens=32):
 # --------------------------------------------------------------------------------------------
 # training
 
+INDUCTION_LEN = 96       # warm-up phase: random token strings repeated once (induction heads)
+INDUCTION_BATCH = 16
+
+
+def induction_batch(rng: random.Random, vocab: int, digit_ids: list[int], length: int, n: int):
+    """Sequences ``a a`` of random tokens (a third of them digits); loss on the repeat only. Forms the
+    copy (induction) circuit in ~100 steps, which retrieval then reuses; RULER data follows."""
+    half = length // 2
+    xs, ys = [], []
+    for _ in range(n):
+        a = [rng.choice(digit_ids) if rng.random() < 1 / 3 else rng.randrange(3, vocab) for _ in range(half)]
+        xs.append(a + a)
+        ys.append([-100] * half + a)
+    return torch.tensor(xs), torch.tensor(ys)
+
+
 def lr_at(step, steps, peak, warmup):
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -321,6 +338,8 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--final-eval", type=int, default=50, help="held-out samples per length (0: skip)")
     ap.add_argument("--metrics", default=None, help="write final metrics JSON here (default: scratch/)")
+    ap.add_argument("--induction-steps", type=int, default=200,
+                    help="warm-up steps on repeated random strings before the RULER curriculum")
     ap.add_argument("--hidden", type=int, default=MODEL_CONFIG["hidden_size"])
     ap.add_argument("--layers", type=int, default=MODEL_CONFIG["num_hidden_layers"])
     ap.add_argument("--heads", type=int, default=MODEL_CONFIG["num_attention_heads"])
@@ -373,7 +392,11 @@ def main(argv=None) -> int:
         length = context_for(step, args.steps, rng)
         bsz = max(1, TOKENS_PER_STEP // length)
         seed0 = (args.seed * 100_003 + step * 16) % (TRAIN_SEED_LIMIT - 64)
-        x, y = builder.batch(rng, length, bsz, seed0)
+        if step < args.induction_steps:
+            length, bsz = INDUCTION_LEN, INDUCTION_BATCH
+            x, y = induction_batch(rng, len(tok), builder.digit_ids, INDUCTION_LEN, INDUCTION_BATCH)
+        else:
+            x, y = builder.batch(rng, length, bsz, seed0)
         x, y = x.to(device), y.to(device)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
