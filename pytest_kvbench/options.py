@@ -15,7 +15,6 @@ import pytest
 
 from pytest_kvbench.grid import (
     DEFAULT_MODEL,
-    FULL_METHOD,
     Grid,
     GridError,
     MethodSpec,

@@ -10,8 +10,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
-
 from pytest_kvbench.fidelity import ReferenceCache, compare, make_reference
 from pytest_kvbench.grid import FULL_METHOD, Case, Grid
 from pytest_kvbench.models import LoadedModel, ModelCache
@@ -178,11 +176,3 @@ class Runner:
             "energy_j": meter.get("energy_j"),
             "energy_source": meter.get("energy_source"),
         }
-
-
-def skip_or_fail_for(exc: BaseException) -> None:
-    """Turn the task layer's errors into pytest outcomes: missing data skips, bad data errors."""
-    from pytest_kvbench.tasks import TaskUnavailable
-
-    if isinstance(exc, TaskUnavailable):
-        pytest.skip(str(exc))

@@ -1,14 +1,12 @@
 """User methods in the grid, and health checks: NaN logits, out of memory, per-item time limit."""
 
 import pytest
-import torch
 
 from helpers import HOOK_CONFTEST, hook_records, run_bench
 
 METHODS_CONFTEST = HOOK_CONFTEST + '''
 from dataclasses import dataclass
 
-import torch
 from kvmethods import Method, param, register_method
 from kvmethods.scoring import protect_last
 

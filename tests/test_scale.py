@@ -5,7 +5,7 @@ import multiprocessing
 
 import pytest
 
-from helpers import SMALL_GRID, hook_records, run_bench
+from helpers import SMALL_GRID, run_bench
 from pytest_kvbench import storage
 
 

@@ -1,0 +1,74 @@
+"""The regression gate end to end: save a baseline, rerun identically, rerun with a broken method."""
+
+import json
+
+import pytest
+
+from helpers import HOOK_CONFTEST, run_bench
+
+GRID = ["--kvbench-methods", "snapkv", "--kvbench-budgets", "64", "--kvbench-tasks", "niah_single_1",
+        "--kvbench-context-lengths", "1024", "--kvbench-samples", "20"]
+
+BROKEN_SNAPKV = HOOK_CONFTEST + '''
+import torch
+import kvmethods.snapkv
+
+
+def random_positions(self, layer, n_keep):
+    """SnapKV's name, random selection: the kind of silent breakage the gate must catch."""
+    generator = torch.Generator().manual_seed(layer.layer_idx)
+    return torch.rand(layer.keys.shape[:3], generator=generator)
+
+
+kvmethods.snapkv.SnapKV.score = random_positions
+'''
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gate")
+    path = base / "baseline.json"
+    proc = run_bench(base / "save", *GRID, "--kvbench-results", str(base / "r0"), "--kvbench-save", str(path))
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    return base, path
+
+
+def test_the_saved_baseline_holds_per_sample_scores(baseline):
+    _, path = baseline
+    data = json.loads(path.read_text())
+    (entry,) = data["entries"].values()
+    assert len(entry["samples"]) == 20
+    assert entry["score"] >= 50, "the embedded model should retrieve with snapkv at this budget"
+
+
+def test_an_identical_rerun_is_not_flagged(baseline):
+    base, path = baseline
+    proc = run_bench(base / "same", *GRID, "--kvbench-results", str(base / "r1"), "--kvbench-compare", str(path))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "comparison with baseline" in proc.stdout
+
+
+def test_a_broken_method_under_a_good_name_is_caught(baseline):
+    base, path = baseline
+    work = base / "broken"
+    work.mkdir()
+    (work / "conftest.py").write_text(BROKEN_SNAPKV)
+    proc = run_bench(work, *GRID, "--kvbench-results", str(base / "r2"), "--kvbench-compare", str(path))
+    assert proc.returncode == 1
+    assert "regression against the baseline" in proc.stdout
+    assert "95% CI" in proc.stdout
+
+
+def test_saving_over_an_existing_baseline_needs_force(baseline):
+    base, path = baseline
+    proc = run_bench(base / "again", *GRID, "--kvbench-results", str(base / "r3"), "--kvbench-save", str(path))
+    assert proc.returncode == 4 and "--kvbench-save-force" in proc.stderr
+
+
+def test_a_malformed_baseline_is_a_usage_error_before_anything_runs(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ nope")
+    proc = run_bench(tmp_path / "w", *GRID, "--kvbench-compare", str(bad), "--kvbench-results", str(tmp_path / "r"))
+    assert proc.returncode == 4
+    assert "bad.json" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()
