@@ -78,9 +78,10 @@ class RecordsError(ValueError):
 def read_records(records_path: str | os.PathLike, *, tolerate_torn: bool = True) -> list[dict]:
     """Read every record of a records file.
 
-    A process killed in the middle of a write leaves a torn line (the item it belonged to did not
-    finish; later appends start on a fresh line). Torn lines are skipped when ``tolerate_torn``,
-    else they are an error naming the file and line.
+    A process killed in the middle of a write leaves a torn line: a prefix of a record, which never
+    ends in the record's closing brace (later appends start on a fresh line, see append_record).
+    The item it belonged to did not finish, so torn lines are skipped when ``tolerate_torn``. Any
+    other line that is not a JSON record is corruption: an error naming the file and line.
     """
     records_path = Path(records_path)
     if not records_path.exists():
@@ -94,7 +95,7 @@ def read_records(records_path: str | os.PathLike, *, tolerate_torn: bool = True)
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            if tolerate_torn:
+            if tolerate_torn and not line.rstrip().endswith("}"):
                 continue
             raise RecordsError(f"{records_path}:{number}: not a JSON record ({exc.msg})") from None
     return records

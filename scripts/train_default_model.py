@@ -9,7 +9,8 @@ What it does:
 
 1. builds the model's own tokenizer (scripts/build_tokenizer.py; deterministic) into --out;
 2. builds a small Llama (RoPE, GQA) from a fixed config, initialised from --seed;
-3. trains it on sequences from the project's RULER generators
+3. warms up on repeated random strings (``--induction-steps``: forms the copy circuit), then trains
+   it on sequences from the project's RULER generators
    (``pytest_kvbench.tasks.ruler.niah.generate_niah`` with ``NIAH_CONFIGS``; training seeds < 10**6,
    evaluation seeds >= 10**6), with dense supervision: every needle found in the generated context can
    be queried, so one sequence carries several question / answer pairs (loss on answer tokens + eos
@@ -46,11 +47,11 @@ EVAL_SEED_BASE = 10**6         # held-out evaluation seeds start here
 GEN_TOKENS = 128               # RULER niah generation length (room reserved by the generator)
 
 MODEL_CONFIG = dict(
-    hidden_size=256,
+    hidden_size=128,
     intermediate_size=512,
-    num_hidden_layers=4,
-    num_attention_heads=8,
-    num_key_value_heads=4,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
     max_position_embeddings=16384,
     rope_theta=10000.0,
     rms_norm_eps=1e-5,
@@ -327,7 +328,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "pytest_kvbench" / "default_model"))
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1,
@@ -338,8 +339,10 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--final-eval", type=int, default=50, help="held-out samples per length (0: skip)")
     ap.add_argument("--metrics", default=None, help="write final metrics JSON here (default: scratch/)")
-    ap.add_argument("--induction-steps", type=int, default=200,
+    ap.add_argument("--induction-steps", type=int, default=500,
                     help="warm-up steps on repeated random strings before the RULER curriculum")
+    ap.add_argument("--tokens-per-step", type=int, default=TOKENS_PER_STEP,
+                    help="context tokens per optimizer step (raise it on a GPU, with more --steps)")
     ap.add_argument("--hidden", type=int, default=MODEL_CONFIG["hidden_size"])
     ap.add_argument("--layers", type=int, default=MODEL_CONFIG["num_hidden_layers"])
     ap.add_argument("--heads", type=int, default=MODEL_CONFIG["num_attention_heads"])
@@ -390,7 +393,7 @@ def main(argv=None) -> int:
     for step in range(start, args.steps):
         rng = random.Random(args.seed * 7919 + step)          # per-step data RNG: resumable
         length = context_for(step, args.steps, rng)
-        bsz = max(1, TOKENS_PER_STEP // length)
+        bsz = max(1, args.tokens_per_step // length)
         seed0 = (args.seed * 100_003 + step * 16) % (TRAIN_SEED_LIMIT - 64)
         if step < args.induction_steps:
             length, bsz = INDUCTION_LEN, INDUCTION_BATCH
@@ -444,6 +447,8 @@ def main(argv=None) -> int:
                 s = greedy_eval(model, builder, name, L, args.final_eval, device)
                 metrics["eval"][f"{name}@{L}"] = s
                 print(f"FINAL {name} @ {L}: {s} (n={args.final_eval})", flush=True)
+    # the held-out scores travel with the weights (tests/test_default_model.py reads them)
+    (Path(args.out) / "training_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     mpath = Path(args.metrics or ROOT / "scratch" / f"train_metrics_seed{args.seed}.json")
     mpath.parent.mkdir(parents=True, exist_ok=True)
     mpath.write_text(json.dumps(metrics, indent=2))

@@ -16,9 +16,13 @@ SMALL_GRID = [
 
 
 def add_bench_files(pytester) -> None:
-    """Copy the real benchmark suite into the pytester directory."""
+    """Copy the real benchmark suite into the pytester directory.
+
+    Renamed, because pytester runs in this process, where tests/test_longbench.py and
+    tests/test_ruler.py are already imported under those module names.
+    """
     for name in ("test_longbench.py", "test_ruler.py"):
-        pytester.makepyfile(**{name[:-3]: (BENCH / name).read_text()})
+        pytester.makepyfile(**{"test_suite_" + name[5:-3]: (BENCH / name).read_text()})
 
 
 HOOK_CONFTEST = (

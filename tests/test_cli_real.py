@@ -17,9 +17,14 @@ def kvbench(*args, cwd=None):
 @pytest.fixture(scope="module")
 def runs(small_run, tmp_path_factory):
     """The shared small run plus a second real run of other methods and two seeds, in one results dir."""
-    _, _, results, _ = small_run
-    (first,) = (results / "runs").iterdir()
+    import shutil
+
+    _, _, shared, _ = small_run
     other = tmp_path_factory.mktemp("other")
+    results = other / "res"
+    (original,) = (shared / "runs").iterdir()
+    first = results / "runs" / original.name
+    shutil.copytree(original, first)  # keep the shared run's results dir as it was
     grid = [a if a != "full,streamingllm,snapkv" else "tova,knorm" for a in SMALL_GRID]
     proc = run_bench(other / "work", *grid, "--kvbench-seeds", "0,1", "--kvbench-results", str(results))
     assert proc.returncode == 0, proc.stdout[-2000:]

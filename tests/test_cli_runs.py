@@ -155,7 +155,7 @@ def test_the_command_as_a_process_exits_2_with_one_line_and_no_traceback(results
 def test_a_malformed_record_line_is_named_with_file_and_line(capsys, results):
     path = results / "runs" / RUN_ID / "records.jsonl"
     lines = path.read_text().splitlines()
-    lines[2] = lines[2][:40]
+    lines[2] = lines[2][:40] + "}"  # not a torn write (those never end in the closing brace)
     path.write_text("\n".join(lines) + "\n")
     code, _, err = run_cli(capsys, "show", RUN_ID, "--results", results)
     assert_usage_error(code, err, f"{path}:3", "not a JSON record")

@@ -7,6 +7,7 @@ from helpers import HOOK_CONFTEST, hook_records, run_bench
 METHODS_CONFTEST = HOOK_CONFTEST + '''
 from dataclasses import dataclass
 
+import torch
 from kvmethods import Method, param, register_method
 from kvmethods.scoring import protect_last
 
