@@ -11,12 +11,15 @@ from .errors import TaskError
 
 SUITES = ("longbench", "ruler")
 
-# Quick tasks for a smoke run, and the embedded-model main job: RULER tasks that need no
-# external text plus the LongBench tasks that have packaged fixtures.
+# Quick tasks for a smoke run, and the embedded-model main job: the retrieval-style RULER tasks
+# that need no external text (what the embedded model was trained for) plus the short-answer
+# LongBench tasks that have packaged fixtures. Aggregation tasks (cwe, fwe) and long-generation
+# tasks (gov_report, samsum, qasper) are available by name; they cost minutes on a CPU and the
+# embedded model cannot do them, so they are not in the default grid.
 SMOKE_TASKS = ("niah_single_1", "passage_retrieval_en")
 DEFAULT_TASKS = (
-    "niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt", "cwe", "fwe",
-    "qasper", "hotpotqa", "gov_report", "trec", "samsum", "passage_retrieval_en", "lcc",
+    "niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt",
+    "passage_retrieval_en", "hotpotqa", "trec", "lcc",
 )
 
 
