@@ -247,7 +247,9 @@ def save_model(model, tokenizer, out):
         max_new_tokens=128,
     )
     model.save_pretrained(str(out), safe_serialization=True)
-    tokenizer.save_pretrained(str(out))
+    import build_tokenizer  # the tokenizer files with portable metadata (deterministic rebuild)
+
+    build_tokenizer.save(build_tokenizer.build(), out)
 
 
 # --------------------------------------------------------------------------------------------
