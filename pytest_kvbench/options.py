@@ -84,6 +84,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="allow more xdist workers than GPUs")
     group.addoption("--kvbench-timeout", dest="kvbench_timeout", default=None,
                     help="per-item time limit in seconds")
+    group.addoption("--kvbench-torch-threads", dest="kvbench_torch_threads", default=None,
+                    help="torch CPU threads per process (e.g. 1 with -n 2 on a 2-core machine)")
 
 
 def _cli(config: pytest.Config, name: str) -> Any:

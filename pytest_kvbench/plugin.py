@@ -79,6 +79,16 @@ def pytest_configure(config: pytest.Config) -> None:
             assert timeout > 0
         except (ValueError, AssertionError):
             raise pytest.UsageError(f"--kvbench-timeout must be a positive number of seconds, got {timeout!r}") from None
+    threads = config.getoption("kvbench_torch_threads")
+    if threads is not None:
+        try:
+            count = int(threads)
+            assert count > 0
+        except (ValueError, AssertionError):
+            raise pytest.UsageError(f"--kvbench-torch-threads must be a positive integer, got {threads!r}") from None
+        import torch
+
+        torch.set_num_threads(count)
     from pytest_kvbench.runner import Runner
 
     config.stash[RUNNER_KEY] = Runner(grid, run_id, timeout)
