@@ -72,26 +72,30 @@ def pytest_configure(config: pytest.Config) -> None:
                          resumed=bool(config.getoption("kvbench_resume")))
     config.stash[SESSION_KEY] = session
     config.stash[GATE_KEY] = gate
-    timeout = config.getoption("kvbench_timeout")
-    if timeout is not None:
-        try:
-            timeout = float(timeout)
-            assert timeout > 0
-        except (ValueError, AssertionError):
-            raise pytest.UsageError(f"--kvbench-timeout must be a positive number of seconds, got {timeout!r}") from None
-    threads = config.getoption("kvbench_torch_threads")
+    timeout = _positive_option(config, "kvbench_timeout", float, "a positive number of seconds")
+    threads = _positive_option(config, "kvbench_torch_threads", int, "a positive integer")
     if threads is not None:
-        try:
-            count = int(threads)
-            assert count > 0
-        except (ValueError, AssertionError):
-            raise pytest.UsageError(f"--kvbench-torch-threads must be a positive integer, got {threads!r}") from None
         import torch
 
-        torch.set_num_threads(count)
+        torch.set_num_threads(threads)
     from pytest_kvbench.runner import Runner
 
     config.stash[RUNNER_KEY] = Runner(grid, run_id, timeout)
+
+
+def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
+    """A positive int/float option value, None when unset; a usage error otherwise."""
+    raw = config.getoption(dest)
+    if raw is None:
+        return None
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value <= 0:
+        option = "--" + dest.replace("_", "-")
+        raise pytest.UsageError(f"{option} must be {what}, got {raw!r}")
+    return value
 
 
 def _check_worker_count(config: pytest.Config) -> None:

@@ -83,6 +83,9 @@ def test_ini_keys_configure_the_grid(bench):
         (["--kvbench-model", "./no/such/model"], "no config.json"),
         (["--kvbench-methods", "snapkv:windw=3"], "windw"),
         (["--kvbench-protocol", "sideways"], "unknown protocol"),
+        (["--kvbench-timeout", "-1"], "--kvbench-timeout must be a positive number"),
+        (["--kvbench-torch-threads", "two"], "--kvbench-torch-threads must be a positive integer"),
+        (["--kvbench-shard", "4/3"], "--kvbench-shard"),
     ],
 )
 def test_bad_input_is_a_one_line_usage_error(bench, args, fragment):

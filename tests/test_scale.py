@@ -5,7 +5,7 @@ import multiprocessing
 
 import pytest
 
-from helpers import SMALL_GRID, run_bench
+from helpers import HOOK_CONFTEST, SMALL_GRID, run_bench
 from pytest_kvbench import storage
 
 
@@ -37,20 +37,22 @@ def test_two_workers_record_everything_once_with_the_same_scores(small_run, tmp_
 
 KILLER = """
 import os, signal
-from helpers_hook import *  # noqa
 def pytest_runtest_call(item):
     if "snapkv-32-passage" in item.nodeid:
         os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_a_worker_killed_mid_item_loses_only_that_item(tmp_path):
+def workdir_with(tmp_path, conftest: str):
+    """A bench directory whose conftest records every item and adds ``conftest``'s hooks."""
     work = tmp_path / "work"
     work.mkdir()
-    from helpers import HOOK_CONFTEST
+    (work / "conftest.py").write_text(HOOK_CONFTEST + conftest)
+    return work
 
-    (work / "helpers_hook.py").write_text(HOOK_CONFTEST)
-    (work / "conftest.py").write_text(KILLER)
+
+def test_a_worker_killed_mid_item_loses_only_that_item(tmp_path):
+    work = workdir_with(tmp_path, KILLER)
     results = tmp_path / "res"
     proc = run_bench(work, *SMALL_GRID, "-n", "2", "--kvbench-results", str(results))
     assert "snapkv-32-passage_retrieval_en" in proc.stdout  # reported as crashed
@@ -131,7 +133,6 @@ def test_shards_cover_the_grid_exactly_once(tmp_path):
 
 
 INTERRUPT = """
-from helpers_hook import *  # noqa
 def pytest_runtest_call(item):
     if "snapkv" in item.nodeid:
         raise KeyboardInterrupt
@@ -139,12 +140,7 @@ def pytest_runtest_call(item):
 
 
 def test_ctrl_c_writes_what_finished_marked_incomplete(tmp_path):
-    work = tmp_path / "work"
-    work.mkdir()
-    from helpers import HOOK_CONFTEST
-
-    (work / "helpers_hook.py").write_text(HOOK_CONFTEST)
-    (work / "conftest.py").write_text(INTERRUPT)
+    work = workdir_with(tmp_path, INTERRUPT)
     results = tmp_path / "res"
     proc = run_bench(work, *SMALL_GRID, "--kvbench-results", str(results), "-k", "passage")
     assert proc.returncode == 2
