@@ -27,11 +27,13 @@ class Gate:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Gate":
-        from pytest_kvbench.baseline import BaselineError, load_baseline, parse_tolerances
-
         compare = config.getoption("kvbench_compare")
         save = config.getoption("kvbench_save")
         force = config.getoption("kvbench_save_force")
+        if not (compare or save or config.getoption("kvbench_compare_fail")):
+            return cls()  # no gate: keep scipy (statistics) out of plain runs and collection
+        from pytest_kvbench.baseline import BaselineError, load_baseline, parse_tolerances
+
         try:
             tolerances = parse_tolerances(config.getoption("kvbench_compare_fail") or [])
             baseline = load_baseline(compare) if compare else None
@@ -53,6 +55,8 @@ class Gate:
 
     def finish(self, records: list[dict], environment: dict) -> None:
         """Controller, end of run: comparison over all records and the optional new baseline."""
+        if self.baseline is None and not self.save_path:
+            return
         from pytest_kvbench.baseline import compare_record, write_baseline
 
         finished = [r for r in records if r.get("status") in ("passed", "failed") and r.get("samples")]
@@ -64,10 +68,10 @@ class Gate:
             self._saved = self.save_path
 
     def summary_lines(self) -> list[str]:
-        from pytest_kvbench.baseline import comparison_table
-
         lines = []
         if self._verdicts:
+            from pytest_kvbench.baseline import comparison_table
+
             lines += ["comparison with baseline:", comparison_table(self._verdicts)]
         if self._unrun:
             lines.append(f"baseline entries not run ({len(self._unrun)}): {', '.join(self._unrun[:20])}"
