@@ -332,7 +332,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line("")
     zeros = sorted(r["item_id"] for r in records if r.get("score") == 0)
     if zeros:
-        terminalreporter.write_line(f"scored exactly 0 (check these): {', '.join(zeros)}", yellow=True)
+        shown = ", ".join(zeros[:8]) + (f", ... (list in RESULTS.md)" if len(zeros) > 8 else "")
+        terminalreporter.write_line(f"{len(zeros)} item(s) scored exactly 0 (check these): {shown}", yellow=True)
     for line in config.stash[GATE_KEY].summary_lines():
         terminalreporter.write_line(line)
     terminalreporter.write_line(f"run {run.run_id}: {run.run_dir} ; table: {Path(run.results_dir) / 'RESULTS.md'}")
