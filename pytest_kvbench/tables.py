@@ -62,7 +62,8 @@ def budget_tables(records: list[dict], fmt: str = "github", bold: bool = True) -
                     for m in methods if m != FULL_METHOD
                 ]
                 candidates = [c for c in candidates if c is not None]
-                best[column] = max(candidates) if candidates else None
+                # no bold where every compressed method ties: nothing stands out
+                best[column] = max(candidates) if candidates and max(candidates) > min(candidates) else None
             rows = []
             for m in methods:
                 cells = [m]

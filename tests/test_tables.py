@@ -33,8 +33,14 @@ def test_one_table_per_budget_with_reference_avg_and_bold_best():
     assert lines.index(full) == 2  # the reference row comes first
     assert "50.00" in full  # (40 + 60) / 2
     assert "**35.00**" in snap and "**55.00**" in h2o  # best compressed per column
-    assert "**42.50**" in h2o and "42.50" in snap  # tie on Avg: both bold
+    assert "**42.50**" not in h2o + snap  # every compressed method ties on Avg: no bold
     assert "0.0000" in full
+
+
+def test_no_bold_when_every_compressed_method_ties():
+    tied = [record("full", "full", "trec", 10.0), record("snapkv", "64", "trec", 0.0), record("h2o", "64", "trec", 0.0)]
+    ((_, table),) = budget_tables(tied)
+    assert "**" not in table
 
 
 def test_needle_heatmap_is_depth_by_length():
