@@ -8,8 +8,6 @@ against its entry, and the controller writes a new baseline and the comparison t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from pytest_kvbench.grid import GridError
@@ -32,15 +30,15 @@ class Gate:
         force = config.getoption("kvbench_save_force")
         if not (compare or save or config.getoption("kvbench_compare_fail")):
             return cls()  # no gate: keep scipy (statistics) out of plain runs and collection
-        from pytest_kvbench.baseline import BaselineError, load_baseline, parse_tolerances
+        from pytest_kvbench.baseline import BaselineError, check_save_target, load_baseline, parse_tolerances
 
         try:
             tolerances = parse_tolerances(config.getoption("kvbench_compare_fail") or [])
             baseline = load_baseline(compare) if compare else None
+            if save:
+                check_save_target(save, force)
         except BaselineError as exc:
             raise GridError(str(exc)) from None
-        if save and Path(save).exists() and not force:
-            raise GridError(f"--kvbench-save {save}: file exists (add --kvbench-save-force to overwrite)")
         return cls(baseline, tolerances, save, force)
 
     def check(self, record: dict) -> None:

@@ -324,7 +324,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     from pytest_kvbench.tables import budget_tables
 
-    records = run.all_records()
+    records = run.final_records if run.final_records is not None else run.all_records()
     terminalreporter.section("kvbench")
     for heading, table in budget_tables(records, fmt="simple", bold=False):
         terminalreporter.write_line(heading)
@@ -332,7 +332,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line("")
     zeros = sorted(r["item_id"] for r in records if r.get("score") == 0)
     if zeros:
-        shown = ", ".join(zeros[:8]) + (f", ... (list in RESULTS.md)" if len(zeros) > 8 else "")
+        shown = ", ".join(zeros[:8]) + (", ... (list in RESULTS.md)" if len(zeros) > 8 else "")
         terminalreporter.write_line(f"{len(zeros)} item(s) scored exactly 0 (check these): {shown}", yellow=True)
     for line in config.stash[GATE_KEY].summary_lines():
         terminalreporter.write_line(line)

@@ -138,10 +138,11 @@ class Runner:
                             meter.result, time.perf_counter() - started)
 
     def _record(self, case, task, method, budget, loaded, loaded_now, rows, aggregate, meter, total_s) -> dict:
-        new_tokens = sum(r["new_tokens"] for r in rows)
-        decode_s = sum(r["decode_ms"] for r in rows) / 1000.0
-        before = _mean([r["kv_bytes_before"] for r in rows])
-        after = _mean([r["kv_bytes_after"] for r in rows])
+        from pytest_kvbench.hardware import kv_cache_figures, latency_figures
+
+        kv = kv_cache_figures([r["kv_bytes_before"] for r in rows], [r["kv_bytes_after"] for r in rows])
+        latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
+                                  [r["new_tokens"] for r in rows], total_s)
         model_info = loaded.info() | {"loaded_by_this_item": loaded_now}
         return {
             "run_id": self.run_id,
@@ -160,18 +161,8 @@ class Runner:
             "aggregate": aggregate,
             "n_samples": len(rows),
             "samples": rows,
-            "latency": {
-                "prefill_ms": _mean([r["prefill_ms"] for r in rows]),
-                "decode_tokens_per_s": new_tokens / decode_s if decode_s > 0 else None,
-                "total_s": total_s,
-            },
-            "memory": {
-                "peak_bytes": meter.get("peak_bytes"),
-                "kind": meter.get("memory_kind"),
-                "kv_bytes_before": before,
-                "kv_bytes_after": after,
-                "compression_ratio": (before / after) if before and after else None,
-            },
+            "latency": latency,
+            "memory": {"peak_bytes": meter.get("peak_bytes"), "kind": meter.get("memory_kind")} | kv,
             "fidelity": {"kl": _mean([r["kl"] for r in rows]), "agreement": _mean([r["agreement"] for r in rows])},
             "energy_j": meter.get("energy_j"),
             "energy_source": meter.get("energy_source"),

@@ -183,18 +183,6 @@ def _check_records(records: object, where: str) -> list[dict]:
     return records
 
 
-def _latest_per_item(records: Iterable[dict]) -> list[dict]:
-    """A resumed run appends a new record for a retried item; the last one wins.
-
-    Items are told apart by their comparison key, not their node id: runs merged from machines
-    that each ran one seed share node ids (the seed only enters the id when a grid has several).
-    """
-    latest: dict[str, dict] = {}
-    for record in records:
-        latest[record["key"]] = record
-    return list(latest.values())
-
-
 def _read_records_file(path: Path) -> list[dict]:
     try:
         records = storage.read_records(path)
@@ -218,7 +206,7 @@ def load_run(run_id_or_path: str | os.PathLike, results_dir: str | os.PathLike =
     else:
         records = _check_records(info.get("records", []), str(run_file))
     run_id = info.get("run_id") if isinstance(info.get("run_id"), str) else path.name
-    return Run(run_id=run_id, path=path, info=info, records=_latest_per_item(records))
+    return Run(run_id=run_id, path=path, info=info, records=storage.latest_per_key(records))
 
 
 def _start_time(info: dict, run_id: str, path: Path) -> datetime | None:

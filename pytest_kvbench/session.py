@@ -41,24 +41,16 @@ class RunSession:
         self.environment = environment
         self.resumed = resumed
         self.start = time.time()
-        self.local_records: list[dict] = []
+        self.final_records: list[dict] | None = None  # what finish() wrote, for the terminal summary
 
     # -- records -----------------------------------------------------------------------------
     def add(self, record: dict) -> None:
-        """Persist one finished record now (crash safety) and keep it for this process."""
+        """Persist one finished record now (crash safety)."""
         storage.append_record(self.records_path, record)
-        self.local_records.append(record)
 
     def all_records(self) -> list[dict]:
-        """Every record of the run (all workers, earlier resumed attempts), last one per case wins.
-
-        Records are keyed by the case key, not the pytest node id: node ids move with the rootdir,
-        and a resumed run may well be started from another directory.
-        """
-        latest: dict[str, dict] = {}
-        for record in storage.read_records(self.records_path):
-            latest[record["key"]] = record
-        return list(latest.values())
+        """Every record of the run (all workers, earlier resumed attempts), the last per case."""
+        return storage.latest_per_key(storage.read_records(self.records_path))
 
     def finished_keys(self) -> set[str]:
         return {r["key"] for r in self.all_records() if r.get("status") in FINISHED}
@@ -66,7 +58,7 @@ class RunSession:
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
         """Write run.json, per-task files and RESULTS.md from every record; return run.json."""
-        records = self.all_records()
+        records = self.final_records = self.all_records()
         previous = self._previous_run()
         start = previous.get("start_ts", self.start) if previous else self.start
         end = time.time()

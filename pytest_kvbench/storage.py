@@ -99,3 +99,15 @@ def read_records(records_path: str | os.PathLike, *, tolerate_torn: bool = True)
                 continue
             raise RecordsError(f"{records_path}:{number}: not a JSON record ({exc.msg})") from None
     return records
+
+
+def latest_per_key(records: Iterable[dict]) -> list[dict]:
+    """One record per case key, the last appended winning (a resumed or retried item appends again).
+
+    Keyed by the comparison key, not the node id: node ids move with the rootdir, and runs merged
+    from machines that each ran one seed share node ids.
+    """
+    latest: dict[str, dict] = {}
+    for record in records:
+        latest[record["key"]] = record
+    return list(latest.values())
