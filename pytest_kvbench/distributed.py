@@ -3,7 +3,8 @@
 * One worker per GPU: ``assign_device`` tells an xdist worker which GPU to take (by narrowing
   ``CUDA_VISIBLE_DEVICES`` before CUDA initialises); ``DeviceSlots`` lets the controller give a
   replacement for a crashed worker the crashed worker's GPU; ``xdist_group_name`` names the
-  ``xdist_group`` mark that keeps one model's items on one worker under ``--dist loadgroup``.
+  ``xdist_group`` mark that keeps the items sharing a full-cache reference (one model, task,
+  length and seed) on one worker under ``--dist loadgroup``.
 * Across machines: ``parse_shard`` / ``select_shard`` implement ``--kvbench-shard K/N``.
 * Health checks: ``check_logits_finite``, ``is_out_of_memory`` / ``free_accelerator_memory`` /
   ``fail_on_out_of_memory``, and ``item_time_limit`` turn the ways a GPU-day sweep dies into a
@@ -147,13 +148,18 @@ class DeviceSlots:
 _GROUP_UNSAFE = re.compile(r"[^A-Za-z0-9._/+=-]")
 
 
-def xdist_group_name(model: str) -> str:
-    """The ``xdist_group`` name for a model's items, so ``--dist loadgroup`` keeps them together.
+def xdist_group_name(group: str) -> str:
+    """The ``xdist_group`` name for a group of items (``Case.reference_group``), so that
+    ``--dist loadgroup`` keeps them on one worker.
+
+    Grouping by model alone would send a one-model sweep to a single worker; grouping by the
+    reference a task's items share spreads tasks over workers while each full-cache reference
+    is still computed once per run, and each worker loads only the models of its groups.
 
     xdist appends ``@<group>`` to node ids and splits on the last ``@`` after the last ``]``,
     so the name must contain neither; anything outside a conservative set becomes ``_``.
     """
-    return "kvbench_" + _GROUP_UNSAFE.sub("_", model)
+    return "kvbench_" + _GROUP_UNSAFE.sub("_", group)
 
 
 # --------------------------------------------------------------------------------------------

@@ -88,6 +88,15 @@ class Case:
         return "-".join(parts)
 
     @property
+    def reference_group(self) -> str:
+        """The items that share one full-cache reference pass: same model, task, length and seed.
+
+        Keeping such items on one xdist worker computes each reference once per run, not once per
+        worker that meets the task."""
+        ctx = f"@{self.context_length}" if self.context_length is not None else ""
+        return f"{self.model}|{self.task}{ctx}|seed{self.seed}"
+
+    @property
     def key(self) -> str:
         """The comparison key of baselines: one entry per model/method/budget/task/length/seed."""
         ctx = f"@{self.context_length}" if self.context_length is not None else ""

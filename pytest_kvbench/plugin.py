@@ -172,7 +172,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     suite_mark = getattr(pytest.mark, suites[0])
     params = []
     for case in cases:
-        marks = [suite_mark, pytest.mark.xdist_group(xdist_group_name(case.model))]
+        marks = [suite_mark, pytest.mark.xdist_group(xdist_group_name(case.reference_group))]
         if case.smoke:
             marks.append(pytest.mark.smoke)
         if (case.context_length or 0) >= SLOW_CONTEXT:

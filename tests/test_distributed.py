@@ -147,8 +147,18 @@ def test_xdist_group_names_survive_xdist_nodeid_splitting(model):
     assert nodeid.split("@")[-1] == name
 
 
-def test_xdist_group_names_differ_per_model():
-    assert xdist_group_name("org/a") != xdist_group_name("org/b")
+def test_xdist_groups_follow_the_shared_reference():
+    """Items sharing a full-cache reference share a group; other tasks, lengths, seeds, models do not."""
+    from pytest_kvbench.grid import Case, MethodSpec
+
+    def case(method="snapkv", budget="128", task="niah_single_1", ctx=2048, seed=0, model="org/a"):
+        return Case(model, MethodSpec(method), budget, task, "ruler", ctx, seed, 20)
+
+    group = xdist_group_name(case().reference_group)
+    assert xdist_group_name(case("full", "full").reference_group) == group
+    assert xdist_group_name(case("h2o", "64").reference_group) == group
+    for other in (case(task="vt"), case(ctx=4096), case(seed=1), case(model="org/b")):
+        assert xdist_group_name(other.reference_group) != group
 
 
 # ---------------------------------------------------------------------------- parse_shard
