@@ -35,6 +35,30 @@ def test_two_workers_record_everything_once_with_the_same_scores(small_run, tmp_
         assert [s["prediction"] for s in parallel[item_id]["samples"]] == [s["prediction"] for s in record["samples"]]
 
 
+WHERE = """
+import os
+def pytest_runtest_call(item):
+    with open(os.path.join(os.path.dirname(__file__), "where.txt"), "a") as f:
+        f.write(os.environ["PYTEST_XDIST_WORKER"] + " " + item.callspec.id + "\\n")
+"""
+
+
+def test_loadgroup_keeps_each_task_on_one_worker_and_spreads_tasks(tmp_path):
+    """Under --dist loadgroup a task's items share a worker (one reference pass per sample),
+    and a one-model grid still uses both workers."""
+    work = workdir_with(tmp_path, WHERE)
+    proc = run_bench(work, *SMALL_GRID, "-n", "2", "--dist", "loadgroup", "--kvbench-results", str(tmp_path / "res"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    ran = [line.split() for line in (work / "where.txt").read_text().splitlines()]
+    assert len(ran) == 6
+    workers_of = {}
+    for worker, item in ran:
+        task = "niah_single_1" if "niah_single_1" in item else "passage_retrieval_en"
+        workers_of.setdefault(task, set()).add(worker)
+    assert all(len(workers) == 1 for workers in workers_of.values()), workers_of
+    assert workers_of["niah_single_1"] != workers_of["passage_retrieval_en"]
+
+
 KILLER = """
 import os, signal
 def pytest_runtest_call(item):
