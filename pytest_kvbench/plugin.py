@@ -9,13 +9,14 @@ end (tables.py) and gates against a baseline (gate.py).
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 import pytest
 
 from pytest_kvbench import hookspecs, options
-from pytest_kvbench.distributed import DeviceSlots, xdist_group_name
+from pytest_kvbench.distributed import DeviceSlots, reference_group_scheduler, xdist_group_name
 from pytest_kvbench.environment import capture_environment
 from pytest_kvbench.gate import Gate
 from pytest_kvbench.grid import Case, GridError
@@ -152,23 +153,32 @@ def pytest_testnodedown(node, error) -> None:
         slots.release(node.gateway.id)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: keep the items sharing a full-cache reference on one worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    grid = config.stash[SESSION_KEY].grid
+    groups = {case.id: xdist_group_name(case.reference_group)
+              for suite in SUITES for case in grid.cases(suite, _suite_of)}
+    return reference_group_scheduler(config, log, groups)
+
+
+@functools.cache
+def _suite_of(task: str) -> str:
+    from pytest_kvbench.tasks import get_task
+
+    return get_task(task).suite
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kvbench_case" not in metafunc.fixturenames:
         return
     suites = [s for s in SUITES if metafunc.definition.get_closest_marker(s)]
     if len(suites) != 1:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: mark the test with exactly one of {', '.join(SUITES)}")
-    from pytest_kvbench.tasks import get_task
-
     session = metafunc.config.stash[SESSION_KEY]
-    suite_cache: dict[str, str] = {}
-
-    def suite_of(task: str) -> str:
-        if task not in suite_cache:
-            suite_cache[task] = get_task(task).suite
-        return suite_cache[task]
-
-    cases = session.grid.cases(suites[0], suite_of)
+    cases = session.grid.cases(suites[0], _suite_of)
     suite_mark = getattr(pytest.mark, suites[0])
     params = []
     for case in cases:

@@ -19,6 +19,8 @@ from pytest_kvbench.distributed import (
     shard_cuts,
     visible_devices,
     worker_index,
+    parametrize_id,
+    reference_group_scheduler,
     xdist_group_name,
 )
 
@@ -159,6 +161,38 @@ def test_xdist_groups_follow_the_shared_reference():
     assert xdist_group_name(case("h2o", "64").reference_group) == group
     for other in (case(task="vt"), case(ctx=4096), case(seed=1), case(model="org/b")):
         assert xdist_group_name(other.reference_group) != group
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "expected"),
+    [
+        ("bench/test_ruler.py::test_ruler[snapkv-128-vt-ctx2048]", "snapkv-128-vt-ctx2048"),
+        ("bench/test_ruler.py::test_ruler[snapkv-128-vt-ctx2048]@kvbench_x", "snapkv-128-vt-ctx2048"),
+        ("bench/test_longbench.py::test_longbench[snapkv(window=8)-r0.5-qasper]", "snapkv(window=8)-r0.5-qasper"),
+        ("tests/test_x.py::test_plain", None),
+        ("tests/test_x.py::test_plain@group", None),
+    ],
+)
+def test_parametrize_id(nodeid, expected):
+    assert parametrize_id(nodeid) == expected
+
+
+def test_loadgroup_scheduler_groups_kvbench_items_by_their_reference_without_nodeid_suffixes():
+    """pytest >= 9.2 drops xdist's '@group' rename; the scheduler must group from the grid alone."""
+
+    class Config:
+        def getvalue(self, name):
+            return {"tx": ["2*popen"]}.get(name)
+
+    groups = {"full-vt-ctx2048": "kvbench_vt", "snapkv-128-vt-ctx2048": "kvbench_vt",
+              "snapkv-128-hotpotqa": "kvbench_hotpotqa"}
+    scheduler = reference_group_scheduler(Config(), None, groups)
+    scope = scheduler._split_scope
+    assert scope("bench/test_ruler.py::test_ruler[full-vt-ctx2048]") == "kvbench_vt"
+    assert scope("bench/test_ruler.py::test_ruler[snapkv-128-vt-ctx2048]") == "kvbench_vt"
+    assert scope("bench/test_longbench.py::test_longbench[snapkv-128-hotpotqa]@kvbench_hotpotqa") == "kvbench_hotpotqa"
+    assert scope("bench/test_kernels.py::test_select[4096]") == "bench/test_kernels.py::test_select[4096]"
+    assert scope("tests/test_x.py::test_y@mine") == "mine"
 
 
 # ---------------------------------------------------------------------------- parse_shard
