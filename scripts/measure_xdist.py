@@ -8,11 +8,14 @@ documented `--dist loadgroup`: each task's items stay on one worker, so each ful
 is computed once, as in the serial run.
 
     python scripts/measure_xdist.py            # prints wall times and the ratio
+    python scripts/measure_xdist.py --repeat 3 # medians of 3 interleaved rounds (shared machines are noisy)
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,13 +41,23 @@ def timed(*extra: str) -> float:
 
 
 def main() -> None:
-    serial_one = timed("--kvbench-torch-threads", "1")
-    serial_all = timed("--kvbench-torch-threads", "2")
-    parallel = timed("-n", "2", "--dist", "loadgroup", "--kvbench-torch-threads", "1")
-    print(f"items: 20 (3 methods x 3 budgets + full, x 2 tasks), cores: {os.cpu_count()}")
-    print(f"serial, 1 thread:      {serial_one:7.1f} s")
-    print(f"serial, 2 threads:     {serial_all:7.1f} s")
-    print(f"-n 2 --dist loadgroup, 1 thread each: {parallel:7.1f} s")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=1, help="interleaved rounds; medians are printed")
+    args = ap.parse_args()
+    configs = {
+        "serial, 1 thread": ("--kvbench-torch-threads", "1"),
+        "serial, 2 threads": ("--kvbench-torch-threads", "2"),
+        "-n 2 --dist loadgroup, 1 thread each": ("-n", "2", "--dist", "loadgroup", "--kvbench-torch-threads", "1"),
+    }
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    for _ in range(args.repeat):
+        for name, extra in configs.items():
+            times[name].append(timed(*extra))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    print(f"items: 20 (3 methods x 3 budgets + full, x 2 tasks), cores: {os.cpu_count()}, rounds: {args.repeat}")
+    for name, values in times.items():
+        print(f"{name:38s} median {median[name]:6.1f} s  ({', '.join(f'{v:.1f}' for v in values)})")
+    serial_one, serial_all, parallel = median.values()
     print(f"speed-up vs serial 1 thread: {serial_one / parallel:.2f}x; vs serial 2 threads: {serial_all / parallel:.2f}x")
 
 
