@@ -20,10 +20,10 @@ import gc
 import os
 import re
 import signal
+import sys
 import threading
 import time
 import traceback
-import sys
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING

@@ -199,9 +199,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     keep, drop = list(items), []
     if config.getoption("kvbench_resume"):
         done = run.finished_keys()
-        finished = [i for i in keep if _case(i) is not None and _case(i).key in done]
-        keep = [i for i in keep if not (_case(i) is not None and _case(i).key in done)]
-        drop = finished
+        is_done = [_case(i) is not None and _case(i).key in done for i in keep]
+        keep, drop = ([i for i, d in zip(keep, is_done) if not d], [i for i, d in zip(keep, is_done) if d])
     shard = config.getoption("kvbench_shard")
     if shard:
         from pytest_kvbench.distributed import parse_shard, select_shard
