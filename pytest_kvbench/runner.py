@@ -7,6 +7,7 @@ prompts, and the full-cache reference pass used for fidelity (fidelity.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -95,7 +96,7 @@ class Runner:
         params = dict(case.method.params)
         method = get_method(case.method.name, **params)
         if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
-            method = get_method(case.method.name, **params, seed=case.seed)
+            method = dataclasses.replace(method, seed=case.seed)
         budget = NO_COMPRESSION if case.budget == FULL_METHOD else Budget.parse(case.budget)
         loaded, loaded_now = self.models.get(case.model, self.grid.dtype, self.grid.attn_implementation)
         samples = self._load_samples(case, task, loaded)

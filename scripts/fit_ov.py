@@ -1,6 +1,7 @@
 """Fit the copy heads' OV circuit (L2 heads 0 and 2) by ridge regression on top of the attention-trained model."""
-import random, torch
-import torch.nn.functional as F
+import random
+
+import torch
 
 
 @torch.no_grad()

@@ -7,7 +7,7 @@ Circuit (3 layers, 4 heads, 2 KV heads, head_dim 32):
   token; its previous-token feature carries the identity of the token to copy)
 Loss = CE on answer tokens + lambda * attention CE terms.
 
-python scratch/sup/train_sup.py --device auto --seed 0
+Run through scripts/train_default_model.py (the one-command recipe), which calls this script per stage.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -130,15 +131,11 @@ def encode(tok, b):
     enc = tok(text, return_offsets_mapping=True)
     ids = enc.input_ids
     offs = enc.offset_mapping
-    T = len(ids)
 
     def toks(span):
         s, e = span
         return [i for i, (a, c) in enumerate(offs) if a < e and c > s and c > a]
 
-    prev = {}
-    for i in range(T):
-        prev[i] = i
     tgt_kg = {}  # pos -> list of key token positions
     tgt_copy = {}  # pos -> needle position
     lm = {}  # pos -> target id
@@ -184,7 +181,6 @@ def real_sample(tok, rng, ctx, cfg):
     # rebuild spans from the text
     b = Builder()
     b.add(text)
-    import re
     val = ex.outputs[0]
     for m in re.finditer(r"One of the special magic numbers for (\S+) is: (\d{7})\.", text):
         b.needles.append(dict(key=m.group(1), value=m.group(2), key_span=m.span(1), val_span=m.span(2)))
@@ -241,7 +237,6 @@ def compute_loss(model, batch, lam):
             lb.append(i); lp.append(p); lt.append(t)
     lm_loss = F.cross_entropy(logits[torch.tensor(lb), torch.tensor(lp)], torch.tensor(lt))
     # attention terms
-    B = len(samples)
     kg_rows, cp_rows = [], []
     lens = torch.tensor([len(s[0]) for s in samples])
     for i, s in enumerate(samples):
