@@ -20,16 +20,13 @@ import gc
 import os
 import re
 import signal
-import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 OVERSUBSCRIBE_OPTION = "--kvbench-allow-oversubscribe"
 TIMEOUT_OPTION = "--kvbench-timeout"
@@ -105,20 +102,6 @@ def assign_device(worker_id: str | None, environ: Mapping[str, str], cuda_device
     return {"CUDA_VISIBLE_DEVICES": devices[position % len(devices)]}
 
 
-def _loaded_torch():
-    """torch if something already imported it, else None.
-
-    The controller and ``--collect-only`` never need torch (a second of import time); when it
-    is not loaded, CUDA cannot have been initialised through it, nor raised its errors.
-    """
-    return sys.modules.get("torch")
-
-
-def _cuda_initialized() -> bool:
-    torch = _loaded_torch()
-    return torch is not None and torch.cuda.is_initialized()
-
-
 def apply_environment(changes: Mapping[str, str], environ: MutableMapping[str, str] | None = None) -> None:
     """Apply ``assign_device``'s changes; refuses once CUDA is initialised, when they do nothing.
 
@@ -128,7 +111,7 @@ def apply_environment(changes: Mapping[str, str], environ: MutableMapping[str, s
     target = os.environ if environ is None else environ
     if not changes:
         return
-    if "CUDA_VISIBLE_DEVICES" in changes and _cuda_initialized():
+    if "CUDA_VISIBLE_DEVICES" in changes and torch.cuda.is_initialized():
         current = target.get("CUDA_VISIBLE_DEVICES")
         if current != changes["CUDA_VISIBLE_DEVICES"]:
             raise RuntimeError(
@@ -289,8 +272,6 @@ def check_logits_finite(logits: torch.Tensor, where: str) -> None:
 
     One ``isfinite().all()`` on the happy path; the counting only happens on failure.
     """
-    import torch
-
     finite = torch.isfinite(logits)
     if bool(finite.all()):
         return
@@ -306,6 +287,7 @@ def check_logits_finite(logits: torch.Tensor, where: str) -> None:
 # --------------------------------------------------------------------------------------------
 # Health: out of memory
 
+_TORCH_OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 _OOM_PHRASES = ("out of memory", "can't allocate memory", "cublas_status_alloc_failed")
 
 
@@ -319,15 +301,11 @@ def is_out_of_memory(exc: BaseException) -> bool:
     Follows ``__cause__`` / unsuppressed ``__context__``: libraries sometimes re-raise an OOM
     wrapped in their own exception.
     """
-    torch = _loaded_torch()
-    oom_types = (MemoryError, ItemOutOfMemory)
-    if torch is not None:
-        oom_types += (getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError),)
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, oom_types):
+        if isinstance(current, (_TORCH_OOM, MemoryError, ItemOutOfMemory)):
             return True
         if isinstance(current, RuntimeError) and any(p in str(current).lower() for p in _OOM_PHRASES):
             return True
@@ -338,8 +316,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 def free_accelerator_memory() -> None:
     """Collect garbage, then return cached GPU blocks to the driver so the next item starts clean."""
     gc.collect()
-    if _cuda_initialized():
-        _loaded_torch().cuda.empty_cache()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 class _OutOfMemoryGuard:

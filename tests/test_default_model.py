@@ -7,9 +7,8 @@ really retrieve needles: a damaged or untrained weight file fails here. Full cac
 
 from __future__ import annotations
 
-
-import os
 import json
+import os
 from pathlib import Path
 
 import pytest

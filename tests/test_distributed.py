@@ -14,13 +14,13 @@ from pytest_kvbench.distributed import (
     UsageLikeError,
     apply_environment,
     assign_device,
+    parametrize_id,
     parse_shard,
+    reference_group_scheduler,
     select_shard,
     shard_cuts,
     visible_devices,
     worker_index,
-    parametrize_id,
-    reference_group_scheduler,
     xdist_group_name,
 )
 

@@ -9,6 +9,7 @@ from helpers import run_bench
 GRID = ["--kvbench-methods", "snapkv", "--kvbench-budgets", "64", "--kvbench-tasks", "niah_single_1",
         "--kvbench-context-lengths", "512", "--kvbench-samples", "12"]
 
+
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory):
     base = tmp_path_factory.mktemp("gate")
