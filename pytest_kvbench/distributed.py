@@ -219,7 +219,7 @@ def shard_cuts(group_sizes: Sequence[int], n: int, slack: float = 0.1) -> list[i
     boundaries = [0]
     for size in group_sizes:
         boundaries.append(boundaries[-1] + size)
-    tolerance = int(slack * total / n)
+    tolerance = int(slack * total / n + 1e-9)  # floor, robust to 0.3 * 210 / 9 = 7.000...1 vs 6.999...
     smallest, largest = total // n - tolerance, -(-total // n) + tolerance
     cuts = [0]
     for i in range(1, n):
