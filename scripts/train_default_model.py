@@ -3,13 +3,16 @@
 
     python scripts/train_default_model.py --seed 0 --out pytest_kvbench/default_model
 
-Why three stages (scripts/train_retrieval.py does the work; see the model card for the recipe):
+Why four stages (scripts/train_retrieval.py and scripts/compile_retrieval.py do the work; see the
+model card for the recipe):
 a tiny model trained end to end on next-token loss sits on the induction plateau far longer than a
 CPU hour allows, so the retrieval circuit's attention patterns are supervised directly
 (previous-token heads, key-gathering heads, copy heads), then the model sees real-format RULER
 prompts up to 2,048 tokens, and finally the copy heads' value/output map is fitted by ridge
 regression (the digits' identity survives only in low-variance directions that gradient steps do
-not find in this budget). The tokenizer is built first by scripts/build_tokenizer.py.
+not find in this budget). The trained model copies a needle's number but cannot tell needles apart
+by their key, so a last stage compiles a key-matching circuit into it in closed form. The tokenizer
+is built first by scripts/build_tokenizer.py.
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ def main() -> None:
           "--log", str(work / "stage2.log"), "--out", str(work / "stage2"))
     # 3. fit the copy heads' value/output map, sharpen the copy queries, evaluate, save
     stage(*common, "--finalize_from", str(work / "last_ckpt.pt"), "--sharpen", "1.5", "--eval_n", "50",
-          "--final_lengths", "1024,2048,4096", "--log", str(work / "final.log"), "--out", args.out)
+          "--final_lengths", "1024,2048,4096", "--log", str(work / "final.log"), "--out", str(work / "trained"))
+    # 4. compile the key-matching retrieval circuit into the trained weights, evaluate, save
+    subprocess.run([sys.executable, str(HERE / "compile_retrieval.py"), "--from", str(work / "trained"),
+                    "--out", args.out, "--seed", str(args.seed), "--log", str(work / "compile.log")], check=True)
     print(f"model written to {args.out}; logs in {work}")
 
 

@@ -375,7 +375,8 @@ def save(model, tok, path):
     with open(os.path.join(path, "generation_config.json"), "w") as f:
         json.dump(gc, f, indent=2)
     for fn in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(os.path.join(TOK_DIR, fn), os.path.join(path, fn))
+        if not os.path.samefile(TOK_DIR, path):
+            shutil.copy(os.path.join(TOK_DIR, fn), os.path.join(path, fn))
 
 
 def main():

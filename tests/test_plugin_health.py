@@ -44,8 +44,9 @@ class Greedy(Method):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
 '''
 
-GRID = ["--kvbench-tasks", "passage_retrieval_en", "--kvbench-budgets", "16", "--kvbench-samples", "1",
-        "--kvbench-max-prompt-tokens", "200"]
+# a task the default model answers with several tokens, so that decoding reads the poisoned cache
+GRID = ["--kvbench-tasks", "niah_single_1", "--kvbench-context-lengths", "512", "--kvbench-budgets", "16",
+        "--kvbench-samples", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def health_run(tmp_path_factory):
 def test_a_user_registered_method_is_collected_and_run(health_run):
     work, proc = health_run
     records = {c["record"]["item_id"]: c["record"] for c in hook_records(work)}
-    record = records["vnorm(recent=8)-16-passage_retrieval_en"]
+    record = records["vnorm(recent=8)-16-niah_single_1-ctx512"]
     assert record["status"] == "passed"
     assert record["method"] == {"name": "vnorm", "params": {"recent": 8}}
     assert max(record["samples"][0]["kept_tokens_per_layer"]) <= 16
@@ -69,16 +70,16 @@ def test_a_user_registered_method_is_collected_and_run(health_run):
 def test_nan_logits_fail_the_item_with_a_clear_message(health_run):
     work, proc = health_run
     records = {c["record"]["item_id"]: c["record"] for c in hook_records(work)}
-    poisoned = records["poison-16-passage_retrieval_en"]
+    poisoned = records["poison-16-niah_single_1-ctx512"]
     assert poisoned["status"] == "error"
-    assert "NaN" in poisoned["message"] and "poison-16-passage_retrieval_en" in poisoned["message"]
+    assert "NaN" in poisoned["message"] and "poison-16-niah_single_1-ctx512" in poisoned["message"]
 
 
 def test_out_of_memory_fails_the_item_and_the_worker_goes_on(health_run):
     work, proc = health_run
     records = {c["record"]["item_id"]: c["record"] for c in hook_records(work)}
-    assert "out of memory" in records["greedy-16-passage_retrieval_en"]["message"]
-    assert records["streamingllm-16-passage_retrieval_en"]["status"] == "passed"
+    assert "out of memory" in records["greedy-16-niah_single_1-ctx512"]["message"]
+    assert records["streamingllm-16-niah_single_1-ctx512"]["status"] == "passed"
     assert "2 failed, 2 passed" in proc.stdout
 
 
