@@ -201,7 +201,7 @@ def compile_model(old, tok, seed=0, **overrides):
     oc = old.config
     D = HIDDEN
     cfg = LlamaConfig(vocab_size=oc.vocab_size, hidden_size=D, intermediate_size=oc.intermediate_size,
-                      num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=HEAD,
+                      num_hidden_layers=oc.num_hidden_layers, num_attention_heads=4, num_key_value_heads=2, head_dim=HEAD,
                       max_position_embeddings=oc.max_position_embeddings, rms_norm_eps=oc.rms_norm_eps * OLD_HIDDEN / D,
                       rope_parameters={"rope_type": "default", "rope_theta": THETA}, tie_word_embeddings=True,
                       bos_token_id=oc.bos_token_id, eos_token_id=oc.eos_token_id, pad_token_id=oc.pad_token_id)
@@ -321,7 +321,7 @@ def compile_model(old, tok, seed=0, **overrides):
                   (p["token"] * as_query / token_size, slice(e0, e0 + NR), strict, SL["A"]),
                   (p["context"] * as_query, SL["A"], strict, SL["B"]),
                   (p["context"] * as_query, SL["B"], strict, SL["C"])]
-        rows = [i for i in STATIC] + [i + HEAD // 2 for i in STATIC]
+        rows = list(STATIC) + [i + HEAD // 2 for i in STATIC]
         at = 0
         sink = SL["SINK"].start
         for n_block, (qm, qs, km, ks) in enumerate(blocks):

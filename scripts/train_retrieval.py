@@ -374,8 +374,8 @@ def save(model, tok, path):
     gc = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2, "do_sample": False, "max_new_tokens": 128}
     with open(os.path.join(path, "generation_config.json"), "w") as f:
         json.dump(gc, f, indent=2)
-    for fn in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if not os.path.samefile(TOK_DIR, path):
+    if not os.path.samefile(TOK_DIR, path):  # compiling in place: the tokenizer files are already there
+        for fn in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
             shutil.copy(os.path.join(TOK_DIR, fn), os.path.join(path, fn))
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("scipy")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import compile_retrieval as CR  # noqa: E402
 
