@@ -49,8 +49,42 @@ def test_old_heads_keep_their_rope_frequencies():
 
 @pytest.mark.parametrize("at", [1, 2, 3])
 def test_previous_token_kernels_peak_where_they_should(at):
-    a, b, t = CR.peak_kernel(CR.ODD, at)
-    f = kernel(CR.ODD, a, b, np.arange(0, 8193))
-    assert t > 20
+    """Layer 0 reads t-1, t-2, t-3 by position alone: the peak must beat every other offset by a wide margin."""
+    a, b, t = CR.peak_kernel(CR.LOW, at)
+    f = kernel(CR.LOW, a, b, np.arange(0, 8193))
+    assert t > 100
     assert int(np.argmax(f)) == at
     assert np.sort(f)[-2] <= f[at] - t + 1e-6
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    import pytest_kvbench
+
+    return AutoTokenizer.from_pretrained(str(Path(pytest_kvbench.__file__).resolve().parent / "default_model"))
+
+
+def test_alphabet_holds_every_token_of_a_uuid_or_number_answer(tokenizer):
+    """A value token outside the copy alphabet could never be output: the answer would be wrong for sure."""
+    import random
+    import uuid
+
+    alphabet = set(CR.alphabet(tokenizer))
+    rng = random.Random(0)
+    for _ in range(500):
+        value = str(uuid.UUID(int=rng.getrandbits(128), version=4)) if rng.random() < 0.5 else str(rng.randint(10**6, 10**7))
+        tokens = tokenizer.convert_ids_to_tokens(tokenizer(f" is: {value}.", add_special_tokens=False)["input_ids"])
+        assert set(tokens) <= alphabet, (value, set(tokens) - alphabet)
+    assert len(alphabet) == len(CR.alphabet(tokenizer))  # no token twice: one-hot dims are one per token
+
+
+def test_match_codes_are_unit_and_far_apart():
+    """A mismatch scores (1 + m) * cosine - m: codes must be unit and no pair close to parallel."""
+    weights = [1.0] * 19 + [0.5] * 80
+    codes = CR.match_codes(len(weights), CR.DU, weights, seed=0, steps=1500)
+    assert np.allclose(codes.norm(dim=-1).numpy(), 1.0, atol=1e-5)
+    cos = (codes @ codes.T).abs().fill_diagonal_(0)
+    assert cos.max() < 0.5
+    assert cos[:19, :19].max() < 0.3  # the frequent ones (digits, a-f, separators) furthest apart
