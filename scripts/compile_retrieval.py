@@ -201,11 +201,16 @@ def match_codes(n, dim, weights, seed, steps=3000):
     return F.normalize(u.detach(), dim=-1).float()
 
 
+def training_prompt(tok):
+    """The prompt the construction measures its scales on: niah_multikey_2, 1,024 tokens, training seed 7."""
+    ex = T.generate_niah(T.NIAH_CONFIGS["niah_multikey_2"], tok, context_length=1024, rng=random.Random(7), max_new_tokens=128)
+    return tok(ex.input + ex.answer_prefix, return_tensors="pt").input_ids
+
+
 @torch.no_grad()
 def median_rms(model, tok):
-    """Median residual rms at each norm the ballast makes constant (a training-seed prompt of 1,024 tokens)."""
-    ex = T.generate_niah(T.NIAH_CONFIGS["niah_multikey_2"], tok, context_length=1024, rng=random.Random(7), max_new_tokens=128)
-    ids = tok(ex.input + ex.answer_prefix, return_tensors="pt").input_ids
+    """Median residual rms at each norm the ballast makes constant."""
+    ids = training_prompt(tok)
     out, hooks = {}, []
     for i, layer in enumerate(model.model.layers):
         for name, norm in (("in", layer.input_layernorm), ("post", layer.post_attention_layernorm)):
@@ -425,9 +430,8 @@ def compile_model(old, tok, seed=0, **overrides):
 
 @torch.no_grad()
 def final_rms(model, tok):
-    """The final norm's input rms where the first answer token is predicted (a training-seed prompt)."""
-    ex = T.generate_niah(T.NIAH_CONFIGS["niah_multikey_2"], tok, context_length=1024, rng=random.Random(7), max_new_tokens=128)
-    ids = tok(ex.input + ex.answer_prefix, return_tensors="pt").input_ids
+    """The final norm's input rms where the first answer token is predicted."""
+    ids = training_prompt(tok)
     out = {}
     hook = model.model.norm.register_forward_pre_hook(lambda m, a: out.__setitem__("rms", a[0][0, -1].pow(2).mean().sqrt().item()))
     model(ids)
