@@ -416,6 +416,11 @@ class item_time_limit:  # noqa: N801 - used like contextlib's lowercase context 
         if delay > 0:
             remaining = delay - (time.monotonic() - self._started)
             signal.setitimer(signal.ITIMER_REAL, max(remaining, 1e-6), interval)
+        if isinstance(exc, ItemTimeout):
+            # The alarm can land on an instruction that has no line number (CPython 3.11), and pytest then
+            # fails to render the traceback: an INTERNALERROR instead of a failed item. A fresh exception
+            # raised here carries only frames with known lines.
+            raise ItemTimeout(str(exc)) from None
         return False
 
     def _on_alarm(self, signum, frame) -> None:

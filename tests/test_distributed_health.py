@@ -166,6 +166,22 @@ def test_time_limit_stops_a_runaway_item():
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
+def test_time_limit_raises_a_fresh_exception_whose_traceback_pytest_can_render():
+    """The alarm's own traceback can hold a frame with no line number (CPython 3.11), which made pytest
+    crash with INTERNALERROR while rendering it; the limit re-raises from its own exit instead."""
+    limit = item_time_limit(3600, where="qasper")
+    with pytest.raises(ItemTimeout, match="qasper exceeded its time limit") as info:
+        with limit:
+            limit._on_alarm(signal.SIGALRM, None)
+    assert info.value.__suppress_context__
+    assert isinstance(info.value.__context__, ItemTimeout)  # the alarm's exception, hidden from the report
+    tb = info.value.__traceback__
+    while tb is not None:
+        assert tb.tb_lineno is not None
+        tb = tb.tb_next
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
 def test_time_limit_restores_the_previous_handler_and_disarms():
     before = signal.getsignal(signal.SIGALRM)
     with item_time_limit(3600) as limit:
