@@ -91,6 +91,7 @@ def alphabet(tok):
 
 
 def slots(n_alpha, old_hidden=OLD_HIDDEN):
+    """Where each workspace slot sits after the trained dims, and the resulting hidden width."""
     out, at = {}, old_hidden
     for name, width in [("E", n_alpha + NK), ("A", DM), ("B", DM), ("C", DM), ("CARRY", NK), ("ONE", 1), ("TMPL", 1),
                         ("ANCHOR", 1), ("MENTIONED", 1), ("QUESTION_SIDE", 1), ("SINK", 1), ("BALLAST", 1)]:
