@@ -1,8 +1,10 @@
-"""The RoPE kernels that scripts/compile_retrieval.py designs for the default model's key-matching circuit.
+"""The pieces scripts/compile_retrieval.py designs for the default model's key-matching circuit.
 
-The bag head needs a flat window (every key token of a needle weighs the same, so the question's bag
-equals the needle's) and the carry head needs a kernel that always prefers the latest anchor; both
-must hold out to 8,192 tokens, where RoPE's periodic terms could bring a far position back."""
+RoPE kernels: the bag head needs a flat window (every key token of a needle weighs the same, so the
+question's bag equals the needle's), the carry head a kernel that always prefers the latest anchor,
+and the previous-token heads a sharp peak; all must hold out to 8,192 tokens, where RoPE's periodic
+terms could bring a far position back. The copy alphabet must hold every token an answer can need,
+and the match codes must keep a mismatch from scoring as a match."""
 
 from __future__ import annotations
 
