@@ -17,9 +17,13 @@ def encode(tokenizer, text: str, *, special_tokens: bool) -> list[int]:
     return list(tokenizer(text, add_special_tokens=special_tokens)["input_ids"])
 
 
-def middle_truncate(tokenizer, text: str, max_tokens: int | None) -> tuple[str, int | None]:
+def middle_truncate(tokenizer, text: str, max_tokens: int | None, *,
+                    odd_token_to_tail: bool = False) -> tuple[str, int | None]:
     """LongBench's truncation: keep the first and last ``max_tokens // 2`` tokens.
 
+    ``odd_token_to_tail``: LongBench v2 writes the tail as ``ids[-max_len//2:]``, which Python
+    reads as ``ids[(-max_len)//2:]``: for an odd ``max_len`` the tail keeps one token more, so
+    exactly ``max_len`` tokens remain (LongBench v1 and InfiniteBench keep ``2 * (max_len // 2)``).
     Returns the (possibly shortened) text and, when truncated, the character offset where the
     kept tail starts.
     """
@@ -27,8 +31,9 @@ def middle_truncate(tokenizer, text: str, max_tokens: int | None) -> tuple[str, 
     if max_tokens is None or len(ids) <= max_tokens:
         return text, None
     half = max_tokens // 2
+    tail_tokens = max_tokens - half if odd_token_to_tail else half
     head = tokenizer.decode(ids[:half], skip_special_tokens=True)
-    tail = tokenizer.decode(ids[len(ids) - half :], skip_special_tokens=True) if half else ""
+    tail = tokenizer.decode(ids[len(ids) - tail_tokens :], skip_special_tokens=True) if tail_tokens else ""
     return head + tail, len(head)
 
 
@@ -91,3 +96,11 @@ def build_token_prompt(tokenizer, user_text: str, question: str, *, use_chat: bo
         candidates.append(user_text[truncated_at:])
     boundary = locate_question(text[:search_end], candidates, search_end)
     return tokenize_with_boundary(tokenizer, text, boundary, special_tokens=special_tokens)
+
+
+def build_truncated_prompt(tokenizer, text: str, question: str, max_prompt_tokens: int | None, *,
+                           use_chat: bool, answer_prefix: str = "", odd_token_to_tail: bool = False) -> Prompt:
+    """The whole path of a filled template: middle truncation, chat template, context boundary."""
+    text, truncated_at = middle_truncate(tokenizer, text, max_prompt_tokens, odd_token_to_tail=odd_token_to_tail)
+    return build_token_prompt(tokenizer, text, question, use_chat=use_chat, answer_prefix=answer_prefix,
+                              truncated_at=truncated_at)

@@ -15,16 +15,16 @@ Every record is validated; a malformed one is a DataError naming the file and li
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, TaskUnavailable
+from ..sources import DATA_ROOT, FIXTURES, is_fixture_dir, parse_line, require_fields, take
+from ..sources import read_jsonl as _read_jsonl
 
-FIXTURE_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "longbench"
-FIXTURES = "fixtures"
+FIXTURE_DIR = DATA_ROOT / "longbench"
 HUB_REPO = "THUDM/LongBench"
 
 _HOW_TO_GET = (
@@ -33,17 +33,6 @@ _HOW_TO_GET = (
     "or unzip https://huggingface.co/datasets/THUDM/LongBench/resolve/main/data.zip and pass "
     "data_dir=<folder with {task}.jsonl>; data_dir='fixtures' runs the small packaged samples"
 )
-
-
-def is_fixture_dir(data_dir) -> bool:
-    if data_dir is None:
-        return False
-    if str(data_dir) == FIXTURES:
-        return True
-    try:
-        return Path(data_dir).resolve() == FIXTURE_DIR
-    except OSError:
-        return False
 
 
 def fixture_tasks() -> list[str]:
@@ -63,10 +52,10 @@ def load_records(task: str, data_dir=None, n: int | None = None) -> list[tuple[s
                 f"{', '.join(fixture_tasks())}); pass a data_dir with the real data. "
                 + _HOW_TO_GET.format(task=task)
             )
-        return list(_take(read_jsonl(path), n))
+        return list(take(read_jsonl(path), n))
     if data_dir is not None:
-        return list(_take(read_jsonl(local_file(task, Path(data_dir))), n))
-    return list(_take(_hub_records(task), n))
+        return list(take(read_jsonl(local_file(task, Path(data_dir))), n))
+    return list(take(_hub_records(task), n))
 
 
 def local_file(task: str, data_dir: Path) -> Path:
@@ -77,16 +66,7 @@ def local_file(task: str, data_dir: Path) -> Path:
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
-            yield where, validate_record(record, where)
+    return _read_jsonl(path, validate_record)
 
 
 REQUIRED_FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -99,27 +79,13 @@ REQUIRED_FIELDS: dict[str, type | tuple[type, ...]] = {
 
 def validate_record(record: Any, where: str) -> dict:
     """Check one record against the official format; returns it unchanged."""
-    if not isinstance(record, dict):
-        raise DataError(f"{where}: a record must be a JSON object, got {type(record).__name__}")
-    for name, expected in REQUIRED_FIELDS.items():
-        if name not in record:
-            raise DataError(f"{where}: missing field {name!r}")
-        value = record[name]
-        if not isinstance(value, expected) or isinstance(value, bool):
-            raise DataError(f"{where}: field {name!r} must be {expected.__name__}, got {type(value).__name__}")
+    require_fields(record, where, REQUIRED_FIELDS)
     if not record["answers"] or not all(isinstance(answer, str) for answer in record["answers"]):
         raise DataError(f"{where}: field 'answers' must be a non-empty list of strings")
     classes = record.get("all_classes")
     if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
         raise DataError(f"{where}: field 'all_classes' must be null or a list of strings")
     return record
-
-
-def _take(records: Iterator[tuple[str, dict]], n: int | None) -> Iterator[tuple[str, dict]]:
-    for count, item in enumerate(records):
-        if n is not None and count >= n:
-            return
-        yield item
 
 
 def _hub_offline() -> bool:
@@ -174,8 +140,4 @@ def _read_zip_member(path: Path, task: str) -> Iterator[tuple[str, dict]]:
                 if not raw.strip():
                     continue
                 where = f"{path}!{member}:{line_number}"
-                try:
-                    record = json.loads(raw)
-                except json.JSONDecodeError as error:
-                    raise DataError(f"{where}: not valid JSON ({error.msg})") from None
-                yield where, validate_record(record, where)
+                yield where, validate_record(parse_line(raw, where), where)

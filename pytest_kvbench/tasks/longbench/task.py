@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..base import Prompt, Sample, Task, percent_mean
-from ..prompting import build_token_prompt, middle_truncate
+from ..prompting import build_truncated_prompt
 from .config import LENGTH_BUCKETS, LongBenchSpec
 from .data import load_records
 
@@ -21,11 +21,11 @@ class LongBenchTask(Task):
                      context_length: int | None = None) -> list[Sample]:
         """The first ``n`` records in file order (``seed`` and ``context_length`` do not apply)."""
         samples = []
-        for source, record in load_records(self.name, data_dir, n):
+        for source, record in load_records(self.spec.name, data_dir, n):
             fields = dict(record)
             fields["all_classes"] = record.get("all_classes") or []
             fields["source"] = source
-            sample_id = str(record.get("_id") or f"{self.name}:{source.rsplit(':', 1)[-1]}")
+            sample_id = str(record.get("_id") or f"{self.spec.name}:{source.rsplit(':', 1)[-1]}")
             samples.append(Sample(id=sample_id, answers=list(record["answers"]), fields=fields))
         return samples
 
@@ -39,11 +39,8 @@ class LongBenchTask(Task):
         return after_context.format(**_template_values(sample))
 
     def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
-        text, truncated_at = middle_truncate(tokenizer, self.prompt_text(sample), max_prompt_tokens)
-        return build_token_prompt(
-            tokenizer, text, self.question_text(sample),
-            use_chat=self.spec.use_chat_template, truncated_at=truncated_at,
-        )
+        return build_truncated_prompt(tokenizer, self.prompt_text(sample), self.question_text(sample),
+                                      max_prompt_tokens, use_chat=self.spec.use_chat_template)
 
     def score(self, prediction: str, sample: Sample) -> float:
         from ..metrics import METRICS, best_over_references, first_line
