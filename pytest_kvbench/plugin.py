@@ -21,19 +21,19 @@ from pytest_kvbench.environment import capture_environment
 from pytest_kvbench.gate import Gate
 from pytest_kvbench.grid import Case, GridError
 from pytest_kvbench.session import RunSession, new_run_id
+from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 
 SESSION_KEY = pytest.StashKey[RunSession]()
 RUNNER_KEY = pytest.StashKey[object]()
 GATE_KEY = pytest.StashKey[Gate]()
 RECORD_KEY = pytest.StashKey[dict]()
 SLOTS_KEY = pytest.StashKey[DeviceSlots]()
-SUITES = ("longbench", "ruler")
+SUITES = tuple(SUITE_DESCRIPTIONS)  # one marker and one bench/test_<suite>.py per task suite
 SLOW_CONTEXT = 8192  # RULER items from this context length on are marked slow
 
 MARKERS = {
     "smoke": "quick subset of the benchmark grid (smallest budget, smoke tasks)",
-    "longbench": "LongBench / LongBench-E task items",
-    "ruler": "RULER synthetic task items",
+    **SUITE_DESCRIPTIONS,
     "slow": f"items expected to take long (RULER contexts of {SLOW_CONTEXT} tokens and more)",
 }
 

@@ -31,13 +31,13 @@ RULER = ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "
 def test_all_official_tasks_are_registered():
     assert set(available_tasks("longbench")) == set(LONGBENCH) | {f"{t}_e" for t in LONGBENCH_E}
     assert set(RULER) | {"niah_grid", "niah_grid_essay"} == set(available_tasks("ruler"))
-    assert len(available_tasks()) == 21 + 13 + 13 + 2
+    assert len(available_tasks()) == 21 + 13 + 13 + 2 + 2 + 12 + 3 + 4  # + LongBench v2, InfiniteBench, reasoning, SCBench
 
 
 def test_every_task_has_the_contract_attributes():
     for name in available_tasks():
         task = get_task(name)
-        assert task.name == name and task.suite in ("longbench", "ruler")
+        assert task.name == name and task.suite in tasks.SUITES
         assert isinstance(task.metric_name, str) and task.max_new_tokens > 0
 
 
@@ -50,7 +50,7 @@ def test_unknown_task_lists_valid_tasks_on_one_line():
 
 
 def test_unknown_suite():
-    with pytest.raises(TaskError, match="valid suites: longbench, ruler"):
+    with pytest.raises(TaskError, match="valid suites: longbench, ruler, longbench_v2, infinitebench, reasoning, scbench"):
         available_tasks("babilong")
 
 

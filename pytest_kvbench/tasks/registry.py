@@ -1,39 +1,76 @@
 """Task names -> task objects. Building a task loads nothing and imports no heavy library,
-so collecting thousands of items stays fast; data and metrics load when first used."""
+so collecting thousands of items stays fast; data and metrics load when first used.
+
+A task name may carry a generation length, ``math500:max_new_tokens=4096``: reasoning models
+need their long default, a small model or a quick run does not. A suite whose optional
+dependency is missing is a TaskError naming the extra to install, so a run stops at collection.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
+import importlib
+import importlib.util
 
 from .base import Task
 from .errors import TaskError
 
-SUITES = ("longbench", "ruler")
+# suite -> (module with the specs function and the task class, specs function, task class,
+#           optional module it needs, pip extra that installs it, one line for markers/listings)
+_SUITE_TABLE = {
+    "longbench": ("longbench", "config.longbench_specs", "task.LongBenchTask", None, None,
+                  "LongBench / LongBench-E task items"),
+    "ruler": ("ruler", "specs.ruler_specs", "task.RulerTask", None, None, "RULER synthetic task items"),
+    "longbench_v2": ("longbench_v2", "task.longbench_v2_specs", "task.LongBenchV2Task", None, None,
+                     "LongBench v2 multiple-choice items (with and without CoT)"),
+    "infinitebench": ("infinitebench", "specs.infinitebench_specs", "task.InfiniteBenchTask", None, None,
+                      "InfiniteBench task items (12 tasks, 100k+ tokens)"),
+    "reasoning": ("reasoning", "specs.reasoning_specs", "task.ReasoningTask", "math_verify", "reasoning",
+                  "long-generation reasoning items (MATH-500, AIME 2024/2025)"),
+    "scbench": ("scbench", "specs.scbench_specs", "task.SCBenchTask", None, None,
+                "SCBench shared-context task items (one question per sample)"),
+}
+SUITES = tuple(_SUITE_TABLE)
+SUITE_DESCRIPTIONS = {suite: entry[5] for suite, entry in _SUITE_TABLE.items()}
 
 # Quick tasks for a smoke run, and the embedded-model main job: the retrieval-style RULER tasks
-# that need no external text (what the embedded model was trained for) plus the short-answer
-# LongBench tasks that have packaged fixtures. Aggregation tasks (cwe, fwe) and long-generation
-# tasks (gov_report, samsum, qasper) are available by name; they cost minutes on a CPU and the
-# embedded model cannot do them, so they are not in the default grid.
-SMOKE_TASKS = ("niah_single_1", "passage_retrieval_en")
-DEFAULT_TASKS = (
+# that need no external text (what the embedded model was trained for), the short-answer
+# LongBench tasks that have packaged fixtures, and one fixture task of each further suite.
+# Aggregation tasks (cwe, fwe) and long-generation tasks (gov_report, samsum, qasper) are
+# available by name; they cost minutes on a CPU and the embedded model cannot do them, so they
+# are not in the default grid.
+_SMOKE_TASKS = ("niah_single_1", "passage_retrieval_en", "longbench_v2", "passkey",
+                "aime2024:max_new_tokens=64", "scbench_kv")
+_DEFAULT_TASKS = (
     "niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt",
     "passage_retrieval_en", "hotpotqa", "trec", "lcc",
+    "longbench_v2", "passkey", "aime2024:max_new_tokens=64", "scbench_kv",
 )
+_OVERRIDABLE = ("max_new_tokens",)
+
+
+def _module(suite: str, dotted: str):
+    module, attribute = dotted.rsplit(".", 1)
+    return getattr(importlib.import_module(f"{__package__}.{_SUITE_TABLE[suite][0]}.{module}"), attribute)
 
 
 @functools.cache
 def _specs() -> dict[str, tuple[str, object]]:
-    from .longbench.config import longbench_specs
-    from .ruler.specs import ruler_specs
-
     specs: dict[str, tuple[str, object]] = {}
-    for name, spec in longbench_specs().items():
-        specs[name] = ("longbench", spec)
-    for name, spec in ruler_specs().items():
-        specs[name] = ("ruler", spec)
+    for suite, (_, specs_function, *_rest) in _SUITE_TABLE.items():
+        for name, spec in _module(suite, specs_function)().items():
+            specs[name] = (suite, spec)
     return specs
+
+
+def missing_dependency(suite: str) -> str | None:
+    """One line saying what to install when the suite's optional dependency is absent, else None."""
+    _, _, _, module, extra, _ = _SUITE_TABLE[suite]
+    if module is None or importlib.util.find_spec(module) is not None:
+        return None
+    return f"the {suite} tasks need {module.replace('_', '-')}: pip install 'pytest-kvbench[{extra}]'"
 
 
 def available_tasks(suite: str | None = None) -> list[str]:
@@ -42,21 +79,60 @@ def available_tasks(suite: str | None = None) -> list[str]:
     return [name for name, (kind, _) in _specs().items() if suite is None or kind == suite]
 
 
-def get_task(name: str) -> Task:
-    entry = _specs().get(name)
+def suite_of(name: str) -> str:
+    """The suite of a task name (an override suffix allowed); TaskError for an unknown name."""
+    return _lookup(split_name(name)[0])[0]
+
+
+def split_name(name: str) -> tuple[str, dict[str, int]]:
+    """``"math500:max_new_tokens=4096"`` -> ``("math500", {"max_new_tokens": 4096})``."""
+    base, *parts = str(name).split(":")
+    overrides: dict[str, int] = {}
+    for part in parts:
+        key, equals, value = part.partition("=")
+        if key not in _OVERRIDABLE or not equals:
+            raise TaskError(f"task {name!r}: unknown setting {part!r}; a task accepts {', '.join(_OVERRIDABLE)}=N")
+        if not value.isdigit() or int(value) <= 0:
+            raise TaskError(f"task {name!r}: {key} must be a positive integer, got {value!r}")
+        overrides[key] = int(value)
+    return base, overrides
+
+
+def _lookup(base: str) -> tuple[str, object]:
+    entry = _specs().get(base)
     if entry is None:
         names = list(_specs())
-        close = difflib.get_close_matches(str(name), names, n=1)
+        close = difflib.get_close_matches(base, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise TaskError(f"unknown task {name!r}{hint}; valid tasks: {', '.join(names)}")
-    kind, spec = entry
-    if kind == "longbench":
-        from .longbench.task import LongBenchTask
+        raise TaskError(f"unknown task {base!r}{hint}; valid tasks: {', '.join(names)}")
+    return entry
 
-        return LongBenchTask(spec)
-    from .ruler.task import RulerTask
 
-    return RulerTask(spec)
+def get_task(name: str) -> Task:
+    base, overrides = split_name(name)
+    suite, spec = _lookup(base)
+    missing = missing_dependency(suite)
+    if missing:
+        raise TaskError(f"task {base!r}: {missing}")
+    if overrides:
+        spec = dataclasses.replace(spec, **overrides)
+    task = _module(suite, _SUITE_TABLE[suite][2])(spec)
+    task.name = str(name)
+    return task
+
+
+def _runnable(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names whose suite needs no missing optional dependency (so the default grid runs anywhere)."""
+    return tuple(name for name in names if missing_dependency(suite_of(name)) is None)
+
+
+def __getattr__(attribute: str):
+    # Computed on first use: checking the optional dependencies imports the suite tables.
+    if attribute == "SMOKE_TASKS":
+        return _runnable(_SMOKE_TASKS)
+    if attribute == "DEFAULT_TASKS":
+        return _runnable(_DEFAULT_TASKS)
+    raise AttributeError(attribute)
 
 
 def check_context_length(task, model_max, context_length: int | None) -> None:
