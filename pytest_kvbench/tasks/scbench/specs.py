@@ -1,0 +1,48 @@
+"""Per-task facts of the SCBench tasks this harness runs, from microsoft/MInference's scbench/.
+
+Templates are ``multiturn_templates`` of eval_utils.py (the first turn's prompt: template with
+the context and that turn's question), generation lengths DATA_NAME_TO_MAX_NEW_TOKENS, and the
+scorer is the InfiniteBench-derived one compute_scores.py maps each task to
+(``Multiturnbench_to_Infinitebench``): kv and prefix_suffix use SCBench's own kv_retrieval
+(substring), qa_eng its longdialogue_qa_eng (substring of any reference, case-insensitive), vt
+``string_match_all``. The official runs use the chat template (scripts/run_all_tasks.sh passes
+``--use_chat_template``) and at most 5 turns per context (``--max_turns`` default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_TURNS = 5
+
+_KV = "Extract the value corresponding to the specified key in the JSON object below.\n\n{context}\n\n{input}"
+TEMPLATES = {
+    "scbench_kv": _KV,
+    "scbench_prefix_suffix": "{context}\n\n{input}",
+    "scbench_vt": "{context}\n\n{input}",
+    "scbench_qa_eng": (
+        "Read the book and answer the question. Be very concise in your answer.\n\n{context}\n\n"
+        "Question: {input}\nAnswer:"
+    ),
+}
+MAX_NEW_TOKENS = {"scbench_kv": 150, "scbench_prefix_suffix": 150, "scbench_vt": 30, "scbench_qa_eng": 40}
+METRIC_NAMES = {
+    "scbench_kv": "substring_match", "scbench_prefix_suffix": "substring_match",
+    "scbench_vt": "string_match_all", "scbench_qa_eng": "any_reference_in_prediction",
+}
+
+
+@dataclass(frozen=True)
+class SCBenchSpec:
+    name: str
+    template: str
+    max_new_tokens: int
+    metric_name: str
+
+    @property
+    def data_file(self) -> str:
+        return f"{self.name}.jsonl"
+
+
+def scbench_specs() -> dict[str, SCBenchSpec]:
+    return {name: SCBenchSpec(name, TEMPLATES[name], MAX_NEW_TOKENS[name], METRIC_NAMES[name]) for name in TEMPLATES}
