@@ -21,8 +21,9 @@ def add_bench_files(pytester) -> None:
     Renamed, because pytester runs in this process, where tests/test_longbench.py and
     tests/test_ruler.py are already imported under those module names.
     """
-    for name in ("test_longbench.py", "test_ruler.py"):
-        pytester.makepyfile(**{"test_suite_" + name[5:-3]: (BENCH / name).read_text()})
+    for path in sorted(BENCH.glob("test_*.py")):
+        if path.name != "test_kernels.py":
+            pytester.makepyfile(**{"test_suite_" + path.stem[5:]: path.read_text()})
 
 
 HOOK_CONFTEST = (
