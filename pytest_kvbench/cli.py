@@ -112,6 +112,22 @@ def _commands(env: dict, run_id: str | None) -> list[str]:
     return lines
 
 
+def cmd_tasks(args) -> int:
+    from pytest_kvbench.tasks import TaskError
+    from pytest_kvbench.tasks.registry import task_listing
+
+    try:
+        rows = task_listing(args.suite)
+    except TaskError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [[r["task"], r["suite"], r["metric"], r["max_new_tokens"], r["source"], r["missing"] or "yes"] for r in rows]
+    print(tabulate(table, headers=["task", "suite", "metric", "max new tokens", "data", "available"], tablefmt="github"))
+    return 0
+
+
 def cmd_show(args) -> int:
     run = load_run(args.run, args.results)
     if args.reproduce:
@@ -295,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", parents=[common], help="list runs: id, date, models, methods, budgets, tasks, commit")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("tasks", parents=[common], help="list every task: suite, metric, generation length, data source")
+    p.add_argument("--suite", help="only this suite's tasks")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_tasks)
 
     p = sub.add_parser("show", parents=[common], help="tables and environment of a run")
     p.add_argument("run", metavar="RUN")

@@ -72,3 +72,25 @@ def test_smoke_selects_one_fixture_task_per_suite(pytester):
                                 "-p", "no:cacheprovider")
     files = {line.split("::")[0] for line in result.outlines if "::test_" in line}
     assert files == {f"test_suite_{suite}.py" for suite in ("longbench", "ruler") + NEW_SUITES}
+
+
+class TestKvbenchTasks:
+    def test_lists_every_task_with_its_metric(self, capsys):
+        import json
+
+        from pytest_kvbench.cli import main
+
+        assert main(["tasks", "--json"]) == 0
+        rows = {row["task"]: row for row in json.loads(capsys.readouterr().out)}
+        assert set(rows) == set(available_tasks())
+        assert rows["longbook_sum_eng"]["metric"] == "rouge_lsum" and rows["math_calc"]["max_new_tokens"] == 30000
+        assert rows["aime2025"]["source"] == "yentinglin/aime_2025" and rows["aime2025"]["missing"] is None
+
+    def test_one_suite_as_a_table_and_a_bad_suite_exits_2(self, capsys):
+        from pytest_kvbench.cli import main
+
+        assert main(["tasks", "--suite", "scbench"]) == 0
+        out = capsys.readouterr().out
+        assert "scbench_prefix_suffix" in out and "substring_match" in out and "passkey" not in out
+        assert main(["tasks", "--suite", "babilong"]) == 2
+        assert "unknown suite 'babilong'" in capsys.readouterr().err

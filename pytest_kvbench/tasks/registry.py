@@ -13,27 +13,40 @@ import difflib
 import functools
 import importlib
 import importlib.util
+from typing import NamedTuple
 
 from .base import Task
 from .errors import TaskError
 
-# suite -> (module with the specs function and the task class, specs function, task class,
-#           optional module it needs, pip extra that installs it, one line for markers/listings)
+
+
+class _Suite(NamedTuple):
+    package: str  # sub-package of pytest_kvbench.tasks
+    specs: str  # "module.function" returning {task name: spec}
+    task_class: str  # "module.Class" built from a spec
+    needs: str | None  # optional module the suite imports
+    extra: str | None  # pip extra that installs it
+    description: str  # marker help and listings
+    source: str  # where the data comes from (hub dataset)
+
+
 _SUITE_TABLE = {
-    "longbench": ("longbench", "config.longbench_specs", "task.LongBenchTask", None, None,
-                  "LongBench / LongBench-E task items"),
-    "ruler": ("ruler", "specs.ruler_specs", "task.RulerTask", None, None, "RULER synthetic task items"),
-    "longbench_v2": ("longbench_v2", "task.longbench_v2_specs", "task.LongBenchV2Task", None, None,
-                     "LongBench v2 multiple-choice items (with and without CoT)"),
-    "infinitebench": ("infinitebench", "specs.infinitebench_specs", "task.InfiniteBenchTask", None, None,
-                      "InfiniteBench task items (12 tasks, 100k+ tokens)"),
-    "reasoning": ("reasoning", "specs.reasoning_specs", "task.ReasoningTask", "math_verify", "reasoning",
-                  "long-generation reasoning items (MATH-500, AIME 2024/2025)"),
-    "scbench": ("scbench", "specs.scbench_specs", "task.SCBenchTask", None, None,
-                "SCBench shared-context task items (one question per sample)"),
+    "longbench": _Suite("longbench", "config.longbench_specs", "task.LongBenchTask", None, None,
+                        "LongBench / LongBench-E task items", "THUDM/LongBench"),
+    "ruler": _Suite("ruler", "specs.ruler_specs", "task.RulerTask", None, None, "RULER synthetic task items",
+                    "generated (NVIDIA/RULER recipes)"),
+    "longbench_v2": _Suite("longbench_v2", "task.longbench_v2_specs", "task.LongBenchV2Task", None, None,
+                           "LongBench v2 multiple-choice items (with and without CoT)", "THUDM/LongBench-v2"),
+    "infinitebench": _Suite("infinitebench", "specs.infinitebench_specs", "task.InfiniteBenchTask", None, None,
+                            "InfiniteBench task items (12 tasks, 100k+ tokens)", "xinrongzhang2022/InfiniteBench"),
+    "reasoning": _Suite("reasoning", "specs.reasoning_specs", "task.ReasoningTask", "math_verify", "reasoning",
+                        "long-generation reasoning items (MATH-500, AIME 2024/2025)",
+                        "HuggingFaceH4/MATH-500, HuggingFaceH4/aime_2024, yentinglin/aime_2025"),
+    "scbench": _Suite("scbench", "specs.scbench_specs", "task.SCBenchTask", None, None,
+                      "SCBench shared-context task items (one question per sample)", "microsoft/SCBench"),
 }
 SUITES = tuple(_SUITE_TABLE)
-SUITE_DESCRIPTIONS = {suite: entry[5] for suite, entry in _SUITE_TABLE.items()}
+SUITE_DESCRIPTIONS = {suite: entry.description for suite, entry in _SUITE_TABLE.items()}
 
 # Quick tasks for a smoke run, and the embedded-model main job: the retrieval-style RULER tasks
 # that need no external text (what the embedded model was trained for), the short-answer
@@ -53,24 +66,24 @@ _OVERRIDABLE = ("max_new_tokens",)
 
 def _module(suite: str, dotted: str):
     module, attribute = dotted.rsplit(".", 1)
-    return getattr(importlib.import_module(f"{__package__}.{_SUITE_TABLE[suite][0]}.{module}"), attribute)
+    return getattr(importlib.import_module(f"{__package__}.{_SUITE_TABLE[suite].package}.{module}"), attribute)
 
 
 @functools.cache
 def _specs() -> dict[str, tuple[str, object]]:
     specs: dict[str, tuple[str, object]] = {}
-    for suite, (_, specs_function, *_rest) in _SUITE_TABLE.items():
-        for name, spec in _module(suite, specs_function)().items():
+    for suite, entry in _SUITE_TABLE.items():
+        for name, spec in _module(suite, entry.specs)().items():
             specs[name] = (suite, spec)
     return specs
 
 
 def missing_dependency(suite: str) -> str | None:
     """One line saying what to install when the suite's optional dependency is absent, else None."""
-    _, _, _, module, extra, _ = _SUITE_TABLE[suite]
-    if module is None or importlib.util.find_spec(module) is not None:
+    entry = _SUITE_TABLE[suite]
+    if entry.needs is None or importlib.util.find_spec(entry.needs) is not None:
         return None
-    return f"the {suite} tasks need {module.replace('_', '-')}: pip install 'pytest-kvbench[{extra}]'"
+    return f"the {suite} tasks need {entry.needs.replace('_', '-')}: pip install 'pytest-kvbench[{entry.extra}]'"
 
 
 def available_tasks(suite: str | None = None) -> list[str]:
@@ -116,7 +129,7 @@ def get_task(name: str) -> Task:
         raise TaskError(f"task {base!r}: {missing}")
     if overrides:
         spec = dataclasses.replace(spec, **overrides)
-    task = _module(suite, _SUITE_TABLE[suite][2])(spec)
+    task = _module(suite, _SUITE_TABLE[suite].task_class)(spec)
     task.name = str(name)
     return task
 
@@ -133,6 +146,20 @@ def __getattr__(attribute: str):
     if attribute == "DEFAULT_TASKS":
         return _runnable(_DEFAULT_TASKS)
     raise AttributeError(attribute)
+
+
+def task_listing(suite: str | None = None) -> list[dict]:
+    """One row per task for ``kvbench tasks``: name, suite, metric, generation length, data source,
+    and what to install when the suite's optional dependency is missing. Loads no data."""
+    rows = []
+    for name in available_tasks(suite):
+        kind, spec = _lookup(name)
+        rows.append({
+            "task": name, "suite": kind, "metric": spec.metric_name, "max_new_tokens": spec.max_new_tokens,
+            "source": spec.hub["path"] if isinstance(getattr(spec, "hub", None), dict) else _SUITE_TABLE[kind].source,
+            "missing": missing_dependency(kind),
+        })
+    return rows
 
 
 def check_context_length(task, model_max, context_length: int | None) -> None:

@@ -48,6 +48,7 @@ class LongBenchV2Spec:
     name: str
     template: str
     max_new_tokens: int  # pred.py: 128, or 1,024 for the reasoning pass
+    metric_name: str = "accuracy"
 
 
 def longbench_v2_specs() -> dict[str, LongBenchV2Spec]:
@@ -67,11 +68,11 @@ def validate_record(record, where: str) -> dict:
 
 class LongBenchV2Task(Task):
     suite = "longbench_v2"
-    metric_name = "accuracy"
 
     def __init__(self, spec: LongBenchV2Spec):
         self.spec = spec
         self.name = spec.name
+        self.metric_name = spec.metric_name
         self.max_new_tokens = spec.max_new_tokens
 
     def load_samples(self, tokenizer=None, n: int | None = None, seed: int = 0, data_dir=None,
