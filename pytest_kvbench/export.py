@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import fmean
@@ -20,6 +21,7 @@ from tabulate import tabulate
 
 from pytest_kvbench.runs import is_scored
 from pytest_kvbench.stats import seed_summary
+from pytest_kvbench.tasks.summaries import suite_summaries
 
 FULL = "full"
 FORMATS = ("md", "csv", "latex", "json")
@@ -243,7 +245,41 @@ def to_latex(records: Sequence[dict], caption: str | None = None) -> str:
                 label = ("--" if budget == FULL else latex_escape(budget)) if index == 0 else ""
                 out.append(" & ".join([label, latex_escape(method)] + cells) + " \\\\")
         out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+        for table in mine:
+            for summary in suite_summaries(_group_cells(records, table)):
+                out += _summary_latex(summary, table)
     return "\n".join(out)
+
+
+def _group_cells(records: Sequence[dict], table: ScoreTable) -> dict:
+    """The records of one table as ``{method: {task label: [records]}}`` (tasks/summaries.py's input)."""
+    cells: dict = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if is_scored(r) and r["model"]["name"] == table.model and budget_label(r) in (table.budget, FULL):
+            cells[method_label(r)][task_label(r)].append(r)
+    return cells
+
+
+def _summary_latex(summary, table: ScoreTable) -> list[str]:
+    """A suite summary as its own booktabs table, methods in the main table's order, best bold."""
+    methods = [m for m in table.methods if m in summary.values]
+    best = {}
+    for column in summary.columns:
+        values = [v for m in methods if m != FULL and (v := summary.values[m].get(column)) is not None]
+        best[column] = max(values) if len(values) > 1 and max(values) > min(values) else None
+    budget = "full cache" if table.budget == FULL else f"budget {table.budget}"
+    lines = ["\\begin{table}[t]", "\\centering",
+             f"\\caption{{{latex_escape(f'{summary.title} on {table.model}, {budget} (score x 100).')}}}",
+             f"\\begin{{tabular}}{{l{'r' * len(summary.columns)}}}", "\\toprule",
+             " & ".join(["Method"] + [latex_escape(c) for c in summary.columns]) + " \\\\", "\\midrule"]
+    for method in methods:
+        cells = []
+        for column in summary.columns:
+            value = summary.values[method].get(column)
+            text = "-" if value is None else f"{value:.1f}"
+            cells.append(f"\\textbf{{{text}}}" if value is not None and method != FULL and value == best[column] else text)
+        lines.append(" & ".join([latex_escape(method)] + cells) + " \\\\")
+    return lines + ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
 
 
 TIDY_COLUMNS = [

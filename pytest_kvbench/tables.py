@@ -13,6 +13,7 @@ from statistics import fmean
 from tabulate import tabulate
 
 from pytest_kvbench.grid import FULL_METHOD
+from pytest_kvbench.tasks.summaries import suite_summaries
 
 
 def _task_label(record: dict) -> str:
@@ -82,7 +83,15 @@ def budget_tables(records: list[dict], fmt: str = "github", bold: bool = True) -
             headers = ["Method"] + tasks + ["Avg", "KL", "Agree", "KV MiB"]
             budget_text = "full cache" if budget == FULL_METHOD else f"budget {budget}"
             tables.append((f"{model} — {budget_text}", tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)))
+            tables += [(f"{model} — {budget_text} — {summary.title}", summary_table(summary, methods, fmt))
+                       for summary in suite_summaries(by_method)]
     return tables
+
+
+def summary_table(summary, methods: list[str], fmt: str) -> str:
+    """A suite's summary (tasks/summaries.py) as one table: rows in the main table's method order."""
+    rows = [[m] + [_fmt(summary.values[m].get(c), 1) for c in summary.columns] for m in methods if m in summary.values]
+    return tabulate(rows, headers=["Method"] + summary.columns, tablefmt=fmt, disable_numparse=True)
 
 
 def _avg(values: dict, tasks: list[str]) -> float | None:
