@@ -36,12 +36,19 @@ def percent_mean(scores: list[float]) -> float | None:
 
 
 class Task:
-    """Base class: subclasses set the attributes and implement the four methods."""
+    """Base class: subclasses set ``suite`` and implement the four methods. A task is built from
+    its spec (a frozen dataclass with at least ``name``, ``metric_name`` and ``max_new_tokens``)."""
 
     name: str
-    suite: str  # "longbench" | "ruler"
+    suite: str  # one of registry.SUITES
     metric_name: str
     max_new_tokens: int
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.metric_name = spec.metric_name
+        self.max_new_tokens = spec.max_new_tokens
 
     def load_samples(self, tokenizer, n: int | None = None, seed: int = 0, data_dir=None,
                      context_length: int | None = None) -> list[Sample]:

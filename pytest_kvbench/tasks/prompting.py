@@ -10,7 +10,7 @@ with the tokenizer's offset mapping.
 
 from __future__ import annotations
 
-from .base import Prompt
+from .base import Prompt, Sample, Task
 
 
 def encode(tokenizer, text: str, *, special_tokens: bool) -> list[int]:
@@ -104,3 +104,28 @@ def build_truncated_prompt(tokenizer, text: str, question: str, max_prompt_token
     text, truncated_at = middle_truncate(tokenizer, text, max_prompt_tokens, odd_token_to_tail=odd_token_to_tail)
     return build_token_prompt(tokenizer, text, question, use_chat=use_chat, answer_prefix=answer_prefix,
                               truncated_at=truncated_at)
+
+
+class TemplateTask(Task):
+    """A task whose prompt is one ``str.format`` template with a ``{context}`` field: the text after
+    the context is the question part; the prompt is middle-truncated, then chat-templated."""
+
+    use_chat_template = True
+
+    def template(self) -> str:
+        return self.spec.template
+
+    def template_values(self, sample: Sample) -> dict:
+        return {"context": sample.fields["context"], "input": sample.fields["input"]}
+
+    def prompt_text(self, sample: Sample) -> str:
+        """The official template filled with the record (before truncation and chat template)."""
+        return self.template().format(**self.template_values(sample))
+
+    def question_text(self, sample: Sample) -> str:
+        """The part of the filled template after the context."""
+        return self.template().split("{context}", 1)[1].format(**self.template_values(sample))
+
+    def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
+        return build_truncated_prompt(tokenizer, self.prompt_text(sample), self.question_text(sample),
+                                      max_prompt_tokens, use_chat=self.use_chat_template)

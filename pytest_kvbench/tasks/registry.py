@@ -19,7 +19,6 @@ from .base import Task
 from .errors import TaskError
 
 
-
 class _Suite(NamedTuple):
     package: str  # sub-package of pytest_kvbench.tasks
     specs: str  # "module.function" returning {task name: spec}

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import fmean
 
-from .longbench_v2.task import DIFFICULTIES, LENGTHS
 from .infinitebench.specs import PAPER_NAMES
+from .longbench_v2.task import DIFFICULTIES, LENGTHS
 
 Cells = dict[str, dict[str, list[dict]]]
 

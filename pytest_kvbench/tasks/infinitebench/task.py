@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import re
 
-from ..base import Prompt, Sample, Task
+from ..base import Sample
 from ..errors import DataError
-from ..prompting import build_truncated_prompt
+from ..prompting import TemplateTask
 from ..sources import SuiteData, require_fields, sample_id
 from .scoring import SCORERS
-from .specs import InfiniteBenchSpec
 
 DATA = SuiteData(
     "infinitebench",
@@ -76,14 +75,10 @@ def official_label(task: str, record: dict, where: str):
     return record["answer"] if task in ("math_calc",) else answers
 
 
-class InfiniteBenchTask(Task):
+class InfiniteBenchTask(TemplateTask):
     suite = "infinitebench"
+    use_chat_template = False  # the open-model scripts feed the plain template
 
-    def __init__(self, spec: InfiniteBenchSpec):
-        self.spec = spec
-        self.name = spec.name
-        self.metric_name = spec.metric_name
-        self.max_new_tokens = spec.max_new_tokens
 
     def _validate(self, record, where: str) -> dict:
         require_fields(record, where, {"context": str, "input": str, "answer": (list, str, int, float)})
@@ -115,16 +110,6 @@ class InfiniteBenchTask(Task):
             target = _TARGET_NUMBER.findall(record["input"])[0].lower()[:-3]
             values["prefix"] = f"What is {target} in the following list?"
         return values
-
-    def prompt_text(self, sample: Sample) -> str:
-        return self.spec.template.format(**self.template_values(sample))
-
-    def question_text(self, sample: Sample) -> str:
-        return self.spec.template.split("{context}", 1)[1].format(**self.template_values(sample))
-
-    def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
-        return build_truncated_prompt(tokenizer, self.prompt_text(sample), self.question_text(sample),
-                                      max_prompt_tokens, use_chat=False)
 
     def score(self, prediction: str, sample: Sample) -> float:
         return float(SCORERS[self.spec.name](prediction or "", sample.fields["label"]))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, TaskUnavailable
-from ..sources import DATA_ROOT, FIXTURES, is_fixture_dir, parse_line, require_fields, take
+from ..sources import DATA_ROOT, is_fixture_dir, parse_line, require_fields, take
 from ..sources import read_jsonl as _read_jsonl
 
 FIXTURE_DIR = DATA_ROOT / "longbench"

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from ..base import Prompt, Sample, Task, percent_mean
-from ..prompting import build_truncated_prompt
-from .config import LENGTH_BUCKETS, LongBenchSpec
+from ..base import Sample, percent_mean
+from ..prompting import TemplateTask
+from .config import LENGTH_BUCKETS
 from .data import load_records
 
 
-class LongBenchTask(Task):
+class LongBenchTask(TemplateTask):
     suite = "longbench"
-
-    def __init__(self, spec: LongBenchSpec):
-        self.spec = spec
-        self.name = spec.name
-        self.metric_name = spec.metric_name
-        self.max_new_tokens = spec.max_new_tokens
 
     def load_samples(self, tokenizer=None, n: int | None = None, seed: int = 0, data_dir=None,
                      context_length: int | None = None) -> list[Sample]:
@@ -29,18 +23,12 @@ class LongBenchTask(Task):
             samples.append(Sample(id=sample_id, answers=list(record["answers"]), fields=fields))
         return samples
 
-    def prompt_text(self, sample: Sample) -> str:
-        """The official template filled with the record (before truncation and chat template)."""
-        return self.spec.prompt.format(**_template_values(sample))
+    def template(self) -> str:
+        return self.spec.prompt
 
-    def question_text(self, sample: Sample) -> str:
-        """The part of the filled template after the context."""
-        after_context = self.spec.prompt.split("{context}", 1)[1]
-        return after_context.format(**_template_values(sample))
-
-    def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
-        return build_truncated_prompt(tokenizer, self.prompt_text(sample), self.question_text(sample),
-                                      max_prompt_tokens, use_chat=self.spec.use_chat_template)
+    @property
+    def use_chat_template(self) -> bool:
+        return self.spec.use_chat_template
 
     def score(self, prediction: str, sample: Sample) -> float:
         from ..metrics import METRICS, best_over_references, first_line
@@ -69,6 +57,3 @@ def length_bucket(length: int) -> str:
             label = name
     return label
 
-
-def _template_values(sample: Sample) -> dict:
-    return {"context": sample.fields["context"], "input": sample.fields["input"]}

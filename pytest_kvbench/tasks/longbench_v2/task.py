@@ -69,11 +69,6 @@ def validate_record(record, where: str) -> dict:
 class LongBenchV2Task(Task):
     suite = "longbench_v2"
 
-    def __init__(self, spec: LongBenchV2Spec):
-        self.spec = spec
-        self.name = spec.name
-        self.metric_name = spec.metric_name
-        self.max_new_tokens = spec.max_new_tokens
 
     def load_samples(self, tokenizer=None, n: int | None = None, seed: int = 0, data_dir=None,
                      context_length: int | None = None) -> list[Sample]:

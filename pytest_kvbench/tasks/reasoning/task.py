@@ -12,7 +12,7 @@ from ..base import Prompt, Sample, Task
 from ..errors import DataError
 from ..prompting import build_truncated_prompt
 from ..sources import SuiteData, require_fields, sample_id
-from .specs import INSTRUCTION, ReasoningSpec
+from .specs import INSTRUCTION
 
 DATA = SuiteData(
     "reasoning",
@@ -25,11 +25,6 @@ DATA = SuiteData(
 class ReasoningTask(Task):
     suite = "reasoning"
 
-    def __init__(self, spec: ReasoningSpec):
-        self.spec = spec
-        self.name = spec.name
-        self.metric_name = spec.metric_name
-        self.max_new_tokens = spec.max_new_tokens
 
     def _validate(self, record, where: str) -> dict:
         require_fields(record, where, {"problem": str, "answer": (str, int)})

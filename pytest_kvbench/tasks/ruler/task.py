@@ -35,11 +35,6 @@ class RulerSpec:
 class RulerTask(Task):
     suite = "ruler"
 
-    def __init__(self, spec: RulerSpec):
-        self.spec = spec
-        self.name = spec.name
-        self.metric_name = spec.metric_name
-        self.max_new_tokens = spec.max_new_tokens
 
     def load_samples(self, tokenizer, n: int | None = None, seed: int = 0, data_dir=None,
                      context_length: int | None = None) -> list[Sample]:

@@ -10,12 +10,12 @@ shared-context protocol can group a context's questions again (and compress the 
 
 from __future__ import annotations
 
-from ..base import Prompt, Sample, Task
+from ..base import Sample
 from ..errors import DataError
-from ..prompting import build_truncated_prompt
+from ..prompting import TemplateTask
 from ..sources import SuiteData, require_fields, sample_id
 from .scoring import SCORERS
-from .specs import MAX_TURNS, SCBenchSpec
+from .specs import MAX_TURNS
 
 DATA = SuiteData(
     "scbench",
@@ -25,14 +25,9 @@ DATA = SuiteData(
 HUB_REPO = "microsoft/SCBench"
 
 
-class SCBenchTask(Task):
+class SCBenchTask(TemplateTask):
     suite = "scbench"
 
-    def __init__(self, spec: SCBenchSpec):
-        self.spec = spec
-        self.name = spec.name
-        self.metric_name = spec.metric_name
-        self.max_new_tokens = spec.max_new_tokens
 
     def _validate(self, record, where: str) -> dict:
         require_fields(record, where, {"context": str, "multi_turns": list})
@@ -71,16 +66,6 @@ class SCBenchTask(Task):
                             "context_id": context_id, "turn": turn_index, "source": source},
                 ))
         return samples
-
-    def prompt_text(self, sample: Sample) -> str:
-        return self.spec.template.format(context=sample.fields["context"], input=sample.fields["input"])
-
-    def question_text(self, sample: Sample) -> str:
-        return self.spec.template.split("{context}", 1)[1].format(input=sample.fields["input"])
-
-    def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
-        return build_truncated_prompt(tokenizer, self.prompt_text(sample), self.question_text(sample),
-                                      max_prompt_tokens, use_chat=True)
 
     def score(self, prediction: str, sample: Sample) -> float:
         return float(SCORERS[self.spec.metric_name](prediction or "", sample.fields["label"]))
