@@ -115,6 +115,9 @@ class Runner:
                     check_logits_finite(result.target_logprobs, f"{case.id} sample {sample.id}")
                     kl, agreement = compare(reference, result.target_logprobs)
                 prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
+                answer = self._follow_up(task, sample, prediction, method, budget, loaded)
+                first_output = {} if answer is None else {"first_output": prediction}
+                prediction = prediction if answer is None else answer
                 score = float(task.score(prediction, sample))
                 scores.append(score)
                 rows.append({
@@ -133,10 +136,24 @@ class Runner:
                     "kl": kl,
                     "agreement": agreement,
                     "fields": {k: v for k, v in sample.fields.items() if k in ("length", "depth", "context_length")},
-                })
+                } | first_output)
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
         return self._record(case, task, method, budget, loaded, loaded_now, rows, aggregate,
                             meter.result, time.perf_counter() - started)
+
+    def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel) -> str | None:
+        """The answer to a task's second question about its first output (LongBench v2's CoT: the
+        letter is asked for in a second, context-free query), through the same method and budget;
+        None when the task asks none."""
+        build = getattr(task, "follow_up_prompt", None)
+        prompt = build(sample, output, loaded.tokenizer, self._max_prompt_tokens(task, loaded)) if build else None
+        if prompt is None:
+            return None
+        from kvmethods.generation import generate
+
+        result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
+                          task.follow_up_max_new_tokens, loaded.eos_token_ids, self.grid.protocol)
+        return loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
 
     def _record(self, case, task, method, budget, loaded, loaded_now, rows, aggregate, meter, total_s) -> dict:
         from pytest_kvbench.hardware import kv_cache_figures, latency_figures

@@ -140,3 +140,53 @@ class TestLoading:
     def test_a_missing_file_is_unavailable_with_a_hint(self, tmp_path):
         with pytest.raises(TaskUnavailable, match="THUDM/LongBench-v2"):
             load("longbench_v2", tmp_path)
+
+
+class TestCotFollowUp:
+    def test_the_second_query_is_the_official_answer_template_without_the_context(self, data_dir):
+        tokenizer = tiny_tokenizer(chat_template=True)
+        task = get_task("longbench_v2_cot")
+        sample = load("longbench_v2_cot", data_dir)[0]
+        prompt = task.follow_up_prompt(sample, "  Both sign it.\n", tokenizer, None)
+        text = tokenizer.decode(prompt.input_ids)
+        # prompts/0shot_cot_ans.txt, with $COT$ the stripped reasoning
+        assert text == "<s>[user] " + (
+            "Please read the following text and answer the questions below.\n\nThe text is too long and omitted here.\n\n"
+            "What is the correct answer to this question: Who signs the lease?\nChoices:\n"
+            "(A) The tenant\n(B) The landlord\n(C) Both\n(D) Neither\n\n"
+            "Let\u2019s think step by step: Both sign it.\n\n"
+            "Based on the above, what is the single, most likely answer choice? Format your response as follows: "
+            '"The correct answer is (insert answer here)".'
+        ) + "</s><s>[assistant] "
+        assert task.follow_up_max_new_tokens == 128
+
+    def test_no_second_query_without_cot_or_without_reasoning(self, data_dir):
+        tokenizer = tiny_tokenizer()
+        sample = load("longbench_v2", data_dir)[0]
+        assert get_task("longbench_v2").follow_up_prompt(sample, "Both sign.", tokenizer, None) is None
+        assert get_task("longbench_v2_cot").follow_up_prompt(sample, " \n", tokenizer, None) is None
+
+    def test_the_runner_generates_the_follow_up_with_the_method_and_scores_its_answer(self, monkeypatch):
+        import kvmethods.generation
+
+        from pytest_kvbench.grid import Grid
+        from pytest_kvbench.runner import Runner
+
+        calls = []
+
+        def fake_generate(model, method, budget, input_ids, context_len, max_new_tokens, *args, **kwargs):
+            calls.append((method.name, budget, max_new_tokens))
+            return type("Result", (), {"tokens": runner_tokenizer.encode("The correct answer is (C)")})()
+
+        runner = Runner(Grid(), "run")
+        loaded, _ = runner.models.get("default")
+        runner_tokenizer = loaded.tokenizer
+        monkeypatch.setattr(kvmethods.generation, "generate", fake_generate)
+        task = get_task("longbench_v2_cot")
+        sample = task.load_samples(None, n=1, data_dir="fixtures")[0]
+        from kvmethods import get_method
+
+        answer = runner._follow_up(task, sample, "Summer is busiest.", get_method("snapkv"), "r0.5", loaded)
+        assert calls == [("snapkv", "r0.5", 128)]
+        assert task.score(answer, sample) == 1.0
+        assert runner._follow_up(get_task("longbench_v2"), sample, "x", get_method("snapkv"), "r0.5", loaded) is None

@@ -9,13 +9,14 @@ decimal; ``aggregate`` returns those splits.
 
 Where this harness departs from the official script, on purpose:
 
-* The official CoT run asks a second question, without the context, that pastes the reasoning
-  into ``ZERO_SHOT_COT_ANSWER`` and asks for "The correct answer is (X)". The item runner has
-  one generation per sample, so ``longbench_v2_cot`` extracts the answer from the reasoning
-  itself; models that end their reasoning with the sentence score the same, others lower. The
-  second pass needs a follow-up hook in the runner (see the issue's report).
 * pred.py drops a sample whose response is empty (and asks again on the next run); here an
   empty response has no answer and scores 0, so every sample counts.
+
+The CoT run is pred.py's two queries: the reasoning (``ZERO_SHOT_COT``, 1,024 tokens), then, via
+``follow_up_prompt``, a second query without the context that pastes the stripped reasoning into
+``ZERO_SHOT_COT_ANSWER`` and asks for "The correct answer is (X)" (128 tokens); the letter is
+extracted from that second response. The runner sends both queries through the same method and
+budget and records the reasoning as the sample's ``first_output``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..base import Prompt, Sample, Task, percent_mean
 from ..errors import DataError
 from ..prompting import build_truncated_prompt
 from ..sources import SuiteData, read_json_array, require_fields
-from .prompts import CHOICE_KEYS, ZERO_SHOT, ZERO_SHOT_COT, extract_answer, fill
+from .prompts import CHOICE_KEYS, ZERO_SHOT, ZERO_SHOT_COT, ZERO_SHOT_COT_ANSWER, extract_answer, fill
 
 HUB = {"path": "THUDM/LongBench-v2", "split": "train"}
 DATA = SuiteData(
@@ -49,12 +50,13 @@ class LongBenchV2Spec:
     template: str
     max_new_tokens: int  # pred.py: 128, or 1,024 for the reasoning pass
     metric_name: str = "accuracy"
+    cot: bool = False
 
 
 def longbench_v2_specs() -> dict[str, LongBenchV2Spec]:
     return {
         "longbench_v2": LongBenchV2Spec("longbench_v2", ZERO_SHOT, 128),
-        "longbench_v2_cot": LongBenchV2Spec("longbench_v2_cot", ZERO_SHOT_COT, 1024),
+        "longbench_v2_cot": LongBenchV2Spec("longbench_v2_cot", ZERO_SHOT_COT, 1024, cot=True),
     }
 
 
@@ -68,6 +70,7 @@ def validate_record(record, where: str) -> dict:
 
 class LongBenchV2Task(Task):
     suite = "longbench_v2"
+    follow_up_max_new_tokens = 128  # pred.py's answer-extraction query after the reasoning
 
 
     def load_samples(self, tokenizer=None, n: int | None = None, seed: int = 0, data_dir=None,
@@ -92,6 +95,17 @@ class LongBenchV2Task(Task):
     def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
         return build_truncated_prompt(tokenizer, self.prompt_text(sample), self.question_text(sample),
                                       max_prompt_tokens, use_chat=True, odd_token_to_tail=True)
+
+    def follow_up_prompt(self, sample: Sample, first_output: str, tokenizer, max_prompt_tokens: int | None):
+        """The CoT run's second query (None without CoT, or when the reasoning came back empty:
+        pred.py skips such a sample, here it then has no answer and scores 0)."""
+        reasoning = first_output.strip()
+        if not self.spec.cot or not reasoning:
+            return None
+        text = fill(ZERO_SHOT_COT_ANSWER, self._record(sample), cot=reasoning)
+        question = text[text.rindex("\n\nBased on the above"):]
+        return build_truncated_prompt(tokenizer, text, question, max_prompt_tokens, use_chat=True,
+                                      odd_token_to_tail=True)
 
     def score(self, prediction: str, sample: Sample) -> float:
         return float(extract_answer((prediction or "").strip()) == sample.answers[0])
