@@ -225,3 +225,13 @@ def test_fixtures_load_and_their_answers_score_full_marks():
 
 def samples_of(name):
     return get_task(name).load_samples(None, data_dir="fixtures")
+
+
+def test_a_generation_longer_than_the_model_is_a_clear_error():
+    from pytest_kvbench.tasks import TaskError
+
+    task = get_task("math_calc")
+    sample = task.load_samples(None, data_dir="fixtures")[0]
+    with pytest.raises(TaskError, match=r"no room for the prompt \(-13616 tokens left after the generation length\); "
+                                        r"shorten the generation with <task>:max_new_tokens=N"):
+        task.build_prompt(sample, tiny_tokenizer(), 16384 - task.max_new_tokens)

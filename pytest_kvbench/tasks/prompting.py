@@ -11,6 +11,7 @@ with the tokenizer's offset mapping.
 from __future__ import annotations
 
 from .base import Prompt, Sample, Task
+from .errors import TaskError
 
 
 def encode(tokenizer, text: str, *, special_tokens: bool) -> list[int]:
@@ -100,7 +101,13 @@ def build_token_prompt(tokenizer, user_text: str, question: str, *, use_chat: bo
 
 def build_truncated_prompt(tokenizer, text: str, question: str, max_prompt_tokens: int | None, *,
                            use_chat: bool, answer_prefix: str = "", odd_token_to_tail: bool = False) -> Prompt:
-    """The whole path of a filled template: middle truncation, chat template, context boundary."""
+    """The whole path of a filled template: middle truncation, chat template, context boundary.
+
+    TaskError when ``max_prompt_tokens`` leaves no room (a generation length such as InfiniteBench
+    Math.Calc's 30,000 tokens exceeds a small model's positions)."""
+    if max_prompt_tokens is not None and max_prompt_tokens <= 0:
+        raise TaskError(f"no room for the prompt ({max_prompt_tokens} tokens left after the generation length); "
+                        "shorten the generation with <task>:max_new_tokens=N or use a longer model")
     text, truncated_at = middle_truncate(tokenizer, text, max_prompt_tokens, odd_token_to_tail=odd_token_to_tail)
     return build_token_prompt(tokenizer, text, question, use_chat=use_chat, answer_prefix=answer_prefix,
                               truncated_at=truncated_at)
