@@ -72,7 +72,6 @@ class LongBenchV2Task(Task):
     suite = "longbench_v2"
     follow_up_max_new_tokens = 128  # pred.py's answer-extraction query after the reasoning
 
-
     def load_samples(self, tokenizer=None, n: int | None = None, seed: int = 0, data_dir=None,
                      context_length: int | None = None) -> list[Sample]:
         """The first ``n`` questions in file order (``seed`` and ``context_length`` do not apply)."""
@@ -83,14 +82,11 @@ class LongBenchV2Task(Task):
             samples.append(Sample(id=record["_id"], answers=[record["answer"]], fields=fields))
         return samples
 
-    def _record(self, sample: Sample) -> dict:
-        return dict(sample.fields, length=sample.fields["length_class"])
-
     def prompt_text(self, sample: Sample) -> str:
-        return fill(self.spec.template, self._record(sample))
+        return fill(self.spec.template, sample.fields)
 
     def question_text(self, sample: Sample) -> str:
-        return fill(self.spec.template.split("$DOC$", 1)[1], self._record(sample))
+        return fill(self.spec.template.split("$DOC$", 1)[1], sample.fields)
 
     def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
         return build_truncated_prompt(tokenizer, self.prompt_text(sample), self.question_text(sample),
@@ -102,7 +98,7 @@ class LongBenchV2Task(Task):
         reasoning = first_output.strip()
         if not self.spec.cot or not reasoning:
             return None
-        text = fill(ZERO_SHOT_COT_ANSWER, self._record(sample), cot=reasoning)
+        text = fill(ZERO_SHOT_COT_ANSWER, sample.fields, cot=reasoning)
         question = text[text.rindex("\n\nBased on the above"):]
         return build_truncated_prompt(tokenizer, text, question, max_prompt_tokens, use_chat=True,
                                       odd_token_to_tail=True)
