@@ -56,6 +56,7 @@ class TestScorers:
         ("The answer is: Configer._set_option", 1.0),
         ("The correct option is: C", 1.0),       # "is:" is a prefix too
         ("Option C", 0.0),                       # no prefix, and not "C." at the start
+        ("C", 0.0),                              # a bare letter neither "C." nor "C:"
         ("answer: B", 0.0),
         ("The answer is:", 0.0),                 # the prediction ends at the prefix
     ])
@@ -213,7 +214,12 @@ def _good(name):
 def test_fixtures_load_and_their_answers_score_full_marks():
     right_answers = {"passkey": ["71432", "40917", "88206"], "longbook_choice_eng": ["C", "B"],
                      "kv_retrieval": ["91c7e2b0-3f4d-4a5e-8b6c-7d8e9f0a1b2c", "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a"],
-                     "code_run": ["The value is -7"], "math_find": ["90"], "math_calc": ["[5, 8, 6, 16, 12]"]}
+                     "code_run": ["The value is -7"], "math_find": ["90"], "math_calc": ["[5, 8, 6, 16, 12]"],
+                     "number_string": ["3000077442"], "longbook_qa_eng": ["In a tin box under the third stair."],
+                     "longdialogue_qa_eng": ["Mara"], "longbook_qa_chn": ["经营茶园。"], "code_debug": ["B. mean"],
+                     "longbook_sum_eng": ["Wren, a clockmaker, follows a letter from her missing brother to the coast and "
+                                          "then to the northern islands, where she finds him repairing lighthouses."]}
+    assert set(right_answers) == ALL_TASKS
     for name, predictions in right_answers.items():
         task = get_task(name)
         samples = task.load_samples(None, data_dir="fixtures")

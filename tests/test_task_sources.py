@@ -94,3 +94,50 @@ class TestKvbenchTasks:
         assert "scbench_prefix_suffix" in out and "substring_match" in out and "passkey" not in out
         assert main(["tasks", "--suite", "babilong"]) == 2
         assert "unknown suite 'babilong'" in capsys.readouterr().err
+
+
+def test_hub_loading_goes_through_datasets_with_each_suites_arguments(monkeypatch):
+    """The hub path (never downloaded in tests): the load_dataset arguments of every suite, rows
+    validated like file records and placed as hub:<dataset>:<row>."""
+    import datasets
+
+    from pytest_kvbench.tasks import get_task
+
+    calls = []
+    rows = {
+        "THUDM/LongBench-v2": {"_id": "h1", "domain": "d", "sub_domain": "s", "difficulty": "easy", "length": "short",
+                               "question": "q", "choice_A": "a", "choice_B": "b", "choice_C": "c", "choice_D": "d",
+                               "answer": "A", "context": "ctx"},
+        "xinrongzhang2022/InfiniteBench": {"id": 7, "context": "c", "input": "q", "answer": ["42"], "options": []},
+        "HuggingFaceH4/aime_2024": {"id": 3, "problem": "p", "answer": "5"},
+        "microsoft/SCBench": {"id": 2, "context": "c", "multi_turns": [{"input": "q", "answer": "v"}]},
+    }
+
+    def fake_load_dataset(**kwargs):
+        calls.append(kwargs)
+        return [rows[kwargs["path"]]]
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    loaded = {name: get_task(name).load_samples(None) for name in ("longbench_v2", "passkey", "aime2024", "scbench_kv")}
+    assert calls == [
+        {"path": "THUDM/LongBench-v2", "split": "train"},
+        {"path": "xinrongzhang2022/InfiniteBench", "data_files": "passkey.jsonl", "split": "train"},
+        {"path": "HuggingFaceH4/aime_2024", "split": "train"},
+        {"path": "microsoft/SCBench", "name": "scbench_kv", "split": "test"},
+    ]
+    assert [s.id for samples in loaded.values() for s in samples] == ["h1", "passkey:7", "aime2024:3", "scbench_kv:2:0"]
+    assert loaded["passkey"][0].fields["source"] == "hub:xinrongzhang2022/InfiniteBench/passkey.jsonl:0"
+
+
+def test_hub_failure_is_unavailable_with_how_to_get_the_files(monkeypatch):
+    import datasets
+
+    from pytest_kvbench.tasks import get_task
+
+    def offline(**kwargs):
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(TaskUnavailable, match=r"datasets could not load microsoft/SCBench/scbench_vt "
+                                              r"\(ConnectionError: offline\); download data/scbench_vt\.jsonl"):
+        get_task("scbench_vt").load_samples(None)

@@ -16,7 +16,7 @@ Every scorer returns a float in [0, 1]. Quirks of the official code that this re
   first of "answer is:", "is:", "answer:" found (after ``\\n ` ' " - *`` and the words
   Option/option become spaces and runs of spaces are squeezed) decides: the text after the
   prefix and one character must start with the letter or the function name. "Option B" alone
-  scores 0.
+  scores 0, and so does a bare "B".
 * math_find: the first number in the prediction (``\\d+\\.\\d+|\\d+``: no sign, so "-5" reads as 5)
   is compared with the label as int or float. The official code calls ``int()`` on a decimal
   string when the label is an int, which raises; here that prediction scores 0.
