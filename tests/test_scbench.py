@@ -11,7 +11,8 @@ from pytest_kvbench.tasks.scbench import scoring
 
 def test_tasks_and_generation_lengths():
     lengths = {name: get_task(name).max_new_tokens for name in available_tasks("scbench")}
-    assert lengths == {"scbench_kv": 150, "scbench_prefix_suffix": 150, "scbench_vt": 30, "scbench_qa_eng": 40}
+    assert lengths == {"scbench_kv": 150, "scbench_prefix_suffix": 150, "scbench_vt": 30, "scbench_qa_eng": 40,
+                       "scbench_choice_eng": 40}
 
 
 class TestScorers:
@@ -73,7 +74,21 @@ class TestSamples:
         assert tokenizer.decode(prompt.input_ids).startswith("<s>[user] Read the book")
         assert tokenizer.decode(prompt.input_ids[prompt.context_len:]).lstrip().startswith("Question: What did Jonas")
 
+    def test_choice_template_keeps_the_official_the_the_and_labels_the_letter(self):
+        task = get_task("scbench_choice_eng")
+        sample = task.load_samples(None, data_dir="fixtures")[0]
+        assert sample.fields["label"] == ["Medicine", "B"]
+        assert task.prompt_text(sample).endswith(
+            "\n\nQuestion: What did Ilse study?\nA. Law\nB. Medicine\nC. Boatbuilding\nD. Music\n\n"
+            "The the correct answer is"
+        )
+        assert task.score(" B. Medicine", sample) == 1.0 and task.score("A", sample) == 0.0
+
     @pytest.mark.parametrize("name, turn, message", [
+        ("scbench_choice_eng", {"input": "q", "answer": "x", "options": ["a", "b", "c"]},
+         r"multi_turns\[0\]: field 'options' must be a list of 4 strings"),
+        ("scbench_choice_eng", {"input": "q", "answer": "x", "options": ["a", "b", "c", "d"]},
+         r"multi_turns\[0\]: field 'answer' must be one of the options"),
         ("scbench_vt", {"input": "q", "answer": "ABCDE"}, r"multi_turns\[0\]: field 'answer' must be a non-empty list"),
         ("scbench_kv", {"input": "q", "answer": ["v"]}, r"multi_turns\[0\]: field 'answer' must be a non-empty string"),
         ("scbench_kv", {"answer": "v"}, r"multi_turns\[0\]: missing field 'input'"),

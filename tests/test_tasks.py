@@ -31,7 +31,7 @@ RULER = ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "
 def test_all_official_tasks_are_registered():
     assert set(available_tasks("longbench")) == set(LONGBENCH) | {f"{t}_e" for t in LONGBENCH_E}
     assert set(RULER) | {"niah_grid", "niah_grid_essay"} == set(available_tasks("ruler"))
-    assert len(available_tasks()) == 21 + 13 + 13 + 2 + 2 + 12 + 3 + 4  # + LongBench v2, InfiniteBench, reasoning, SCBench
+    assert len(available_tasks()) == 21 + 13 + 13 + 2 + 2 + 12 + 3 + 5  # + LongBench v2, InfiniteBench, reasoning, SCBench
 
 
 def test_every_task_has_the_contract_attributes():

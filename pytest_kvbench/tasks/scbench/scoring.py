@@ -1,7 +1,7 @@
 """SCBench's scorers for its string-retrieval and QA tasks, equal to scbench/compute_scores.py.
 
 ``label`` is what run_scbench.py stores per turn (eval_utils.get_ground_truth): the turn's
-``answer``, wrapped in a list for scbench_qa_eng. Quirks reproduced:
+``answer``, wrapped in a list for scbench_qa_eng, ``[answer, its letter]`` for scbench_choice_eng. Quirks reproduced:
 
 * substring_match (SCBench's get_score_one_kv_retrieval, used for scbench_kv and
   scbench_prefix_suffix): the label anywhere in the raw prediction, case-sensitive; unlike
@@ -14,6 +14,8 @@
 """
 
 from __future__ import annotations
+
+from ..infinitebench.scoring import longbook_choice_eng
 
 
 def substring_match(prediction: str, label) -> float:
@@ -34,4 +36,5 @@ SCORERS = {
     "substring_match": substring_match,
     "any_reference_in_prediction": any_reference_in_prediction,
     "string_match_all": string_match_all,
+    "choice": longbook_choice_eng,  # label [option text, letter]; quirks in infinitebench/scoring.py
 }

@@ -5,7 +5,7 @@ the context and that turn's question), generation lengths DATA_NAME_TO_MAX_NEW_T
 scorer is the InfiniteBench-derived one compute_scores.py maps each task to
 (``Multiturnbench_to_Infinitebench``): kv and prefix_suffix use SCBench's own kv_retrieval
 (substring), qa_eng its longdialogue_qa_eng (substring of any reference, case-insensitive), vt
-``string_match_all``. The official runs use the chat template (scripts/run_all_tasks.sh passes
+``string_match_all``, choice_eng InfiniteBench's longbook_choice_eng (the same code in both). The official runs use the chat template (scripts/run_all_tasks.sh passes
 ``--use_chat_template``) and at most 5 turns per context (``--max_turns`` default).
 """
 
@@ -24,11 +24,18 @@ TEMPLATES = {
         "Read the book and answer the question. Be very concise in your answer.\n\n{context}\n\n"
         "Question: {input}\nAnswer:"
     ),
+    # "The the" is in the official template.
+    "scbench_choice_eng": (
+        "Read the book and answer the question.\n\n{context}\n\nQuestion: {input}\n"
+        "A. {OPTION_A}\nB. {OPTION_B}\nC. {OPTION_C}\nD. {OPTION_D}\n\nThe the correct answer is"
+    ),
 }
-MAX_NEW_TOKENS = {"scbench_kv": 150, "scbench_prefix_suffix": 150, "scbench_vt": 30, "scbench_qa_eng": 40}
+MAX_NEW_TOKENS = {"scbench_kv": 150, "scbench_prefix_suffix": 150, "scbench_vt": 30, "scbench_qa_eng": 40,
+                  "scbench_choice_eng": 40}
 METRIC_NAMES = {
     "scbench_kv": "substring_match", "scbench_prefix_suffix": "substring_match",
     "scbench_vt": "string_match_all", "scbench_qa_eng": "any_reference_in_prediction",
+    "scbench_choice_eng": "choice",
 }
 
 

@@ -28,18 +28,26 @@ HUB_REPO = "microsoft/SCBench"
 class SCBenchTask(TemplateTask):
     suite = "scbench"
 
-
     def _validate(self, record, where: str) -> dict:
         require_fields(record, where, {"context": str, "multi_turns": list})
         if not record["multi_turns"]:
             raise DataError(f"{where}: field 'multi_turns' is empty")
         for index, turn in enumerate(record["multi_turns"][:MAX_TURNS]):
             require_fields(turn, f"{where}: multi_turns[{index}]", {"input": str})
-            turn["label"] = self._label(turn.get("answer"), f"{where}: multi_turns[{index}]")
+            turn["label"] = self._label(turn, f"{where}: multi_turns[{index}]")
         return record
 
-    def _label(self, answer, where: str):
-        """get_ground_truth's label, checked: vt needs a list of strings, the others one string."""
+    def _label(self, turn: dict, where: str):
+        """get_ground_truth's label, checked: vt needs a list of strings, the others one string,
+        choice_eng one of the turn's 4 options (the label is then the option and its letter)."""
+        answer = turn.get("answer")
+        if self.spec.metric_name == "choice":
+            options = turn.get("options")
+            if not (isinstance(options, list) and len(options) == 4 and all(isinstance(o, str) for o in options)):
+                raise DataError(f"{where}: field 'options' must be a list of 4 strings")
+            if answer not in options:
+                raise DataError(f"{where}: field 'answer' must be one of the options, got {answer!r}")
+            return [answer, "ABCD"[options.index(answer)]]
         if self.spec.metric_name == "string_match_all":
             if not (isinstance(answer, list) and answer and all(isinstance(a, str) and a for a in answer)):
                 raise DataError(f"{where}: field 'answer' must be a non-empty list of strings, got {answer!r}")
@@ -63,9 +71,16 @@ class SCBenchTask(TemplateTask):
                     id=f"{self.spec.name}:{context_id}:{turn_index}",
                     answers=list(label) if isinstance(label, list) else [label],
                     fields={"context": record["context"], "input": turn["input"], "label": label,
-                            "context_id": context_id, "turn": turn_index, "source": source},
+                            "options": turn.get("options"), "context_id": context_id, "turn": turn_index,
+                            "source": source},
                 ))
         return samples
+
+    def template_values(self, sample: Sample) -> dict:
+        values = super().template_values(sample)
+        for letter, option in zip("ABCD", sample.fields.get("options") or ()):
+            values[f"OPTION_{letter}"] = option
+        return values
 
     def score(self, prediction: str, sample: Sample) -> float:
         return float(SCORERS[self.spec.metric_name](prediction or "", sample.fields["label"]))
