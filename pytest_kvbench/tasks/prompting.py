@@ -10,6 +10,8 @@ with the tokenizer's offset mapping.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .base import Prompt, Sample, Task
 from .errors import TaskError
 
@@ -111,6 +113,20 @@ def build_truncated_prompt(tokenizer, text: str, question: str, max_prompt_token
     text, truncated_at = middle_truncate(tokenizer, text, max_prompt_tokens, odd_token_to_tail=odd_token_to_tail)
     return build_token_prompt(tokenizer, text, question, use_chat=use_chat, answer_prefix=answer_prefix,
                               truncated_at=truncated_at)
+
+
+@dataclass(frozen=True)
+class TemplateSpec:
+    """What defines a TemplateTask read from ``{name}.jsonl`` files (InfiniteBench, SCBench)."""
+
+    name: str
+    template: str
+    max_new_tokens: int
+    metric_name: str
+
+    @property
+    def data_file(self) -> str:
+        return f"{self.name}.jsonl"
 
 
 class TemplateTask(Task):

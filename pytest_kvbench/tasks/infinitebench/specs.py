@@ -9,7 +9,7 @@ DATA_NAME_TO_PATH. Kept verbatim, spacing included.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..prompting import TemplateSpec
 
 _CHOICES = "A. {OPTION_A}\nB. {OPTION_B}\nC. {OPTION_C}\nD. {OPTION_D}"
 
@@ -73,21 +73,5 @@ PAPER_NAMES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class InfiniteBenchSpec:
-    name: str
-    template: str
-    max_new_tokens: int
-    metric_name: str
-    paper_name: str
-
-    @property
-    def data_file(self) -> str:
-        return f"{self.name}.jsonl"
-
-
-def infinitebench_specs() -> dict[str, InfiniteBenchSpec]:
-    return {
-        name: InfiniteBenchSpec(name, TEMPLATES[name], MAX_NEW_TOKENS[name], METRIC_NAMES[name], PAPER_NAMES[name])
-        for name in PAPER_NAMES
-    }
+def infinitebench_specs() -> dict[str, TemplateSpec]:
+    return {name: TemplateSpec(name, TEMPLATES[name], MAX_NEW_TOKENS[name], METRIC_NAMES[name]) for name in PAPER_NAMES}

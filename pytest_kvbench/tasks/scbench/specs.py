@@ -11,7 +11,7 @@ scorer is the InfiniteBench-derived one compute_scores.py maps each task to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..prompting import TemplateSpec
 
 MAX_TURNS = 5
 
@@ -39,17 +39,5 @@ METRIC_NAMES = {
 }
 
 
-@dataclass(frozen=True)
-class SCBenchSpec:
-    name: str
-    template: str
-    max_new_tokens: int
-    metric_name: str
-
-    @property
-    def data_file(self) -> str:
-        return f"{self.name}.jsonl"
-
-
-def scbench_specs() -> dict[str, SCBenchSpec]:
-    return {name: SCBenchSpec(name, TEMPLATES[name], MAX_NEW_TOKENS[name], METRIC_NAMES[name]) for name in TEMPLATES}
+def scbench_specs() -> dict[str, TemplateSpec]:
+    return {name: TemplateSpec(name, TEMPLATES[name], MAX_NEW_TOKENS[name], METRIC_NAMES[name]) for name in TEMPLATES}
