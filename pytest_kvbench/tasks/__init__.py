@@ -7,14 +7,7 @@ task's samples are loaded or scored.
 from .base import Prompt, Sample, Task
 from .errors import DataError, TaskError, TaskUnavailable
 from .longbench.data import FIXTURE_DIR
-from .registry import (
-    DEFAULT_TASKS,
-    SMOKE_TASKS,
-    SUITES,
-    available_tasks,
-    check_context_length,
-    get_task,
-)
+from .registry import DEFAULT_TASKS, SMOKE_TASKS, SUITES, available_tasks, check_context_length, get_task
 from .ruler.task import DEFAULT_CONTEXT_LENGTH, GRID_DEPTHS
 from .sources import FIXTURES
 

@@ -27,14 +27,7 @@ from ..base import Prompt, Sample, Task, percent_mean
 from ..errors import DataError
 from ..prompting import build_truncated_prompt
 from ..sources import SuiteData, read_json_array, require_fields
-from .prompts import (
-    CHOICE_KEYS,
-    ZERO_SHOT,
-    ZERO_SHOT_COT,
-    ZERO_SHOT_COT_ANSWER,
-    extract_answer,
-    fill,
-)
+from .prompts import CHOICE_KEYS, ZERO_SHOT, ZERO_SHOT_COT, ZERO_SHOT_COT_ANSWER, extract_answer, fill
 
 HUB = {"path": "THUDM/LongBench-v2", "split": "train"}
 DATA = SuiteData(

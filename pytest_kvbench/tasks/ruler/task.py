@@ -14,12 +14,7 @@ from dataclasses import dataclass
 
 from ..base import Prompt, Sample, Task, percent_mean
 from ..errors import TaskError
-from ..prompting import (
-    build_token_prompt,
-    has_chat_template,
-    middle_truncate,
-    render_chat,
-)
+from ..prompting import build_token_prompt, has_chat_template, middle_truncate, render_chat
 
 DEFAULT_CONTEXT_LENGTH = 2048
 DEFAULT_NUM_SAMPLES = 100  # when the harness asks for "all" of an unbounded synthetic task
@@ -39,7 +34,6 @@ class RulerSpec:
 
 class RulerTask(Task):
     suite = "ruler"
-
 
     def load_samples(self, tokenizer, n: int | None = None, seed: int = 0, data_dir=None,
                      context_length: int | None = None) -> list[Sample]:
