@@ -10,7 +10,8 @@ The prompt is DeepSeek-R1's recommendation for mathematics (its model card: "Ple
 by step, and put your final answer within \\boxed{}."), appended to the problem in one user turn.
 The generation length defaults to 32,768 tokens, the maximum generation length of DeepSeek-R1's
 evaluation (Guo et al. 2025, section 3.1); a name such as ``math500:max_new_tokens=4096``
-shortens it.
+shortens it. Decoding is the harness's greedy decoding: DeepSeek-R1 reports pass@1 over several
+samples at temperature 0.6 and top-p 0.95, so published numbers are not reproduced one to one.
 """
 
 from __future__ import annotations
