@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_kvbench.grid import (
+from pytest_kvbench.wiring.grid import (
     DEFAULT_MODEL,
     Grid,
     GridError,
@@ -188,7 +188,6 @@ def resolve_grid(config: pytest.Config) -> Grid:
 def _validate(grid: Grid) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model."""
     from kvmethods import Budget, MethodError, available_methods, get_method
-
     from pytest_kvbench import tasks as task_registry
 
     known = available_methods()
