@@ -26,8 +26,9 @@ from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.export import FORMATS, ExportError, config_key, export_records, to_markdown
 from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.record import is_scored
 from pytest_kvbench.results.report import ReportError
-from pytest_kvbench.results.runs import Run, RunError, is_scored, list_runs, load_run
+from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 DEFAULT_RESULTS = "results"

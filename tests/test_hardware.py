@@ -490,3 +490,15 @@ def test_latency_figures_without_decode_time():
     figures = latency_figures(prefill_s=[0.1], decode_s=[0.0], decode_tokens=[0])
     assert figures["decode_tokens_per_s"] is None
     assert figures["total_s"] is None
+
+
+def test_gpu_records_carry_the_gpu_name_and_driver_described_once_per_worker(fake_gpu):
+    """The runner puts describe_device into every record; NVML is asked once, not once per item."""
+    from pytest_kvbench.engine.runner import Runner
+    from pytest_kvbench.wiring.grid import Grid
+
+    runner = Runner(Grid(), "bench_run")
+    first = runner.device_description("cuda:0")
+    assert (first["type"], first["name"], first["driver"]) == ("cuda", "NVIDIA H100 80GB HBM3", "550.54.15")
+    assert runner.device_description("cuda:0") is first
+    assert fake_gpu.nvml.inits == 1

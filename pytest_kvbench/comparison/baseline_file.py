@@ -8,14 +8,13 @@ entry, so a malformed file is a one-line ``BaselineError`` naming the file and t
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from pytest_kvbench.results.runs import is_scored
+from pytest_kvbench.results.record import is_number, is_scored
 
 FORMAT = "kvbench-baseline"
 VERSION = 1
@@ -23,10 +22,6 @@ VERSION = 1
 
 class BaselineError(ValueError):
     """A baseline or tolerance that cannot be used; one line, naming the file and what is wrong."""
-
-
-def is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def baseline_entry(record: dict) -> dict:

@@ -10,7 +10,6 @@ publishes the merged run with a single directory rename, so a failed merge leave
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Iterable
@@ -19,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pytest_kvbench.results import storage
+from pytest_kvbench.results.record import is_scored
 
 RUNS_SUBDIR = "runs"
 LATEST = "latest"
@@ -85,12 +85,6 @@ class RunInfo:
     n_records: int = 0
     complete: bool = False
     problem: str | None = None
-
-
-def is_scored(record: dict) -> bool:
-    """A record with a finite numeric score: only these can be tabulated, saved or compared."""
-    score = record.get("score")
-    return isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)
 
 
 # -- finding a run --------------------------------------------------------------------------------

@@ -198,11 +198,13 @@ def _validate(grid: Grid) -> None:
             get_method(spec.name, **dict(spec.params))
         except MethodError as exc:
             raise GridError(str(exc)) from None
+    parsed = []
     for budget in grid.budgets:
         try:
-            Budget.parse(budget)
+            parsed.append(Budget.parse(budget))
         except MethodError as exc:
             raise GridError(f"--kvbench-budgets: {exc}") from None
+    grid.budgets = parsed
     if not grid.tasks:
         grid.tasks = list(task_registry.DEFAULT_TASKS)
         grid.smoke_tasks = list(task_registry.SMOKE_TASKS)

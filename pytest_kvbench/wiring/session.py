@@ -8,25 +8,12 @@ per-task prediction files and RESULTS.md. A crash therefore loses at most the ru
 
 from __future__ import annotations
 
-import secrets
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from pytest_kvbench.results import storage
-from pytest_kvbench.results.tables import results_markdown
-from pytest_kvbench.wiring.grid import Grid, model_label, path_safe
-
-FINISHED = ("passed", "failed")
-
-
-def new_run_id(now: datetime | None = None) -> str:
-    now = now or datetime.now()
-    return f"bench_{secrets.token_hex(4)}_{now.strftime('%Y%m%d_%H%M%S')}"
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).astimezone().isoformat(timespec="seconds")
+from pytest_kvbench.results import run_writer, storage
+from pytest_kvbench.results.record import is_finished
+from pytest_kvbench.wiring.grid import Grid
 
 
 class RunSession:
@@ -53,7 +40,7 @@ class RunSession:
         return storage.latest_per_key(storage.read_records(self.records_path))
 
     def finished_keys(self) -> set[str]:
-        return {r["key"] for r in self.all_records() if r.get("status") in FINISHED}
+        return {r["key"] for r in self.all_records() if is_finished(r)}
 
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
@@ -62,26 +49,12 @@ class RunSession:
         previous = self._previous_run()
         start = previous.get("start_ts", self.start) if previous else self.start
         end = time.time()
-        run = {
-            "schema": 1,
-            "run_id": self.run_id,
-            "start": _iso(start),
-            "start_ts": start,
-            "end": _iso(end),
-            "duration_s": round(end - start, 3),
-            "complete": complete,
-            "resumed": self.resumed or bool(previous),
-            "grid": self.grid.as_dict(),
-            "environment": self.environment,
-            "summary": summarize(records),
-            "records": records,
-        }
-        for record in records:
-            self._write_item_files(record)
-        storage.atomic_write_json(self.run_dir / storage.RUN_FILE, run)
-        markdown = results_markdown(run, records)
-        storage.atomic_write_text(self.run_dir / "RESULTS.md", markdown)
-        storage.atomic_write_text(self.results_dir / "RESULTS.md", markdown)
+        run = run_writer.run_document(
+            run_id=self.run_id, start=run_writer.iso_time(start), start_ts=start, end=run_writer.iso_time(end),
+            duration_s=round(end - start, 3), complete=complete, resumed=self.resumed or bool(previous),
+            grid=self.grid.as_dict(), environment=self.environment, records=records)
+        markdown = run_writer.write_run(self.run_dir, run)
+        storage.atomic_write_text(self.results_dir / run_writer.RESULTS_FILE, markdown)
         return run
 
     def _previous_run(self) -> dict | None:
@@ -94,37 +67,3 @@ class RunSession:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-
-    def item_dir(self, record: dict) -> Path:
-        task = record["task"]
-        model = model_label(record["model"]["name"])
-        config = path_safe(f"{record['item_id'].split('-')[0]}_{model}_{record['budget']['spec']}")
-        task_name = task["name"] + (f"_{task['context_length']}" if task.get("context_length") else "")
-        if len(self.grid.seeds) > 1:
-            task_name += f"_seed{record['seed']}"
-        return self.run_dir / config / path_safe(task_name)
-
-    def _write_item_files(self, record: dict) -> None:
-        if not record.get("samples"):
-            return
-        folder = self.item_dir(record)
-        storage.write_jsonl(folder / "predictions.jsonl", record["samples"])
-        metrics = {k: record.get(k) for k in ("item_id", "key", "metric", "score", "aggregate", "n_samples",
-                                              "latency", "memory", "fidelity", "energy_j", "status")}
-        metrics |= {"method": record["method"], "budget": record["budget"], "model": record["model"]["name"],
-                    "task": record["task"], "seed": record["seed"], "protocol": record.get("protocol")}
-        storage.atomic_write_json(folder / "metrics.json", metrics)
-
-
-def summarize(records: list[dict]) -> dict:
-    by_status: dict[str, int] = {}
-    for r in records:
-        by_status[r.get("status", "unknown")] = by_status.get(r.get("status", "unknown"), 0) + 1
-    scored = [r for r in records if r.get("score") is not None]
-    return {
-        "items": len(records),
-        "by_status": by_status,
-        "zero_scores": sorted(r["item_id"] for r in scored if r["score"] == 0),
-        "mean_score": round(sum(r["score"] for r in scored) / len(scored), 2) if scored else None,
-        "total_item_s": round(sum((r.get("latency") or {}).get("total_s") or 0 for r in records), 3),
-    }
