@@ -349,11 +349,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RunError, BaselineError, ExportError, ReportError, UsageError) as exc:
         print(f"kvbench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("matplotlib"):
-            raise
-        print(f"kvbench {args.command}: error: plots need matplotlib (pip install matplotlib)", file=sys.stderr)
-        return EXIT_USAGE
     except BrokenPipeError:  # `kvbench list | head`
         sys.stderr.close()
         return EXIT_OK
