@@ -8,9 +8,9 @@ of both, and wrote both methods' predictions into one folder. Records also say w
 import json
 
 import pytest
-
 from helpers import HOOK_CONFTEST, hook_records, run_bench
-from pytest_kvbench.engine.hardware import cpu_model
+
+from pytest_kvbench.engine.hardware.device_description import cpu_model
 from pytest_kvbench.results.export import to_markdown
 from pytest_kvbench.results.table_model import score_tables
 

@@ -7,7 +7,6 @@ entry, so a malformed file is a one-line ``BaselineError`` naming the file and t
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pytest_kvbench.results.record import is_number, is_scored
+from pytest_kvbench.results.storage import read_json
 
 FORMAT = "kvbench-baseline"
 VERSION = 1
@@ -144,16 +144,7 @@ def load_baseline(path: str | os.PathLike) -> Baseline:
         raise BaselineError(f"baseline {source} does not exist (write one with --kvbench-save {source})")
     if source.is_dir():
         raise BaselineError(f"baseline {source} is a directory, not a file")
-    try:
-        text = source.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise BaselineError(f"baseline {source} is not UTF-8 text") from None
-    except OSError as exc:
-        raise BaselineError(f"cannot read baseline {source}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BaselineError(f"baseline {source}: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
+    data = read_json(source, f"baseline {source}", BaselineError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BaselineError(f"baseline {source} is not a kvbench baseline (no \"format\": \"{FORMAT}\")")
     version = data.get("version")

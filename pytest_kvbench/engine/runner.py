@@ -96,7 +96,7 @@ class Runner:
         from kvmethods import get_method
         from kvmethods.generation import generate
         from pytest_kvbench.engine.finite_logits import check_logits_finite
-        from pytest_kvbench.engine.hardware import ItemMeter
+        from pytest_kvbench.engine.hardware.item_meter import ItemMeter
         from pytest_kvbench.engine.time_limit import item_time_limit
         from pytest_kvbench.tasks import get_task
 
@@ -149,14 +149,14 @@ class Runner:
 
     def device_description(self, device: str) -> dict:
         """What the items of this worker run on (GPU name and driver, or CPU model), described once."""
-        from pytest_kvbench.engine.hardware import describe_device
+        from pytest_kvbench.engine.hardware.device_description import describe_device
 
         if device not in self._devices:
             self._devices[device] = describe_device(device)
         return self._devices[device]
 
     def _record(self, case, task, method, loaded, loaded_now, rows, aggregate, meter, total_s) -> dict:
-        from pytest_kvbench.engine.hardware import kv_cache_figures, latency_figures
+        from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
 
         kv = kv_cache_figures([r["kv_bytes_before"] for r in rows], [r["kv_bytes_after"] for r in rows])
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
