@@ -99,7 +99,7 @@ def make_record(scores=(1, 0, 1, 1), *, model="default", method="snapkv", params
                    "kv_bytes_after": kv_bytes if budget != "full" else before,
                    "compression_ratio": before / kv_bytes if budget != "full" else 1.0},
         "fidelity": {"kl": 0.02, "agreement": 0.97},
-        "device": {"name": "NVIDIA H100", "count": 1},
+        "device": {"type": "cuda", "name": "NVIDIA H100", "driver": "550.54.15", "count": 1},
         "energy_j": 12.5,
     }
 
