@@ -1,7 +1,7 @@
 """Builders of realistic records and run directories for the baseline, CLI and report tests.
 
 Records have exactly the fields of DEVELOPERS.md ("Contract: records") and the key/item id
-spelling of grid.Case; run directories are written the way session.py writes them (records
+spelling of grid.Case; run directories are written the way the session (results/run_writer.py) writes them (records
 appended with storage.append_record, run.json with the same fields). The test at the bottom
 keeps these builders honest against the contract.
 """
@@ -106,7 +106,7 @@ def make_record(scores=(1, 0, 1, 1), *, model="default", method="snapkv", params
 
 def write_run(results_dir, records, *, run_id=RUN_ID, environment=None, complete=True, with_run_json=True,
               grid=None):
-    """A run directory as session.py leaves it: records.jsonl appended item by item, then run.json."""
+    """A run directory as the session leaves it: records.jsonl appended item by item, then run.json."""
     run_dir = Path(results_dir) / "runs" / run_id
     records = [r | {"run_id": run_id} for r in records]
     for record in records:
