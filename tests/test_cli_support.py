@@ -1,9 +1,9 @@
 """Builders of realistic records and run directories for the baseline, CLI and report tests.
 
 Records have exactly the fields of DEVELOPERS.md ("Contract: records") and the key/item id
-spelling of grid.Case; run directories are written the way the session (results/run_writer.py) writes them (records
-appended with storage.append_record, run.json with the same fields). The test at the bottom
-keeps these builders honest against the contract.
+spelling of grid.Case; run directories are written the way the session (results/run_writer.py)
+writes them (records appended with storage.append_record, run.json with the same fields). The
+test at the bottom keeps these builders honest against the contract.
 """
 
 from __future__ import annotations
