@@ -19,20 +19,16 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from pytest_kvbench import storage
-from pytest_kvbench.baseline import (
-    Baseline,
-    BaselineError,
-    compare_record,
-    comparison_summary,
-    comparison_table,
-    environment_differences,
-    load_baseline,
-    parse_tolerances,
-)
-from pytest_kvbench.export import FORMATS, ExportError, config_key, export_records, to_markdown
-from pytest_kvbench.report import ReportError
-from pytest_kvbench.runs import Run, RunError, is_scored, list_runs, load_run, merge_runs
+from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, load_baseline
+from pytest_kvbench.comparison.tolerances import parse_tolerances
+from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
+from pytest_kvbench.results import storage
+from pytest_kvbench.results.environment import environment_differences
+from pytest_kvbench.results.export import FORMATS, ExportError, config_key, export_records, to_markdown
+from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.record import is_scored
+from pytest_kvbench.results.report import ReportError
+from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 DEFAULT_RESULTS = "results"
@@ -112,6 +108,24 @@ def _commands(env: dict, run_id: str | None) -> list[str]:
     return lines
 
 
+def _device_line(records: list[dict]) -> str:
+    """What the run's items ran on: GPU name and driver, or CPU model and threads (from the records)."""
+    described = []
+    for r in records:
+        device = r.get("device") or {}
+        if not device.get("name"):
+            continue
+        details = [str(device["type"])] if device.get("type") else []
+        if device.get("driver"):
+            details.append(f"driver {device['driver']}")
+        elif device.get("threads"):
+            details.append(f"{device['threads']} thread(s)")
+        text = device["name"] + (f" ({', '.join(details)})" if details else "")
+        if text not in described:
+            described.append(text)
+    return "; ".join(described) or "-"
+
+
 def cmd_tasks(args) -> int:
     from pytest_kvbench.tasks import TaskError
     from pytest_kvbench.tasks.registry import task_listing
@@ -142,6 +156,7 @@ def cmd_show(args) -> int:
     print(f"date: {run.started or '-'}   duration: {_fmt(info.get('duration_s'), 1)} s")
     print(f"commit: {run.commit or '-'}{' (dirty)' if run.dirty else ''}")
     print(f"command: {run.command or '-'}")
+    print(f"device: {_device_line(run.records)}")
     print("items: " + str(len(run.records)) + (" (" + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + ")" if statuses else ""))
     if run.scored_records:
         print()
@@ -223,7 +238,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from pytest_kvbench.report import write_report
+    from pytest_kvbench.results.report import write_report
 
     runs = [load_run(r, args.results) for r in args.runs]
     target = write_report(runs, args.output, title=args.title)
@@ -262,7 +277,7 @@ def variance_groups(runs: Sequence[Run]) -> dict[str, list[float]]:
 
 
 def cmd_variance(args) -> int:
-    from pytest_kvbench.stats import variation_curve
+    from pytest_kvbench.comparison.stats import variation_curve
 
     threshold = parse_fraction(args.threshold)
     runs = [load_run(r, args.results) for r in args.runs]
@@ -287,7 +302,7 @@ def cmd_variance(args) -> int:
     print(tabulate(rows, headers=["item", "seeds", "mean", "CV per seed", "CV of the mean (seeds: CV)",
                                   "seeds needed"], disable_numparse=True))
     if args.plot.lower() != "none":
-        from pytest_kvbench.report import save_figure, variance_figure
+        from pytest_kvbench.results.report import save_figure, variance_figure
 
         save_figure(variance_figure([(k, c) for k, c in curves if c.n >= 2]), args.plot)
         print(f"wrote {args.plot}")
@@ -373,11 +388,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (RunError, BaselineError, ExportError, ReportError, UsageError) as exc:
         print(f"kvbench {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("matplotlib"):
-            raise
-        print(f"kvbench {args.command}: error: plots need matplotlib (pip install matplotlib)", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `kvbench list | head`
         sys.stderr.close()

@@ -1,10 +1,11 @@
 """The pytest11 entry point: wires options, hooks and fixtures of pytest-kvbench together.
 
 Nothing here does benchmark work itself. Configuration resolves and validates the grid
-(options.py), collection turns it into one item per case (grid.py), the ``kvbench`` fixture runs
-an item (runner.py), each finished item's record goes through the ``pytest_kvbench_record`` hook
-(hookspecs.py) into the run directory (session.py), and the controller writes the results at the
-end (tables.py) and gates against a baseline (gate.py).
+(wiring/options.py), collection turns it into one item per case (wiring/grid.py), the ``kvbench``
+fixture runs an item (engine/runner.py), each finished item's record goes through the
+``pytest_kvbench_record`` hook (wiring/hookspecs.py) into the run directory (wiring/session.py),
+and the controller writes the results at the end (results/tables.py) and gates against a
+baseline (wiring/gate.py).
 """
 
 from __future__ import annotations
@@ -15,18 +16,22 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kvbench import hookspecs, options
-from pytest_kvbench.distributed import DeviceSlots, reference_group_scheduler, xdist_group_name
-from pytest_kvbench.environment import capture_environment
-from pytest_kvbench.gate import Gate
-from pytest_kvbench.grid import Case, GridError
-from pytest_kvbench.session import RunSession, new_run_id
+from pytest_kvbench.results import record as records
+from pytest_kvbench.results.environment import capture_environment
+from pytest_kvbench.results.run_writer import new_run_id
+from pytest_kvbench.wiring import hookspecs, options
+from pytest_kvbench.wiring.gate import Gate
+from pytest_kvbench.wiring.gpu_slots import DeviceSlots
+from pytest_kvbench.wiring.grid import Case, GridError
+from pytest_kvbench.wiring.session import RunSession
+from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_group_name
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 
 SESSION_KEY = pytest.StashKey[RunSession]()
 RUNNER_KEY = pytest.StashKey[object]()
 GATE_KEY = pytest.StashKey[Gate]()
 RECORD_KEY = pytest.StashKey[dict]()
+VERDICT_KEY = pytest.StashKey[dict]()
 SLOTS_KEY = pytest.StashKey[DeviceSlots]()
 SUITES = tuple(SUITE_DESCRIPTIONS)  # one marker and one bench/test_<suite>.py per task suite
 SLOW_CONTEXT = 8192  # RULER items from this context length on are marked slow
@@ -79,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_num_threads(threads)
-    from pytest_kvbench.runner import Runner
+    from pytest_kvbench.engine.runner import Runner
 
     config.stash[RUNNER_KEY] = Runner(grid, run_id, timeout)
 
@@ -101,7 +106,7 @@ def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
 
 def _check_worker_count(config: pytest.Config) -> None:
     """Controller: more workers than GPUs is a usage error unless explicitly allowed."""
-    from pytest_kvbench.distributed import assign_device
+    from pytest_kvbench.wiring.gpu_slots import assign_device
 
     workers = getattr(config.option, "numprocesses", None)
     if not isinstance(workers, int) or workers < 2:
@@ -122,9 +127,9 @@ def _pin_worker_device(config: pytest.Config) -> None:
 
     torch.cuda.device_count() counts through NVML without starting CUDA.
     """
-    from pytest_kvbench.distributed import apply_environment, assign_device
-
     import torch
+
+    from pytest_kvbench.wiring.gpu_slots import apply_environment, assign_device
 
     try:
         changes = assign_device(os.environ.get("PYTEST_XDIST_WORKER"), os.environ, torch.cuda.device_count(),
@@ -203,7 +208,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         keep, drop = ([i for i, d in zip(keep, is_done) if not d], [i for i, d in zip(keep, is_done) if d])
     shard = config.getoption("kvbench_shard")
     if shard:
-        from pytest_kvbench.distributed import parse_shard, select_shard
+        from pytest_kvbench.wiring.shards import parse_shard, select_shard
 
         try:
             k, n = parse_shard(shard)
@@ -236,7 +241,7 @@ class KvbenchFixture:
         self.config = item.config
 
     def run(self, case) -> dict:
-        from pytest_kvbench.distributed import free_accelerator_memory, is_out_of_memory
+        from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
         from pytest_kvbench.tasks import TaskUnavailable
 
         runner = self.config.stash[RUNNER_KEY]
@@ -244,12 +249,8 @@ class KvbenchFixture:
             record = runner.run(case)
         except TaskUnavailable as exc:
             pytest.skip(str(exc))
-        except Exception as exc:
-            if is_out_of_memory(exc):
-                free_accelerator_memory()
-                pytest.fail(f"out of memory in {case.id}: {str(exc).splitlines()[0]}", pytrace=False)
-            raise
-        record["nodeid"] = self.item.nodeid
+        except ItemOutOfMemory as exc:  # the runner already freed the memory the item held
+            pytest.fail(str(exc), pytrace=False)
         self.item.stash[RECORD_KEY] = record
         for key in ("score", "metric"):
             self.item.user_properties.append((f"kvbench_{key}", record[key]))
@@ -260,8 +261,15 @@ class KvbenchFixture:
         return record
 
     def check(self, record: dict) -> None:
-        """Fail on a significant regression against the baseline (--kvbench-compare)."""
-        self.config.stash[GATE_KEY].check(record)
+        """Fail on a significant regression against the baseline (--kvbench-compare).
+
+        The verdict goes into the item's record (once: the controller's summary reads it back)."""
+        verdict = self.config.stash[GATE_KEY].judge(record)
+        if verdict is None:
+            return
+        self.item.stash[VERDICT_KEY] = verdict.as_dict()
+        if verdict.status in ("regression", "mismatch"):
+            pytest.fail(verdict.message, pytrace=False)
 
 
 @pytest.fixture
@@ -279,29 +287,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     final = report.when == "call" or (report.when == "setup" and not report.passed)
     if not final:
         return
-    record = item.stash.get(RECORD_KEY, None)
-    if record is None:
-        record = _bare_record(item, case)
+    measured = item.stash.get(RECORD_KEY, None)
     if report.skipped:
-        record["status"] = "skipped"
+        status = "skipped"
     elif report.passed:
-        record["status"] = "passed"
+        status = "passed"
     else:
-        record["status"] = "failed" if RECORD_KEY in item.stash else "error"
-    if not report.passed:
-        record["message"] = _one_line(report)
+        status = "failed" if measured is not None else "error"
+    if measured is None:
+        session = item.config.stash[SESSION_KEY]
+        measured = records.identity(case, session.run_id, session.grid.protocol)
+    record = records.with_outcome(measured, status=status, nodeid=item.nodeid,
+                                  message=None if report.passed else _one_line(report),
+                                  verdict=item.stash.get(VERDICT_KEY, None))
     item.config.hook.pytest_kvbench_record(record=record, item=item)
-
-
-def _bare_record(item: pytest.Item, case) -> dict:
-    session = item.config.stash[SESSION_KEY]
-    return {
-        "run_id": session.run_id, "nodeid": item.nodeid, "item_id": case.id, "key": case.key,
-        "model": {"name": case.model}, "method": {"name": case.method.name, "params": dict(case.method.params)},
-        "budget": {"spec": case.budget}, "protocol": session.grid.protocol, "seed": case.seed,
-        "task": {"name": case.task, "suite": case.suite, "context_length": case.context_length},
-        "metric": None, "score": None, "samples": [],
-    }
 
 
 def _one_line(report: pytest.TestReport) -> str:
@@ -331,7 +330,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     run = config.stash.get(SESSION_KEY, None)
     if run is None or not run.is_controller or not run.records_path.exists():
         return
-    from pytest_kvbench.tables import budget_tables
+    from pytest_kvbench.results.tables import budget_tables, zero_scores
 
     records = run.final_records if run.final_records is not None else run.all_records()
     terminalreporter.section("kvbench")
@@ -339,7 +338,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(heading)
         terminalreporter.write_line(table)
         terminalreporter.write_line("")
-    zeros = sorted(r["item_id"] for r in records if r.get("score") == 0)
+    zeros = zero_scores(records)
     if zeros:
         shown = ", ".join(zeros[:8]) + (", ... (list in RESULTS.md)" if len(zeros) > 8 else "")
         terminalreporter.write_line(f"{len(zeros)} item(s) scored exactly 0 (check these): {shown}", yellow=True)

@@ -19,9 +19,10 @@ from test_cli_support import (
     write_run,
 )
 
-from pytest_kvbench import storage
 from pytest_kvbench.cli import main
-from pytest_kvbench.runs import RunError, list_runs, load_run, merge_runs
+from pytest_kvbench.results import storage
+from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.runs import RunError, list_runs, load_run
 
 
 @pytest.fixture
@@ -75,6 +76,7 @@ def test_show_prints_tables_items_and_environment(capsys, results):
     assert "## default — budget 128" in out and "## default — budget 512" in out
     assert "| full" in out and "| snapkv" in out and "Avg" in out
     assert "snapkv-128-qasper" in out  # per-item table
+    assert "device: NVIDIA H100 (cuda, driver 550.54.15)" in out  # from the records
     assert f"git_commit: {ENVIRONMENT['git_commit']}" in out
     assert "torch=2.13.0" in out
 
@@ -215,10 +217,11 @@ def test_a_retried_item_counts_once_with_its_last_record(tmp_path):
 
 def test_runs_written_by_the_harness_session_read_back(tmp_path):
     """The lead's RunSession writes the directory; runs.py must read exactly that."""
-    from pytest_kvbench.grid import Grid, MethodSpec
-    from pytest_kvbench.session import RunSession
+    from kvmethods import Budget
+    from pytest_kvbench.wiring.grid import Grid, MethodSpec
+    from pytest_kvbench.wiring.session import RunSession
 
-    grid = Grid(methods=[MethodSpec("snapkv")], budgets=["128"], tasks=["qasper"])
+    grid = Grid(methods=[MethodSpec("snapkv")], budgets=[Budget.parse("128")], tasks=["qasper"])
     session = RunSession(grid, tmp_path, RUN_ID, is_controller=True, environment=ENVIRONMENT)
     for record in standard_records()[:3]:
         session.add(record)

@@ -169,8 +169,8 @@ class TestCotFollowUp:
     def test_the_runner_generates_the_follow_up_with_the_method_and_scores_its_answer(self, monkeypatch):
         import kvmethods.generation
 
-        from pytest_kvbench.grid import Grid
-        from pytest_kvbench.runner import Runner
+        from pytest_kvbench.wiring.grid import Grid
+        from pytest_kvbench.engine.runner import Runner
 
         calls = []
 

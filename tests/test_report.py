@@ -16,8 +16,8 @@ from test_cli_support import (
     write_run,
 )
 
-from pytest_kvbench.report import build_report
-from pytest_kvbench.runs import load_run
+from pytest_kvbench.results.report import build_report
+from pytest_kvbench.results.runs import load_run
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM = next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
@@ -67,7 +67,7 @@ def test_plots_carry_the_data(results):
     for text in ("qasper", "hotpotqa", "niah_grid", "snapkv @128", "streamingllm @512", "62.5"):
         assert text in heatmap
     needle = page.split('data-plot="needle-1"')[1].split("</figure>")[0]
-    assert "snapkv @128" in needle and "needle depth" in needle and "2048" in needle
+    assert "niah_grid — snapkv @ 128" in needle and "needle depth" in needle and "2048" in needle
     budget = page.split('data-plot="budget-tokens"')[1].split("</figure>")[0]
     assert "full (no compression)" in budget and "streamingllm" in budget
 

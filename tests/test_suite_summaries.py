@@ -1,8 +1,8 @@
 """Per-suite summaries: LongBench v2's difficulty and length splits, InfiniteBench's paper columns
 and average, in RESULTS.md and in the LaTeX export."""
 
-from pytest_kvbench.export import to_latex
-from pytest_kvbench.tables import results_markdown
+from pytest_kvbench.results.export import to_latex
+from pytest_kvbench.results.tables import results_markdown
 from pytest_kvbench.tasks.summaries import suite_summaries
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_kvbench.grid import (
+from pytest_kvbench.wiring.grid import (
     DEFAULT_MODEL,
     Grid,
     GridError,
@@ -188,7 +188,6 @@ def resolve_grid(config: pytest.Config) -> Grid:
 def _validate(grid: Grid) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model."""
     from kvmethods import Budget, MethodError, available_methods, get_method
-
     from pytest_kvbench import tasks as task_registry
 
     known = available_methods()
@@ -199,11 +198,13 @@ def _validate(grid: Grid) -> None:
             get_method(spec.name, **dict(spec.params))
         except MethodError as exc:
             raise GridError(str(exc)) from None
+    parsed = []
     for budget in grid.budgets:
         try:
-            Budget.parse(budget)
+            parsed.append(Budget.parse(budget))
         except MethodError as exc:
             raise GridError(f"--kvbench-budgets: {exc}") from None
+    grid.budgets = parsed
     if not grid.tasks:
         grid.tasks = list(task_registry.DEFAULT_TASKS)
         grid.smoke_tasks = list(task_registry.SMOKE_TASKS)

@@ -1,0 +1,96 @@
+"""RESULTS.md and the terminal summary: the table model (table_model.py) printed with tabulate.
+
+Each (model, budget) table shows the task columns and Avg, then the fidelity columns (mean KL,
+greedy agreement) and the mean KV memory kept; the best compressed score of each column is bold
+in Markdown. Needle grids (needle_grid.py) follow as depth x context length tables.
+"""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from pytest_kvbench.results.needle_grid import needle_grids
+from pytest_kvbench.results.table_model import ScoreTable, cell_text, score_tables
+
+HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB"]
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _rows(table: ScoreTable, bold: bool) -> list[list[str]]:
+    rows = []
+    for method in table.methods:
+        cells = [method]
+        for column in table.columns:
+            text = cell_text(table, method, column, pm=None)
+            cells.append(f"**{text}**" if bold and table.is_best(method, column) else text)
+        cells += [_fmt(table.mean_kl(method), 4), _fmt(table.mean_agreement(method), 3),
+                  _fmt(table.mean_kv_mib(method), 2)]
+        rows.append(cells)
+    return rows
+
+
+def budget_tables(records: list[dict], fmt: str = "github", bold: bool = True) -> list[tuple[str, str]]:
+    """[(heading, table text)] for every model and budget, each followed by its suite summaries."""
+    tables = []
+    for table in score_tables(records):
+        tables.append((table.heading, tabulate(_rows(table, bold), headers=["Method"] + table.columns + HEADERS_AFTER_TASKS,
+                                               tablefmt=fmt, disable_numparse=True)))
+        tables += [(f"{table.heading} — {summary.title}", summary_table(summary, table.methods, fmt))
+                   for summary in table.summaries()]
+    return tables
+
+
+def summary_table(summary, methods: list[str], fmt: str) -> str:
+    """A suite's summary (tasks/summaries.py) as one table, rows in the main table's method order."""
+    rows = [[m] + [_fmt(summary.values[m].get(c), 1) for c in summary.columns] for m in methods if m in summary.values]
+    return tabulate(rows, headers=["Method"] + summary.columns, tablefmt=fmt, disable_numparse=True)
+
+
+def needle_heatmaps(records: list[dict], fmt: str = "github") -> list[tuple[str, str]]:
+    """Depth x context length tables of the needle-grid tasks, one per model/task/method/budget."""
+    tables = []
+    for grid in needle_grids(records):
+        rows = [[f"{depth:g}%"] + [_fmt(grid.score(depth, length), 0) for length in grid.lengths]
+                for depth in grid.depths]
+        tables.append((grid.title, tabulate(rows, headers=["depth \\ tokens"] + [str(n) for n in grid.lengths],
+                                            tablefmt=fmt, disable_numparse=True)))
+    return tables
+
+
+def zero_scores(records: list[dict]) -> list[str]:
+    """Item ids of the records that scored exactly 0: worth a look (a broken prompt, a method bug)."""
+    return sorted(r["item_id"] for r in records if r.get("score") == 0)
+
+
+def results_markdown(run: dict, records: list[dict]) -> str:
+    """The whole RESULTS.md of a run."""
+    lines = [
+        "# Results",
+        "",
+        f"Run `{run['run_id']}` — {run.get('start', '')} — commit `{(run.get('environment') or {}).get('git_commit') or 'n/a'}`"
+        + (" (incomplete)" if not run.get("complete", True) else ""),
+        "",
+        "Scores are the task's official metric x 100 (mean over samples; mean over seeds when several ran).",
+        "KL: mean KL(full || method) over answer tokens (nats); Agree: greedy-token agreement with the full cache;",
+        "KV MiB: mean KV-cache size kept after compression. Best compressed score per column in bold.",
+        "",
+    ]
+    for heading, table in budget_tables(records):
+        lines += [f"## {heading}", "", table, ""]
+    heatmaps = needle_heatmaps(records)
+    if heatmaps:
+        lines += ["## Needle in a haystack: score by depth and context length", ""]
+        for heading, table in heatmaps:
+            lines += [f"### {heading}", "", table, ""]
+    zeros = zero_scores(records)
+    if zeros:
+        lines += ["## Items scoring exactly 0", "", ", ".join(f"`{z}`" for z in zeros), ""]
+    problems = [r for r in records if r.get("status") in ("failed", "error")]
+    if problems:
+        lines += ["## Failed items", ""]
+        lines += [f"- `{r['item_id']}`: {r.get('message') or r.get('status')}" for r in problems]
+        lines.append("")
+    return "\n".join(lines)
