@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any
 
+from .adakv import AdaKV
 from .base import Method
 from .errors import MethodError
 from .full import Full
@@ -24,7 +25,7 @@ from .tova import TOVA
 
 ENTRY_POINT_GROUP = "kvbench.methods"
 BUILTIN_METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random)
+    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV)
 }
 _registered: dict[str, type[Method]] = {}
 

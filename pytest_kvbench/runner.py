@@ -85,7 +85,7 @@ class Runner:
     # -- the item ------------------------------------------------------------------------------
     def run(self, case: Case) -> dict:
         from kvmethods import Budget, get_method
-        from kvmethods.generation import generate
+        from kvmethods.generation import generate, record_fields
 
         from pytest_kvbench.distributed import check_logits_finite, item_time_limit
         from pytest_kvbench.hardware import ItemMeter
@@ -130,6 +130,7 @@ class Runner:
                     "new_tokens": len(result.tokens),
                     "kv_bytes_before": result.kv_bytes_before,
                     "kv_bytes_after": result.kv_bytes_after,
+                    **record_fields(result),
                     "kl": kl,
                     "agreement": agreement,
                     "fields": {k: v for k, v in sample.fields.items() if k in ("length", "depth", "context_length")},
