@@ -13,10 +13,13 @@ from typing import Any
 
 from .adakv import AdaKV
 from .base import Method
+from .criticalkv import CriticalKV
 from .errors import MethodError
+from .expected_attention import ExpectedAttention
 from .full import Full
 from .h2o import H2O
 from .knorm import KNorm
+from .kvzip import KVzip
 from .pyramidkv import PyramidKV
 from .random import Random
 from .snapkv import SnapKV
@@ -25,7 +28,7 @@ from .tova import TOVA
 
 ENTRY_POINT_GROUP = "kvbench.methods"
 BUILTIN_METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV)
+    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV, CriticalKV, ExpectedAttention, KVzip)
 }
 _registered: dict[str, type[Method]] = {}
 
