@@ -85,6 +85,9 @@ class Method:
     # True for methods that score from the whole prefilled cache (KVzip's reconstruction forward):
     # they implement prefill_scores() instead of score(), and compression happens after the prefill.
     scores_whole_prompt: ClassVar[bool] = False
+    # True for adapters that compress through their own hooks (kvpress presses): prefill_context() wraps
+    # the plain prefill forward instead of kvmethods' hooks.
+    runs_prefill: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -137,6 +140,15 @@ class Method:
         """Per layer [batch, num_kv_heads, T] scores from the whole prefilled `cache` of `input_ids`
         ([batch, T]); only for methods with scores_whole_prompt."""
         raise NotImplementedError(f"{type(self).__name__} sets scores_whole_prompt but has no prefill_scores()")
+
+    def prefill_context(self, model, budget_tokens: int, prompt_len: int, ratio: float | None):
+        """Context manager around the prefill forward of a runs_prefill method; ratio is set for ratio budgets."""
+        raise NotImplementedError(f"{type(self).__name__} sets runs_prefill but has no prefill_context()")
+
+    def masked_tokens_per_head(self, model, cache) -> list[list[int]] | None:
+        """Per layer and KV head, cached tokens that attention is made to ignore (masking without
+        evicting, as kvpress' head-wise presses do); None when every cached token is attended."""
+        return None
 
     def select(self, scores: torch.Tensor, n_keep: int) -> torch.Tensor:
         """What to keep given [batch, num_kv_heads, T] scores: the top n_keep of each KV head (ties go to

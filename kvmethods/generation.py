@@ -53,6 +53,7 @@ class GenerationOutput:
     kv_bytes_physical: int = 0
     ragged_kernel: str | None = None  # how attention ran over a ragged (head-adaptive) cache, else None
     scoring_s: float = 0.0  # part of prefill_s spent in a method's extra scoring forward (KVzip)
+    masked_only: bool = False  # evicted keys are masked, not freed (kvpress head-wise presses): no memory saved
 
 
 def record_fields(out: GenerationOutput) -> dict:
@@ -63,6 +64,7 @@ def record_fields(out: GenerationOutput) -> dict:
         "kv_bytes_physical": out.kv_bytes_physical,
         "ragged_kernel": out.ragged_kernel,
         "scoring_ms": out.scoring_s * 1000.0,
+        "kv_masked_only": out.masked_only,
     }
 
 
@@ -123,7 +125,11 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     if active:
         if len(layer_budgets) != n_layers or min(layer_budgets) < 1:
             raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
-        if method.scores_whole_prompt:
+        if method.runs_prefill:
+            ratio = budget.value if budget.kind == "ratio" else None
+            with method.prefill_context(model, budget_tokens, compressed_len, ratio):
+                logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+        elif method.scores_whole_prompt:
             logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
             started = time.perf_counter()
             kept_indices = _compress_from_whole_prompt(model, method, layer_budgets, cache, input_ids[:compressed_len])
@@ -170,8 +176,12 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     state = prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
     prefill_s = time.perf_counter() - started
     per_head = kept_tokens_per_head(state.cache)
-    kept = [round(sum(heads) / len(heads)) for heads in per_head]
     logical, physical = cache_bytes(state.cache)
+    masked = method.masked_tokens_per_head(model, state.cache)
+    if masked is not None:  # kvpress' head-wise presses: attention skips them, memory still holds them
+        per_head = [[n - m for n, m in zip(ns, ms)] for ns, ms in zip(per_head, masked)]
+        logical -= sum(map(sum, masked)) * _bytes_per_token(state.cache) // sum(len(ms) for ms in masked)
+    kept = [round(sum(heads) / len(heads)) for heads in per_head]
     ragged = any(isinstance(layer, RaggedLayer) for layer in state.cache.layers)
     target_logprobs = None
     if teacher_targets is not None:
@@ -200,7 +210,7 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     logprobs = torch.stack(steps) if return_logprobs else None
     return GenerationOutput(tokens, kept, _bytes_per_token(state.cache) * len(input_ids), physical, len(input_ids),
                             prefill_s, decode_s, stop_token, logprobs, target_logprobs, per_head, logical, physical,
-                            KERNEL if ragged else None, state.scoring_s)
+                            KERNEL if ragged else None, state.scoring_s, masked is not None)
 
 
 def _teacher_force_prefilled(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:

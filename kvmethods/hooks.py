@@ -8,9 +8,9 @@ smaller tensors back through the cache layer's public `keys`/`values`. So the fu
 layer is freed before the next layer runs, and the prefill itself (sdpa, full attention) is unchanged.
 
 After compression layers may hold different lengths (PyramidKV). The model builds one causal mask from
-layer 0's length, so for later forwards a pre-hook rebuilds the mask per layer with transformers'
-`create_causal_mask(..., layer_idx=i)`; a head-adaptive selection (a bool mask, AdaKV) is stored as a
-`ragged.RaggedLayer`, whose own per-head mask the pre-hook installs instead.
+layer 0's length, so for later forwards a pre-hook installs a mask sized to each layer's own cache
+(`ragged.visibility_mask`; create_causal_mask has no layer_idx in transformers 5.2, kvpress' pin); a
+head-adaptive selection (a bool mask, AdaKV) is stored as a `ragged.RaggedLayer` with a per-head mask.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from contextlib import contextmanager
 
 import torch
 from transformers.cache_utils import DynamicCache
-from transformers.masking_utils import create_causal_mask
 
 from .base import Method
 from .errors import MethodError
 from .families import decoder_layers, rotary_embedding
 from .layer_inputs import LayerInputs
-from .ragged import RaggedLayer
+from .ragged import RaggedLayer, visibility_mask
 
 
 def _validated(indices: torch.Tensor, method: Method, shape: tuple[int, ...], seq_len: int) -> torch.Tensor:
@@ -126,17 +125,11 @@ def per_layer_causal_masks(model, cache: DynamicCache) -> Iterator[None]:
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
             layer = cache.layers[layer_idx]
             if isinstance(layer, RaggedLayer):
-                kwargs["attention_mask"] = layer.attention_mask(hidden.shape[1], module.config.num_attention_heads,
-                                                                hidden.dtype)
-                return args, kwargs
-            kwargs["attention_mask"] = create_causal_mask(
-                config=module.config,
-                inputs_embeds=hidden,
-                attention_mask=None,
-                past_key_values=cache,
-                position_ids=kwargs.get("position_ids"),
-                layer_idx=layer_idx,
-            )
+                mask = layer.attention_mask(hidden.shape[1], module.config.num_attention_heads, hidden.dtype)
+            else:  # every head sees the layer's cache, then the new tokens causally
+                length = torch.tensor([layer.get_seq_length()], device=hidden.device)
+                mask = visibility_mask(length, int(length), 0, hidden.shape[1], hidden.dtype)
+            kwargs["attention_mask"] = mask
             return args, kwargs
 
         return set_mask

@@ -80,19 +80,24 @@ class RaggedLayer(DynamicLayer):
         raise NotImplementedError("a ragged cache layer cannot be cropped")
 
     def attention_mask(self, query_length: int, num_query_heads: int, dtype: torch.dtype) -> torch.Tensor:
-        """[1, num_query_heads, query_length, padded view length] additive mask (0 visible, min hidden) for
-        the next `query_length` tokens: each head sees its own kept prompt tokens, and the tail causally."""
-        device = self.keys.device
-        heads, tail = len(self.head_keys), self.keys.shape[-2]
-        columns = torch.arange(self.padded_length, device=device)
-        prompt = columns < torch.tensor(self.kept_per_head, device=device).unsqueeze(-1)  # [heads, padded]
-        prompt = prompt.unsqueeze(1).expand(heads, query_length, -1)
-        rows = torch.arange(query_length, device=device).unsqueeze(-1)
-        causal = torch.arange(tail + query_length, device=device) <= rows + tail  # [q, tail + q]
-        visible = torch.cat([prompt, causal.expand(heads, -1, -1)], dim=-1)
-        visible = visible.repeat_interleave(num_query_heads // heads, dim=0)  # query head g*... shares KV head
-        mask = torch.zeros(visible.shape, dtype=dtype, device=device)
-        return mask.masked_fill_(~visible, torch.finfo(dtype).min).unsqueeze(0)
+        """[1, num_query_heads, query_length, padded view length] additive mask for the next tokens: each
+        head sees its own kept prompt tokens, and the tail causally."""
+        kept = torch.tensor(self.kept_per_head, device=self.keys.device)
+        mask = visibility_mask(kept, self.padded_length, self.keys.shape[-2], query_length, dtype)
+        return mask.repeat_interleave(num_query_heads // len(self.head_keys), dim=1)  # query heads share KV heads
+
+
+def visibility_mask(kept: torch.Tensor, padded: int, tail: int, query_length: int, dtype: torch.dtype) -> torch.Tensor:
+    """[1, heads, query_length, padded + tail + query_length] additive mask (0 visible, dtype's min hidden):
+    head h sees the first kept[h] of `padded` prompt slots, then the tail and the new tokens causally."""
+    device = kept.device
+    prompt = torch.arange(padded, device=device) < kept.unsqueeze(-1)  # [heads, padded]
+    prompt = prompt.unsqueeze(1).expand(-1, query_length, -1)
+    rows = torch.arange(query_length, device=device).unsqueeze(-1)
+    causal = torch.arange(tail + query_length, device=device) <= rows + tail  # [q, tail + q]
+    visible = torch.cat([prompt, causal.expand(len(kept), -1, -1)], dim=-1)
+    mask = torch.zeros(visible.shape, dtype=dtype, device=device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min).unsqueeze(0)
 
 
 def cache_bytes(cache) -> tuple[int, int]:

@@ -46,7 +46,7 @@ def groups_of(model):
 
 def snapkv_scores_reference(attn, groups, window, kernel):
     T = attn.shape[-1]
-    votes = group_mean(attn[:, T - window:, : T - window].sum(1), groups)
+    votes = group_mean(attn[:, T - window:, : T - window].mean(1), groups)
     return [torch.cat([avg_pool_reference(head, kernel), torch.full((window,), float("inf"), dtype=head.dtype)])
             for head in votes]
 
