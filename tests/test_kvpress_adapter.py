@@ -133,11 +133,3 @@ def test_bad_press_specs_are_one_line_method_errors(name, params, fragment):
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_press_specs_in_the_grid_and_toml(pytester):
-    pytester.makefile(".toml", grid='methods = [{name = "kvpress:AdaKVPress", alpha_safeguard = 0.1, '
-                                    'press = {name = "SnapKVPress", window_size = 8}}]\n')
-    pytester.makepyfile(test_x="def test_x(): pass\n")
-    result = pytester.runpytest("--kvbench-config", "grid.toml", "--kvbench-methods", "kvpress:NoPress",
-                                "-p", "no:cacheprovider")
-    assert result.ret == 4
-    result.stderr.fnmatch_lines(["*kvpress:NoPress: kvpress * has no press 'NoPress'*"])
