@@ -10,6 +10,8 @@ import pytest
 from helpers import add_bench_files
 
 HAS_KVPRESS = importlib.util.find_spec("kvpress") is not None
+if HAS_KVPRESS:  # imported once here: in-process pytester runs would re-import torch.distributed through it
+    import kvpress  # noqa: F401
 
 
 @pytest.fixture
