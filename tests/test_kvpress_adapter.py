@@ -15,17 +15,9 @@ from kvmethods import Budget, MethodError, get_method  # noqa: E402
 from kvmethods.families import decoder_layers  # noqa: E402
 from kvmethods.generation import generate, prefill  # noqa: E402
 from kvmethods.testing import tiny_model  # noqa: E402
+from model_helpers import FAMILIES, one_thread  # noqa: E402, F401 (one_thread applies here)
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
 PROMPT_LEN = 96
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

@@ -14,17 +14,9 @@ from kvmethods.adakv import head_adaptive_mask
 from kvmethods.generation import generate, prefill
 from kvmethods.ragged import KERNEL, RaggedLayer
 from kvmethods.testing import tiny_model
+from model_helpers import FAMILIES, one_thread, sdpa_and_eager  # noqa: F401 (one_thread applies here)
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
 PROMPT = torch.randint(3, 256, (64,), generator=torch.Generator().manual_seed(11)).tolist()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -103,9 +95,7 @@ def per_head_masked_logits(eager, ids, selections, first_free):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("protocol", ["question_in_window", "query_agnostic"])
 def test_attention_over_the_ragged_cache_equals_masked_attention(family, protocol):
-    sdpa = tiny_model(family, seed=5, dtype=torch.float64, qk_scale=4.0)
-    eager = tiny_model(family, seed=6, dtype=torch.float64, attn_implementation="eager")
-    eager.load_state_dict(sdpa.state_dict())
+    sdpa, eager = sdpa_and_eager(family, seed=5, qk_scale=4.0)
     context_len = len(PROMPT) if protocol == "question_in_window" else 48
     method = get_method("adakv", base="snapkv", window=4)
     out = generate(sdpa, method, "12", PROMPT, context_len, 4, set(), protocol, return_logprobs=True)

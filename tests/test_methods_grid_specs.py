@@ -7,21 +7,11 @@ import importlib.util
 
 import pytest
 
-from helpers import add_bench_files
+from test_plugin_grid import bench, collected_ids  # noqa: F401 (the bench fixture is used here)
 
 HAS_KVPRESS = importlib.util.find_spec("kvpress") is not None
 if HAS_KVPRESS:  # imported once here: in-process pytester runs would re-import torch.distributed through it
     import kvpress  # noqa: F401
-
-
-@pytest.fixture
-def bench(pytester):
-    add_bench_files(pytester)
-    return pytester
-
-
-def collected_ids(result) -> list[str]:
-    return [line.split("[", 1)[1].rstrip("]") for line in result.outlines if "::" in line and "[" in line]
 
 
 GRID = ["--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-budgets", "64",

@@ -14,25 +14,14 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 import kvmethods.kvzip as kvzip_module
 from kvmethods import Budget, MethodError, get_method
 from kvmethods.generation import generate, prefill
-from kvmethods.testing import tiny_model
+from model_helpers import FAMILIES, one_thread, sdpa_and_eager  # noqa: F401 (one_thread applies here)
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
 PROMPT_LEN = 96
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def models(request):
-    sdpa = tiny_model(request.param, seed=1, dtype=torch.float64, qk_scale=10.0)
-    eager = tiny_model(request.param, seed=2, dtype=torch.float64, attn_implementation="eager")
-    eager.load_state_dict(sdpa.state_dict())
+    sdpa, eager = sdpa_and_eager(request.param, seed=1, qk_scale=10.0)
     ids = torch.randint(3, 256, (PROMPT_LEN,), generator=torch.Generator().manual_seed(7)).tolist()
     with torch.no_grad():
         out = eager(torch.tensor([ids]), output_attentions=True, output_hidden_states=True)
