@@ -75,24 +75,34 @@ def repeat_inputs(model, context: torch.Tensor, chunk_size: int) -> list[tuple[i
     return out
 
 
+ROWS_PER_BLOCK = 256  # repeat queries scored at once: bounds the scratch to G x 256 x (chunk + R) logits
+
+
 def reconstruction_attention(layer: LayerInputs, start: int, end: int, sinks: int) -> torch.Tensor:
     """[batch, kv_heads, end - start]: max attention the repeat tokens (the last R cached) give the chunk's
-    keys, the softmax running over the sinks, the chunk and the repeat tokens (causal among them)."""
+    keys, the softmax running over the sinks, the chunk and the repeat tokens (causal among them).
+
+    Computed as exp(max over rows of (logit - logsumexp of the row)), in blocks of query rows, so neither
+    the probabilities nor more than a block of logits exist at once."""
     repeat = layer.hidden_states.shape[1]
     dtype = score_dtype(layer.keys)
-    queries = layer.queries(repeat).to(dtype)  # [batch, q_heads, R, dim]
+    queries = layer.queries(repeat).to(dtype) * layer.head_dim**-0.5  # [batch, q_heads, R, dim]
     keys = layer.keys.to(dtype)
-    keys = torch.cat([keys[:, :, :sinks], keys[:, :, start:end], keys[:, :, -repeat:]], dim=2)
-    future = torch.ones(repeat, repeat, dtype=torch.bool, device=keys.device).triu_(1)
-    groups, chunk = layer.num_groups, end - start
-    out = []
-    for kv_head in range(layer.num_kv_heads):  # one KV head at a time bounds the scratch to G x R x keys
-        q = queries[:, kv_head * groups:(kv_head + 1) * groups]
-        logits = (q @ keys[:, kv_head].unsqueeze(1).transpose(-1, -2)) / layer.head_dim**0.5
-        logits[..., -repeat:].masked_fill_(future, float("-inf"))
-        weights = logits.softmax(dim=-1)[..., sinks:sinks + chunk]
-        out.append(weights.amax(dim=(1, 2)))
-    return torch.stack(out, dim=1)
+    context = torch.cat([keys[:, :, :sinks], keys[:, :, start:end]], dim=2).transpose(-1, -2)  # [b, kv, dim, S]
+    repeated = keys[:, :, -repeat:].transpose(-1, -2)  # [b, kv, dim, R]
+    batch, groups = keys.shape[0], layer.num_groups
+    best = torch.full((batch, layer.num_kv_heads, end - start), float("-inf"), dtype=dtype, device=keys.device)
+    for first in range(0, repeat, ROWS_PER_BLOCK):
+        last = min(repeat, first + ROWS_PER_BLOCK)
+        block = queries[:, :, first:last].reshape(batch, layer.num_kv_heads, groups * (last - first), -1)
+        to_context = block @ context  # [b, kv, G * rows, S]
+        to_repeat = (block @ repeated[..., :last]).view(batch, layer.num_kv_heads, groups, last - first, last)
+        future = torch.ones(last - first, last, dtype=torch.bool, device=keys.device).triu_(first + 1)
+        to_repeat = to_repeat.masked_fill_(future, float("-inf")).flatten(2, 3)
+        lse = torch.logaddexp(to_context.logsumexp(dim=-1), to_repeat.logsumexp(dim=-1))
+        chunk_logits = to_context[..., sinks:].sub_(lse.unsqueeze(-1))
+        best = torch.maximum(best, chunk_logits.amax(dim=2))
+    return best.exp_()
 
 
 @dataclass
