@@ -18,6 +18,7 @@ head as kept tokens and logical bytes, the full tensors as physical bytes, and `
 from __future__ import annotations
 
 import inspect
+import typing
 from contextlib import contextmanager
 from importlib.metadata import version
 from typing import Any
@@ -46,8 +47,9 @@ def _scalar_type(parameter: inspect.Parameter) -> type | None:
     if parameter.default not in (inspect.Parameter.empty, None) and type(parameter.default) in _SCALARS.values():
         return type(parameter.default)
     annotation = parameter.annotation
-    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    return _SCALARS.get(name)
+    options = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]  # Optional[int]
+    names = [a if isinstance(a, str) else getattr(a, "__name__", "") for a in options]
+    return _SCALARS.get(names[0]) if len(names) == 1 else None
 
 
 def build_press(kvpress, spec: str, press_name: str, params: dict[str, Any]):

@@ -125,3 +125,12 @@ def test_bad_press_specs_are_one_line_method_errors(name, params, fragment):
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
 
 
+
+
+def test_press_parameters_are_coerced_by_the_press_signature_and_recorded():
+    method = get_method("kvpress:ChunkKVPress", press="SnapKVPress", chunk_length="10", **{"press.window_size": "16"})
+    assert method.press.chunk_length == 10 and method.press.press.window_size == 16
+    assert method.params() == {"chunk_length": "10", "press": "SnapKVPress", "press.window_size": "16",
+                               "press_config": repr(method.press)}
+    assert get_method("kvpress:RandomPress", seed="3").press.seed == 3  # Optional[int]
+    assert get_method("kvpress:ExpectedAttentionPress", use_vnorm="false").press.use_vnorm is False
