@@ -71,7 +71,8 @@ def store_selection(cache: DynamicCache, layer_idx: int, method: Method, selecti
 @contextmanager
 def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: DynamicCache) -> Iterator[list]:
     """While active, every forward compresses layer i of `cache` to layer_budgets[i] tokens.
-    Yields a list filled with each layer's kept indices [batch, num_kv_heads, n] (None if untouched)."""
+    Yields a list filled with each layer's kept indices [batch, num_kv_heads, n], or its head-adaptive bool
+    mask [1, num_kv_heads, T] (None if untouched)."""
     layers = decoder_layers(model)
     rotary = rotary_embedding(model)
     kept: list[torch.Tensor | None] = [None] * len(layers)
