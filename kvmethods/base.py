@@ -156,6 +156,13 @@ class Method:
         num_kv_heads, T] keeping num_kv_heads * n_keep positions per layer, shared unevenly among heads."""
         return top_positions(scores, n_keep)
 
+    # True when select_layers shares the budget over all layers (adakv:across_layers over kvzip)
+    shares_across_layers: ClassVar[bool] = False
+
+    def select_layers(self, scores: list[torch.Tensor], layer_budgets: list[int]) -> list[torch.Tensor]:
+        """select() per layer, for methods that score the whole prompt at once (scores_whole_prompt)."""
+        return [self.select(layer_scores, n_keep) for layer_scores, n_keep in zip(scores, layer_budgets)]
+
     def kept_indices(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
         """[batch, num_kv_heads, n_keep] positions to keep, ascending, distinct, all < T (or select()'s
         bool mask for head-adaptive methods)."""

@@ -150,9 +150,10 @@ def _compress_from_whole_prompt(model, method: Method, layer_budgets: list[int],
                                 ids: list[int]) -> list:
     """Compress every layer of a prefilled cache from the method's whole-prompt scores (KVzip)."""
     input_ids = torch.tensor([ids], dtype=torch.long, device=_device(model))
-    scores = method.prefill_scores(model, cache, input_ids)
-    return [store_selection(cache, i, method, method.select(layer_scores, layer_budgets[i]), layer_budgets[i])
-            for i, layer_scores in enumerate(scores)]
+    selections = method.select_layers(method.prefill_scores(model, cache, input_ids), layer_budgets)
+    shared = method.shares_across_layers
+    return [store_selection(cache, i, method, selection, None if shared else layer_budgets[i])
+            for i, selection in enumerate(selections)]
 
 
 def _bytes_per_token(cache: DynamicCache) -> int:

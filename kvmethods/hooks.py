@@ -39,22 +39,25 @@ def _validated(indices: torch.Tensor, method: Method, shape: tuple[int, ...], se
     return indices.long()
 
 
-def _validated_mask(mask: torch.Tensor, method: Method, shape: tuple[int, ...], n_keep: int) -> torch.Tensor:
+def _validated_mask(mask: torch.Tensor, method: Method, shape: tuple[int, ...], n_keep: int | None) -> torch.Tensor:
+    """n_keep None: the layer's total is free (a budget shared across layers)."""
     batch, heads, seq_len = shape
     if tuple(mask.shape) != (batch, heads, seq_len) or batch != 1:
         raise MethodError(f"{method.name}: a head-adaptive kept mask must have shape (1, {heads}, {seq_len}), "
                           f"got {tuple(mask.shape)}")
     counts = mask.sum(dim=-1)
-    if int(counts.sum()) != heads * n_keep or int(counts.min()) < 1:
-        raise MethodError(f"{method.name}: a head-adaptive kept mask must keep {heads * n_keep} positions in all, "
+    total = heads * n_keep if n_keep is not None else int(counts.sum())
+    if int(counts.sum()) != total or int(counts.min()) < 1:
+        raise MethodError(f"{method.name}: a head-adaptive kept mask must keep {total} positions in all, "
                           f"at least one per head; got {counts.tolist()}")
     return mask
 
 
 def store_selection(cache: DynamicCache, layer_idx: int, method: Method, selection: torch.Tensor,
-                    n_keep: int) -> torch.Tensor:
+                    n_keep: int | None) -> torch.Tensor:
     """Shrink layer `layer_idx` of `cache` to the selection: kept indices [batch, kv_heads, n_keep] gathered
-    in place, or a head-adaptive bool mask [1, kv_heads, T] stored as a RaggedLayer. Returns the selection."""
+    in place, or a head-adaptive bool mask [1, kv_heads, T] stored as a RaggedLayer (n_keep None: a mask
+    from a budget shared across layers). Returns the selection."""
     layer = cache.layers[layer_idx]
     keys, values = layer.keys, layer.values
     if isinstance(selection, torch.Tensor) and selection.dtype == torch.bool:

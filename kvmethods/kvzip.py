@@ -13,7 +13,8 @@ forwards are part of the prefill time and reported separately (`scoring_ms` in t
 Defaults chunk_size=2048 and n_sink=4 are kvpress KVzipPress's (the instruction strings too). Unlike
 KVzipPress (which shares the budget over all heads and, by default, all layers), plain `kvzip` keeps the
 top `budget` of each KV head; `adakv:base=kvzip:alpha=0` shares each layer's budget over its heads like
-KVzipPress(layerwise=True). The context is scored from its first token: KVzipPress leaves the chat
+KVzipPress(layerwise=True), and `adakv:base=kvzip:alpha=0:across_layers=true` over all layers and heads like
+KVzipPress(). The context is scored from its first token: KVzipPress leaves the chat
 template's prefix out of the reconstruction, which kvmethods cannot see. Models without a loadable
 tokenizer (the tests' random models) repeat with no instruction text.
 """

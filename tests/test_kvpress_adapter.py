@@ -94,6 +94,11 @@ def test_kvzip_keeps_what_kvzippress_keeps(family):
     ours = native_kept(model, get_method("adakv", base="kvzip", alpha=0, chunk_size=40), "r0.5", ids)
     theirs = press_kept(model, get_method("kvpress:KVzipPress", layerwise=True, chunk_size=40), "r0.5", ids)
     assert ours == theirs
+    # KVzipPress's default shares the budget over all layers as well
+    ours = native_kept(model, get_method("adakv", base="kvzip", alpha=0, across_layers=True, chunk_size=40),
+                       "r0.5", ids)
+    theirs = press_kept(model, get_method("kvpress:KVzipPress", chunk_size=40), "r0.5", ids)
+    assert ours == theirs
 
 
 def test_token_budgets_keep_exactly_that_many_and_masking_presses_save_nothing(model):

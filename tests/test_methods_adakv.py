@@ -129,7 +129,7 @@ def test_physical_bytes_are_the_sum_over_heads(model):
 
 def test_parameters_go_to_the_base_and_into_the_record():
     method = get_method("adakv", base="pyramidkv", window="8", alpha="0.3")
-    assert method.params() == {"base": "pyramidkv", "alpha": 0.3,
+    assert method.params() == {"base": "pyramidkv", "alpha": 0.3, "across_layers": False,
                                "base_params": {"window": 8, "kernel": 7, "pooling": "avgpool", "beta": 20.0}}
     assert method.layer_budgets(64, 4, 200) == get_method("pyramidkv", window=8).layer_budgets(64, 4, 200)
     assert get_method("adakv").params()["base"] == "snapkv"

@@ -174,7 +174,18 @@ def test_each_new_scorer_runs_under_adakv_with_the_shared_budget(models, base):
     assert out.kv_bytes_physical == out.kv_bytes_logical
 
 
+def test_adakv_across_layers_shares_one_budget_over_every_layer_and_head(models):
+    model, _, ids, _, _, _ = models
+    method = get_method("adakv", base="kvzip", alpha=0, across_layers=True, chunk_size=40)
+    out = generate(model, method, "30", ids, len(ids), 2, set(), "question_in_window")
+    layers, heads = model.config.num_hidden_layers, model.config.num_key_value_heads
+    totals = [sum(h) for h in out.kept_tokens_per_head]
+    assert sum(totals) == layers * heads * 30 and len(set(totals)) > 1  # layers differ, the sum is the budget
+    assert out.kv_bytes_physical == out.kv_bytes_logical
+
+
 @pytest.mark.parametrize("name, params, fragment", [
+    ("adakv", {"base": "snapkv", "across_layers": "true"}, "across_layers needs a base that scores the whole prompt"),
     ("criticalkv", {"base": "streamingllm"}, "cannot be wrapped"),
     ("criticalkv", {"base": "kvzip"}, "cannot be wrapped"),
     ("criticalkv", {"first_stage_ratio": "2"}, "must be in [0, 1]"),
