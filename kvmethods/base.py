@@ -82,6 +82,12 @@ class Method:
 
     name: ClassVar[str] = ""
     compresses: ClassVar[bool] = True  # False only for the full-cache reference
+    # True for methods that score from the whole prefilled cache (KVzip's reconstruction forward):
+    # they implement prefill_scores() instead of score(), and compression happens after the prefill.
+    scores_whole_prompt: ClassVar[bool] = False
+    # True for adapters that compress through their own hooks (kvpress presses): prefill_context() wraps
+    # the plain prefill forward instead of kvmethods' hooks.
+    runs_prefill: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -130,6 +136,39 @@ class Method:
         """[batch, num_kv_heads, T] importance of each prompt position (higher = keep)."""
         raise NotImplementedError(f"{type(self).__name__} must implement score() or kept_indices()")
 
+    def prefill_scores(self, model, cache, input_ids: torch.Tensor) -> list[torch.Tensor]:
+        """Per layer [batch, num_kv_heads, T] scores from the whole prefilled `cache` of `input_ids`
+        ([batch, T]); only for methods with scores_whole_prompt."""
+        raise NotImplementedError(f"{type(self).__name__} sets scores_whole_prompt but has no prefill_scores()")
+
+    def prefill_context(self, model, budget_tokens: int, prompt_len: int, ratio: float | None):
+        """Context manager around the prefill forward of a runs_prefill method; ratio is set for ratio budgets."""
+        raise NotImplementedError(f"{type(self).__name__} sets runs_prefill but has no prefill_context()")
+
+    def masked_tokens_per_head(self, model, cache) -> list[list[int]] | None:
+        """Per layer and KV head, cached tokens that attention is made to ignore (masking without
+        evicting, as kvpress' head-wise presses do); None when every cached token is attended."""
+        return None
+
+    def select(self, scores: torch.Tensor, n_keep: int) -> torch.Tensor:
+        """What to keep given [batch, num_kv_heads, T] scores: the top n_keep of each KV head (ties go to
+        the earlier position). Head-adaptive methods (adakv) instead return a bool mask [batch,
+        num_kv_heads, T] keeping num_kv_heads * n_keep positions per layer, shared unevenly among heads."""
+        return top_positions(scores, n_keep)
+
+    # True when select_layers shares the budget over all layers (adakv:across_layers over kvzip)
+    shares_across_layers: ClassVar[bool] = False
+
+    def select_layers(self, scores: list[torch.Tensor], layer_budgets: list[int]) -> list[torch.Tensor]:
+        """select() per layer, for methods that score the whole prompt at once (scores_whole_prompt)."""
+        return [self.select(layer_scores, n_keep) for layer_scores, n_keep in zip(scores, layer_budgets)]
+
     def kept_indices(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
-        """[batch, num_kv_heads, n_keep] positions to keep, ascending, distinct, all < T."""
-        return top_positions(self.score(layer, n_keep), n_keep)
+        """[batch, num_kv_heads, n_keep] positions to keep, ascending, distinct, all < T (or select()'s
+        bool mask for head-adaptive methods)."""
+        return self.select(self.score(layer, n_keep), n_keep)
+
+    @classmethod
+    def has_layer_scores(cls) -> bool:
+        """Whether score() is implemented, i.e. another method can reuse this one's scores (adakv, criticalkv)."""
+        return cls.score is not Method.score and not cls.scores_whole_prompt

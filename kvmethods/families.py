@@ -24,6 +24,12 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
+def rotary_embedding(model: nn.Module) -> nn.Module | None:
+    """The decoder's shared rotary-embedding module (`rotary_emb`), used to rotate to future positions."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    return getattr(decoder, "rotary_emb", None)
+
+
 def model_family(model: nn.Module) -> str:
     return getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
 

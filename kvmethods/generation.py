@@ -4,6 +4,8 @@ Two protocols, selectable per run:
 - "question_in_window": compress the whole prompt; the question sits in the observation window
   (how the SnapKV/PyramidKV LongBench tables were made);
 - "query_agnostic": compress input_ids[:context_len] only, then append the rest uncompressed.
+Methods that score from the whole prompt (KVzip) compress after a plain prefill instead of inside it.
+A head-adaptive method's cache is stored ragged (ragged.py) and reported per head.
 After compression, later tokens keep their original RoPE positions (position_ids = true positions),
 while the causal mask follows the actual cache lengths (hooks.per_layer_causal_masks when layers
 differ). The model is only called through its public forward with a DynamicCache.
@@ -22,7 +24,8 @@ from .base import Method
 from .budget import Budget
 from .errors import MethodError
 from .families import check_family, decoder_layers
-from .hooks import compressing_prefill, per_layer_causal_masks
+from .hooks import compressing_prefill, per_layer_causal_masks, store_selection
+from .ragged import KERNEL, RaggedLayer, cache_bytes, kept_tokens_per_head
 
 PROTOCOLS = ("question_in_window", "query_agnostic")
 
@@ -42,6 +45,27 @@ class GenerationOutput:
     logprobs: torch.Tensor | None = None
     # With teacher_targets: teacher_force()'s result for those targets, from the same compressed prefill.
     target_logprobs: torch.Tensor | None = None
+    # Per layer, the tokens each KV head holds once the prompt is in (they differ under adakv).
+    kept_tokens_per_head: list[list[int]] = field(default_factory=list)
+    # kv_bytes_after split: the kept tokens' keys and values (logical) and what the cache's tensors hold
+    # (physical); they differ only if a storage pads. kv_bytes_after == kv_bytes_physical.
+    kv_bytes_logical: int = 0
+    kv_bytes_physical: int = 0
+    ragged_kernel: str | None = None  # how attention ran over a ragged (head-adaptive) cache, else None
+    scoring_s: float = 0.0  # part of prefill_s spent in a method's extra scoring forward (KVzip)
+    masked_only: bool = False  # evicted keys are masked, not freed (kvpress head-wise presses): no memory saved
+
+
+def record_fields(out: GenerationOutput) -> dict:
+    """The per-sample record fields that head-adaptive and whole-prompt-scoring methods added (issue 15)."""
+    return {
+        "kept_tokens_per_head": out.kept_tokens_per_head,
+        "kv_bytes_logical": out.kv_bytes_logical,
+        "kv_bytes_physical": out.kv_bytes_physical,
+        "ragged_kernel": out.ragged_kernel,
+        "scoring_ms": out.scoring_s * 1000.0,
+        "kv_masked_only": out.masked_only,
+    }
 
 
 @dataclass
@@ -49,8 +73,9 @@ class PrefilledPrompt:
     cache: DynamicCache
     next_logits: torch.Tensor  # [vocab] logits predicting the token after the prompt
     next_position: int
-    uneven: bool  # layers hold different lengths: later multi-token forwards need per-layer masks
-    kept_indices: list = field(default_factory=list)  # per layer [batch, kv_heads, n] or None
+    uneven: bool  # layers hold different lengths or are ragged: later forwards need per-layer masks
+    kept_indices: list = field(default_factory=list)  # per layer [batch, kv_heads, n], a bool mask, or None
+    scoring_s: float = 0.0  # seconds of a whole-prompt scoring pass (KVzip), included in the prefill
 
 
 def _device(model) -> torch.device:
@@ -96,28 +121,44 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     cache = DynamicCache()
     kept_indices: list = [None] * n_layers
     logits = None
+    scoring_s = 0.0
     if active:
         if len(layer_budgets) != n_layers or min(layer_budgets) < 1:
             raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
-        with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
+        if method.runs_prefill:
+            ratio = budget.value if budget.kind == "ratio" else None
+            with method.prefill_context(model, budget_tokens, compressed_len, ratio):
+                logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+        elif method.scores_whole_prompt:
             logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+            started = time.perf_counter()
+            kept_indices = _compress_from_whole_prompt(model, method, layer_budgets, cache, input_ids[:compressed_len])
+            scoring_s = time.perf_counter() - started
+        else:
+            with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
+                logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
     elif compressed_len > 0:
         logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
     lengths = {cache.get_seq_length(i) for i in range(n_layers)}
-    uneven = len(lengths) > 1
+    uneven = len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
     if compressed_len < len(input_ids):
         logits = _forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
-    return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices))
+    return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices), scoring_s)
 
 
-def _kv_bytes(cache: DynamicCache) -> tuple[int, int]:
-    """(bytes held, bytes per cached token summed over layers)."""
-    held = per_token = 0
-    for layer in cache.layers:
-        for tensor in (layer.keys, layer.values):
-            held += tensor.numel() * tensor.element_size()
-            per_token += tensor.shape[0] * tensor.shape[1] * tensor.shape[3] * tensor.element_size()
-    return held, per_token
+def _compress_from_whole_prompt(model, method: Method, layer_budgets: list[int], cache: DynamicCache,
+                                ids: list[int]) -> list:
+    """Compress every layer of a prefilled cache from the method's whole-prompt scores (KVzip)."""
+    input_ids = torch.tensor([ids], dtype=torch.long, device=_device(model))
+    selections = method.select_layers(method.prefill_scores(model, cache, input_ids), layer_budgets)
+    shared = method.shares_across_layers
+    return [store_selection(cache, i, method, selection, None if shared else layer_budgets[i])
+            for i, selection in enumerate(selections)]
+
+
+def _bytes_per_token(cache: DynamicCache) -> int:
+    """Bytes of one token's keys and values over all layers and KV heads."""
+    return sum(2 * layer.keys.shape[1] * layer.keys.shape[3] * layer.keys.element_size() for layer in cache.layers)
 
 
 @torch.inference_mode()
@@ -135,8 +176,14 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     started = time.perf_counter()
     state = prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
     prefill_s = time.perf_counter() - started
-    kept = [state.cache.get_seq_length(i) for i in range(len(state.cache.layers))]
-    held, per_token = _kv_bytes(state.cache)
+    per_head = kept_tokens_per_head(state.cache)
+    logical, physical = cache_bytes(state.cache)
+    masked = method.masked_tokens_per_head(model, state.cache)
+    if masked is not None:  # kvpress' head-wise presses: attention skips them, memory still holds them
+        per_head = [[n - m for n, m in zip(ns, ms)] for ns, ms in zip(per_head, masked)]
+        logical -= sum(map(sum, masked)) * _bytes_per_token(state.cache) // sum(len(ms) for ms in masked)
+    kept = [round(sum(heads) / len(heads)) for heads in per_head]
+    ragged = any(isinstance(layer, RaggedLayer) for layer in state.cache.layers)
     target_logprobs = None
     if teacher_targets is not None:
         forked = PrefilledPrompt(copy.deepcopy(state.cache), state.next_logits, state.next_position, state.uneven)
@@ -162,8 +209,9 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
         position += 1
     decode_s = time.perf_counter() - started
     logprobs = torch.stack(steps) if return_logprobs else None
-    return GenerationOutput(tokens, kept, per_token * len(input_ids), held, len(input_ids), prefill_s, decode_s,
-                            stop_token, logprobs, target_logprobs)
+    return GenerationOutput(tokens, kept, _bytes_per_token(state.cache) * len(input_ids), physical, len(input_ids),
+                            prefill_s, decode_s, stop_token, logprobs, target_logprobs, per_head, logical, physical,
+                            KERNEL if ragged else None, state.scoring_s, masked is not None)
 
 
 def _teacher_force_prefilled(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:

@@ -8,8 +8,9 @@ smaller tensors back through the cache layer's public `keys`/`values`. So the fu
 layer is freed before the next layer runs, and the prefill itself (sdpa, full attention) is unchanged.
 
 After compression layers may hold different lengths (PyramidKV). The model builds one causal mask from
-layer 0's length, so for later multi-token forwards a pre-hook rebuilds the mask per layer with
-transformers' `create_causal_mask(..., layer_idx=i)`.
+layer 0's length, so for later forwards a pre-hook installs a mask sized to each layer's own cache
+(`ragged.visibility_mask`; create_causal_mask has no layer_idx in transformers 5.2, kvpress' pin); a
+head-adaptive selection (a bool mask, AdaKV) is stored as a `ragged.RaggedLayer` with a per-head mask.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from contextlib import contextmanager
 
 import torch
 from transformers.cache_utils import DynamicCache
-from transformers.masking_utils import create_causal_mask
 
 from .base import Method
 from .errors import MethodError
-from .families import decoder_layers
+from .families import decoder_layers, rotary_embedding
 from .layer_inputs import LayerInputs
+from .ragged import RaggedLayer, visibility_mask
 
 
 def _validated(indices: torch.Tensor, method: Method, shape: tuple[int, ...], seq_len: int) -> torch.Tensor:
@@ -38,11 +39,45 @@ def _validated(indices: torch.Tensor, method: Method, shape: tuple[int, ...], se
     return indices.long()
 
 
+def _validated_mask(mask: torch.Tensor, method: Method, shape: tuple[int, ...], n_keep: int | None) -> torch.Tensor:
+    """n_keep None: the layer's total is free (a budget shared across layers)."""
+    batch, heads, seq_len = shape
+    if tuple(mask.shape) != (batch, heads, seq_len) or batch != 1:
+        raise MethodError(f"{method.name}: a head-adaptive kept mask must have shape (1, {heads}, {seq_len}), "
+                          f"got {tuple(mask.shape)}")
+    counts = mask.sum(dim=-1)
+    total = heads * n_keep if n_keep is not None else int(counts.sum())
+    if int(counts.sum()) != total or int(counts.min()) < 1:
+        raise MethodError(f"{method.name}: a head-adaptive kept mask must keep {total} positions in all, "
+                          f"at least one per head; got {counts.tolist()}")
+    return mask
+
+
+def store_selection(cache: DynamicCache, layer_idx: int, method: Method, selection: torch.Tensor,
+                    n_keep: int | None) -> torch.Tensor:
+    """Shrink layer `layer_idx` of `cache` to the selection: kept indices [batch, kv_heads, n_keep] gathered
+    in place, or a head-adaptive bool mask [1, kv_heads, T] stored as a RaggedLayer (n_keep None: a mask
+    from a budget shared across layers). Returns the selection."""
+    layer = cache.layers[layer_idx]
+    keys, values = layer.keys, layer.values
+    if isinstance(selection, torch.Tensor) and selection.dtype == torch.bool:
+        mask = _validated_mask(selection, method, tuple(keys.shape[:3]), n_keep)
+        cache.layers[layer_idx] = RaggedLayer(keys, values, mask)
+        return mask
+    indices = _validated(selection, method, (*keys.shape[:2], n_keep), keys.shape[-2])
+    gather = indices.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
+    layer.keys = keys.gather(2, gather)
+    layer.values = values.gather(2, gather)
+    return indices
+
+
 @contextmanager
 def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: DynamicCache) -> Iterator[list]:
     """While active, every forward compresses layer i of `cache` to layer_budgets[i] tokens.
-    Yields a list filled with each layer's kept indices [batch, num_kv_heads, n] (None if untouched)."""
+    Yields a list filled with each layer's kept indices [batch, num_kv_heads, n], or its head-adaptive bool
+    mask [1, num_kv_heads, T] (None if untouched)."""
     layers = decoder_layers(model)
+    rotary = rotary_embedding(model)
     kept: list[torch.Tensor | None] = [None] * len(layers)
     projected_queries: dict[int, torch.Tensor] = {}
 
@@ -64,13 +99,8 @@ def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: 
             cos, sin = kwargs["position_embeddings"]
             if queries is not None and queries.shape[:2] != hidden.shape[:2]:
                 queries = None
-            inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, keys, values, queries)
-            shape = (*keys.shape[:2], n_keep)
-            indices = _validated(method.kept_indices(inputs, n_keep), method, shape, seq_len)
-            gather = indices.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
-            cache_layer.keys = keys.gather(2, gather)
-            cache_layer.values = values.gather(2, gather)
-            kept[layer_idx] = indices
+            inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, keys, values, queries, rotary)
+            kept[layer_idx] = store_selection(cache, layer_idx, method, method.kept_indices(inputs, n_keep), n_keep)
             return
 
         return compress
@@ -97,14 +127,13 @@ def per_layer_causal_masks(model, cache: DynamicCache) -> Iterator[None]:
     def hook_for(layer_idx: int):
         def set_mask(module, args, kwargs):
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            kwargs["attention_mask"] = create_causal_mask(
-                config=module.config,
-                inputs_embeds=hidden,
-                attention_mask=None,
-                past_key_values=cache,
-                position_ids=kwargs.get("position_ids"),
-                layer_idx=layer_idx,
-            )
+            layer = cache.layers[layer_idx]
+            if isinstance(layer, RaggedLayer):
+                mask = layer.attention_mask(hidden.shape[1], module.config.num_attention_heads, hidden.dtype)
+            else:  # every head sees the layer's cache, then the new tokens causally
+                length = torch.tensor([layer.get_seq_length()], device=hidden.device)
+                mask = visibility_mask(length, int(length), 0, hidden.shape[1], hidden.dtype)
+            kwargs["attention_mask"] = mask
             return args, kwargs
 
         return set_mask

@@ -31,6 +31,7 @@ class LayerInputs:
     keys: torch.Tensor  # [batch, num_kv_heads, T, head_dim], RoPE applied
     values: torch.Tensor  # [batch, num_kv_heads, T, head_dim]
     projected_queries: torch.Tensor | None = None  # [batch, T, q_heads * head_dim], q_proj output if captured
+    rotary: nn.Module | None = None  # the decoder's rotary_emb: cos/sin at any position (rope_at)
 
     @property
     def seq_len(self) -> int:
@@ -53,9 +54,10 @@ class LayerInputs:
     def scaling(self) -> float:
         return float(getattr(self.module, "scaling", self.head_dim**-0.5))
 
-    def queries(self, last: int | None = None) -> torch.Tensor:
-        """[batch, num_q_heads, n, head_dim] RoPE'd queries of the last `last` positions (all if None)."""
-        n = self.seq_len if last is None else last
+    def queries(self, last: int | None = None, *, rope: bool = True) -> torch.Tensor:
+        """[batch, num_q_heads, n, head_dim] queries of the last `last` positions (all if None), RoPE'd
+        at their positions unless rope=False (pre-RoPE, after Qwen3's q_norm)."""
+        n = self.hidden_states.shape[1] if last is None else last
         if self.projected_queries is not None:
             projected = self.projected_queries[:, -n:]
         else:
@@ -66,6 +68,15 @@ class LayerInputs:
         if q_norm is not None:
             q = q_norm(q)
         q = q.transpose(1, 2)
+        if not rope:
+            return q
         cos = self.cos[:, -n:].unsqueeze(1)
         sin = self.sin[:, -n:].unsqueeze(1)
         return q * cos + _rotate_half(q) * sin
+
+    def rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) [n, head_dim] of the model's RoPE at the given positions (e.g. future ones)."""
+        if self.rotary is None:
+            raise ValueError("LayerInputs.rotary is not set: the model has no decoder rotary_emb")
+        cos, sin = self.rotary(self.keys, positions.unsqueeze(0).to(self.keys.device))
+        return cos[0], sin[0]

@@ -2,7 +2,8 @@
 
 Third-party methods appear in the grid like built-in ones, either by an entry point
 (`[project.entry-points."kvbench.methods"] mymethod = "mypkg.module:MyMethod"`) or by calling
-`register_method` (usable as a decorator) from a conftest. Entry points are read on every lookup, so a
+`register_method` (usable as a decorator) from a conftest. `kvpress:<PressName>` names any press of the
+optional kvpress package (kvpress_adapter.py). Entry points are read on every lookup, so a
 package installed into the running environment is visible without restarting anything.
 """
 
@@ -11,11 +12,15 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any
 
+from .adakv import AdaKV
 from .base import Method
+from .criticalkv import CriticalKV
 from .errors import MethodError
+from .expected_attention import ExpectedAttention
 from .full import Full
 from .h2o import H2O
 from .knorm import KNorm
+from .kvzip import KVzip
 from .pyramidkv import PyramidKV
 from .random import Random
 from .snapkv import SnapKV
@@ -24,7 +29,7 @@ from .tova import TOVA
 
 ENTRY_POINT_GROUP = "kvbench.methods"
 BUILTIN_METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random)
+    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV, CriticalKV, ExpectedAttention, KVzip)
 }
 _registered: dict[str, type[Method]] = {}
 
@@ -68,6 +73,9 @@ def available_methods() -> list[str]:
     return sorted(names)
 
 
+KVPRESS_PREFIX = "kvpress:"
+
+
 def _load(name: str) -> type[Method]:
     if name in BUILTIN_METHODS:
         return BUILTIN_METHODS[name]
@@ -91,4 +99,9 @@ def get_method(name: str, **params: Any) -> Method:
     """An instance of the named method with the given parameters (strings are coerced by field type)."""
     if not isinstance(name, str):
         raise MethodError(f"method name must be a string, got {name!r}")
-    return _load(name.strip()).from_params(**params)
+    name = name.strip()
+    if name.startswith(KVPRESS_PREFIX):
+        from .kvpress_adapter import kvpress_method  # imports kvpress only when a press is named
+
+        return kvpress_method(name, params)
+    return _load(name).from_params(**params)

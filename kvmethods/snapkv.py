@@ -35,7 +35,8 @@ class SnapKV(Method):
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
         window = min(self.window, n_keep)
-        votes = window_attention(layer, window).sum(dim=3).mean(dim=2)  # [batch, kv_heads, T]
+        # mean over the window (the ranking is the sum's; the scale matters to wrappers adding epsilon: criticalkv)
+        votes = window_attention(layer, window).mean(dim=3).mean(dim=2)  # [batch, kv_heads, T]
         prefix = layer.seq_len - window
         scores = torch.empty_like(votes)
         scores[..., :prefix] = pool_positions(votes[..., :prefix], self.kernel, self.pooling)

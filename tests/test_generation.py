@@ -23,6 +23,7 @@ from kvmethods import (
 )
 from kvmethods.generation import PROTOCOLS, generate, prefill, teacher_force
 from kvmethods.testing import tiny_model
+from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
 BUILTINS = ["full", "h2o", "knorm", "pyramidkv", "random", "snapkv", "streamingllm", "tova"]
@@ -30,13 +31,6 @@ PROMPT = torch.randint(3, 256, (64,), generator=torch.Generator().manual_seed(11
 
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest single-threaded; several threads only contend on the shared CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def model(request):

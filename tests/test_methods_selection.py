@@ -14,19 +14,13 @@ from kvmethods.generation import prefill
 from kvmethods.layer_inputs import LayerInputs
 from kvmethods.scoring import accumulated_attention
 from kvmethods.testing import tiny_model
+from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
 PROMPT_LEN = 96
 
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest single-threaded; several threads only contend on the shared CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def models(request):

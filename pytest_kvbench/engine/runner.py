@@ -94,7 +94,7 @@ class Runner:
 
     def _run(self, case: Case) -> dict:
         from kvmethods import get_method
-        from kvmethods.generation import generate
+        from kvmethods.generation import generate, record_fields
         from pytest_kvbench.engine.finite_logits import check_logits_finite
         from pytest_kvbench.engine.hardware.item_meter import ItemMeter
         from pytest_kvbench.engine.time_limit import item_time_limit
@@ -142,6 +142,7 @@ class Runner:
                     "new_tokens": len(result.tokens),
                     "kv_bytes_before": result.kv_bytes_before,
                     "kv_bytes_after": result.kv_bytes_after,
+                    **record_fields(result),
                     "kl": kl,
                     "agreement": agreement,
                     "fields": {k: v for k, v in sample.fields.items() if k in ("length", "depth", "context_length")},

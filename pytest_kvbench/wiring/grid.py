@@ -38,8 +38,11 @@ class MethodSpec:
 
     @classmethod
     def parse(cls, text: str) -> "MethodSpec":
-        """``snapkv`` or ``snapkv:window=64:kernel=5`` (the TOML grid may use tables instead)."""
+        """``snapkv`` or ``snapkv:window=64:kernel=5`` (the TOML grid may use tables instead); leading parts
+        without ``=`` belong to the name (``kvpress:SnapKVPress:window_size=64``)."""
         name, *pairs = text.strip().split(":")
+        while pairs and "=" not in pairs[0]:
+            name += ":" + pairs.pop(0)
         params = []
         for pair in pairs:
             key, sep, value = pair.partition("=")

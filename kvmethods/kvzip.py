@@ -1,0 +1,154 @@
+"""kvzip: keep the keys the model needs to reconstruct its own context (query-agnostic).
+
+Kim et al. 2025, "KVzip: Query-Agnostic KV Cache Compression with Context Reconstruction"
+(arXiv:2505.23416). After the prefill the model is asked to repeat the context: for each chunk of
+`chunk_size` context tokens, a forward over "<repeat instruction><chat suffix><chunk>" runs on the
+prefilled cache, and a key's score is the largest attention it receives from those repeat tokens (max over
+the repeat queries and the query heads sharing its KV head). As in the reference, each chunk's softmax
+runs over the first `n_sink` tokens, the chunk's own keys and the repeat tokens only; later chunks'
+instructions end with the previous chunk's last 8 tokens, and the first n_sink tokens are always kept.
+The repeat tokens are dropped from the cache after each layer, so the cache ends as it was; the extra
+forwards are part of the prefill time and reported separately (`scoring_ms` in the records).
+
+Defaults chunk_size=2048 and n_sink=4 are kvpress KVzipPress's (the instruction strings too). Unlike
+KVzipPress (which shares the budget over all heads and, by default, all layers), plain `kvzip` keeps the
+top `budget` of each KV head; `adakv:base=kvzip:alpha=0` shares each layer's budget over its heads like
+KVzipPress(layerwise=True), and `adakv:base=kvzip:alpha=0:across_layers=true` over all layers and heads like
+KVzipPress(). The context is scored from its first token: KVzipPress leaves the chat
+template's prefix out of the reconstruction, which kvmethods cannot see. Models without a loadable
+tokenizer (the tests' random models) repeat with no instruction text.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from .base import Method, param
+from .families import decoder_layers
+from .layer_inputs import LayerInputs
+from .scoring import score_dtype
+
+FIRST_INSTRUCTION = "\n\nRepeat the previous context exactly."
+LATER_INSTRUCTION = "\n\nRepeat the part of the previous context exactly, starting with"
+PREVIOUS_TAIL = 8  # tokens of the previous chunk that later instructions end with
+
+
+@functools.lru_cache(maxsize=8)
+def _instruction_ids(source: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    if not source:
+        return (), (), ()
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except Exception:  # no tokenizer where the model came from: repeat without instruction text
+        return (), (), ()
+    suffix = "\n"
+    if tokenizer.chat_template is not None:  # the assistant turn's opening, as KVzipPress derives it
+        marker = "\n" + "#" * 13
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "dummy context" + marker}],
+                                             add_generation_prompt=True, tokenize=False)
+        suffix = text.split(marker)[-1]
+
+    def encode(text: str) -> tuple[int, ...]:
+        return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+    return encode(FIRST_INSTRUCTION), encode(LATER_INSTRUCTION), encode(suffix)
+
+
+def instruction_ids(model) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(first chunk's instruction, later chunks' instruction, chat suffix) token ids for this model."""
+    return _instruction_ids(str(getattr(model.config, "name_or_path", "") or ""))
+
+
+def repeat_inputs(model, context: torch.Tensor, chunk_size: int) -> list[tuple[int, int, torch.Tensor]]:
+    """(start, end, repeat ids [1, R]) per chunk of the context ids [1, T]."""
+    first, later, suffix = (torch.tensor([ids], dtype=torch.long, device=context.device)
+                            for ids in instruction_ids(model))
+    out = []
+    for start in range(0, context.shape[1], chunk_size):
+        chunk = context[:, start:start + chunk_size]
+        instruction = first if start == 0 else torch.cat([later, context[:, max(0, start - PREVIOUS_TAIL):start]], 1)
+        out.append((start, start + chunk.shape[1], torch.cat([instruction, suffix, chunk], dim=1)))
+    return out
+
+
+ROWS_PER_BLOCK = 256  # repeat queries scored at once: bounds the scratch to G x 256 x (chunk + R) logits
+
+
+def reconstruction_attention(layer: LayerInputs, start: int, end: int, sinks: int) -> torch.Tensor:
+    """[batch, kv_heads, end - start]: max attention the repeat tokens (the last R cached) give the chunk's
+    keys, the softmax running over the sinks, the chunk and the repeat tokens (causal among them).
+
+    Computed as exp(max over rows of (logit - logsumexp of the row)), in blocks of query rows, so neither
+    the probabilities nor more than a block of logits exist at once."""
+    repeat = layer.hidden_states.shape[1]
+    dtype = score_dtype(layer.keys)
+    queries = layer.queries(repeat).to(dtype) * layer.head_dim**-0.5  # [batch, q_heads, R, dim]
+    keys = layer.keys.to(dtype)
+    context = torch.cat([keys[:, :, :sinks], keys[:, :, start:end]], dim=2).transpose(-1, -2)  # [b, kv, dim, S]
+    repeated = keys[:, :, -repeat:].transpose(-1, -2)  # [b, kv, dim, R]
+    batch, groups = keys.shape[0], layer.num_groups
+    best = torch.full((batch, layer.num_kv_heads, end - start), float("-inf"), dtype=dtype, device=keys.device)
+    for first in range(0, repeat, ROWS_PER_BLOCK):
+        last = min(repeat, first + ROWS_PER_BLOCK)
+        block = queries[:, :, first:last].reshape(batch, layer.num_kv_heads, groups * (last - first), -1)
+        to_context = block @ context  # [b, kv, G * rows, S]
+        to_repeat = (block @ repeated[..., :last]).view(batch, layer.num_kv_heads, groups, last - first, last)
+        future = torch.ones(last - first, last, dtype=torch.bool, device=keys.device).triu_(first + 1)
+        to_repeat = to_repeat.masked_fill_(future, float("-inf")).flatten(2, 3)
+        lse = torch.logaddexp(to_context.logsumexp(dim=-1), to_repeat.logsumexp(dim=-1))
+        chunk_logits = to_context[..., sinks:].sub_(lse.unsqueeze(-1))
+        best = torch.maximum(best, chunk_logits.amax(dim=2))
+    return best.exp_()
+
+
+@dataclass
+class KVzip(Method):
+    name = "kvzip"
+    scores_whole_prompt = True
+    chunk_size: int = param(2048, "context tokens reconstructed per repeat forward", minimum=1)
+    n_sink: int = param(4, "first tokens always kept (and in every chunk's softmax)", minimum=0)
+
+    @torch.no_grad()
+    def prefill_scores(self, model, cache, input_ids: torch.Tensor) -> list[torch.Tensor]:
+        layers = decoder_layers(model)
+        context_len = input_ids.shape[1]
+        heads = cache.layers[0].keys.shape[1]
+        dtype = score_dtype(cache.layers[0].keys)
+        scores = [torch.zeros(input_ids.shape[0], heads, context_len, dtype=dtype, device=input_ids.device)
+                  for _ in layers]
+        span = {}
+
+        def hook_for(layer_idx: int):
+            def score_and_trim(module, args, kwargs, output):
+                cache_layer = cache.layers[layer_idx]
+                hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+                cos, sin = kwargs["position_embeddings"]
+                inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, cache_layer.keys,
+                                     cache_layer.values)
+                start, end = span["start"], span["end"]
+                sinks = min(self.n_sink, start)
+                scores[layer_idx][..., start:end] = reconstruction_attention(inputs, start, end, sinks)
+                cache_layer.keys = cache_layer.keys[:, :, :context_len]  # drop the repeat tokens
+                cache_layer.values = cache_layer.values[:, :, :context_len]
+
+            return score_and_trim
+
+        handles = [layer.self_attn.register_forward_hook(hook_for(i), with_kwargs=True)
+                   for i, layer in enumerate(layers)]
+        try:
+            for start, end, repeat in repeat_inputs(model, input_ids, self.chunk_size):
+                span.update(start=start, end=end)
+                positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
+                model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0), past_key_values=cache,
+                                    use_cache=True)
+        finally:
+            for handle in handles:
+                handle.remove()
+        for layer_scores in scores:
+            layer_scores[..., : self.n_sink] = float("inf")
+        return scores

@@ -1,0 +1,28 @@
+"""Shared pieces of the method tests: the four families and single-threaded tiny models.
+
+Import `one_thread` into a test module to make it apply there (a module-scoped autouse fixture).
+"""
+
+import pytest
+import torch
+
+from kvmethods.testing import tiny_model
+
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest single-threaded; several threads only contend on the shared CPU."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def sdpa_and_eager(family: str, *, seed: int, qk_scale: float):
+    """The same float64 weights twice: with sdpa (the method side) and eager (the reference side)."""
+    sdpa = tiny_model(family, seed=seed, dtype=torch.float64, qk_scale=qk_scale)
+    eager = tiny_model(family, seed=seed + 1, dtype=torch.float64, attn_implementation="eager")
+    eager.load_state_dict(sdpa.state_dict())
+    return sdpa, eager
