@@ -88,6 +88,9 @@ class Method:
     # True for adapters that compress through their own hooks (kvpress presses): prefill_context() wraps
     # the plain prefill forward instead of kvmethods' hooks.
     runs_prefill: ClassVar[bool] = False
+    # False for methods that change the prefill forward itself (chunked eviction, compression while
+    # decoding): they cannot take their selection from a forward shared with others (shared_prefill.py).
+    shares_prefill: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))

@@ -164,17 +164,18 @@ def _bytes_per_token(cache: DynamicCache) -> int:
 @torch.inference_mode()
 def generate(model, method: Method, budget, input_ids: list[int], context_len: int, max_new_tokens: int,
              eos_token_ids: set[int], protocol: str, *, return_logprobs: bool = False,
-             teacher_targets: list[int] | None = None) -> GenerationOutput:
+             teacher_targets: list[int] | None = None, prefilled: PrefilledPrompt | None = None) -> GenerationOutput:
     """Greedy generation with a compressed prompt cache; stops at an eos id (not returned) or max_new_tokens.
 
     ``teacher_targets`` also teacher-forces those tokens on a copy of the same compressed cache, so
     fidelity against a reference output costs no second prefill; ``return_logprobs`` keeps the
-    distribution of every decoding step (the reference for other methods).
+    distribution of every decoding step (the reference for other methods). ``prefilled``: the prompt's
+    cache from shared_prefill(), decoded instead of prefilling here (prefill_s is then 0).
     """
     input_ids = [int(token) for token in input_ids]
     eos = {int(token) for token in (eos_token_ids or ())}
     started = time.perf_counter()
-    state = prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
+    state = prefilled or prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
     prefill_s = time.perf_counter() - started
     per_head = kept_tokens_per_head(state.cache)
     logical, physical = cache_bytes(state.cache)

@@ -86,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(threads)
     from pytest_kvbench.engine.runner import Runner
 
-    config.stash[RUNNER_KEY] = Runner(grid, run_id, timeout)
+    config.stash[RUNNER_KEY] = Runner(grid, run_id, timeout, share_prefill=not config.getoption("kvbench_no_share_prefill"))
 
 
 def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
@@ -221,6 +221,16 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The items this process runs share their prefills (engine/shared_prefills.py). Under xdist only
+    --dist loadgroup keeps a reference group on one worker; other schedules plan no sharing."""
+    config = session.config
+    runner = config.stash.get(RUNNER_KEY, None)
+    if runner is None or (_is_worker(config) and config.getvalue("dist") != "loadgroup"):
+        return
+    runner.shared.plan(case for case in map(_case, session.items) if case is not None)
 
 
 def _empty_case_item(item: pytest.Item) -> bool:

@@ -71,6 +71,9 @@ class ReferenceCache:
         self._items: dict[Hashable, Reference] = {}
         self.computed = 0
 
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._items
+
     def get(self, key: Hashable, compute: Callable[[], Reference]) -> Reference:
         if key not in self._items:
             self._items[key] = compute()

@@ -2,7 +2,9 @@
 
 Everything expensive that does not depend on the method is shared between items through caches
 that live for the whole worker process: the model (models.py), the task's samples and tokenized
-prompts, and the full-cache reference pass used for fidelity (fidelity.py).
+prompts, the full-cache reference pass used for fidelity (fidelity.py), and the prefill itself:
+one forward per sample gives the reference's cache and the compressed cache of every planned item
+of the reference group (shared_prefills.py); each item then decodes its own.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from kvmethods import Budget
 from pytest_kvbench.engine.fidelity import ReferenceCache, compare, make_reference
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
+from pytest_kvbench.engine.shared_prefills import PreparedPrompt, SharedPrefills
 from pytest_kvbench.results import record as records
 from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
 
@@ -25,11 +28,22 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _prefill_split(prepared: PreparedPrompt | None, shared_reference=None) -> dict:
+    """The labelled parts of a sample's prefill_ms when it came from a shared prefill (else None):
+    the shared forward, spent once per sample for the whole reference group, and the item's own part."""
+    if prepared is not None:
+        return {"shared_prefill_ms": prepared.shared_s * 1000.0, "compression_ms": prepared.own_s * 1000.0}
+    if shared_reference is not None:
+        return {"shared_prefill_ms": shared_reference.prefill_s * 1000.0, "compression_ms": 0.0}
+    return {"shared_prefill_ms": None, "compression_ms": None}
+
+
 class Runner:
     """Runs cases; one instance per worker process (held by the session)."""
 
-    def __init__(self, grid: Grid, run_id: str, timeout_s: float | None = None) -> None:
+    def __init__(self, grid: Grid, run_id: str, timeout_s: float | None = None, share_prefill: bool = True) -> None:
         self.grid = grid
+        self.shared = SharedPrefills(share_prefill)
         self.run_id = run_id
         self.timeout_s = timeout_s
         self.models = ModelCache()
@@ -64,36 +78,87 @@ class Runner:
             self._prompts[key] = task.build_prompt(sample, loaded.tokenizer, self._max_prompt_tokens(task, loaded))
         return self._prompts[key]
 
+    def _reference_key(self, case: Case, sample) -> tuple:
+        return (case.model, case.task, case.seed, case.context_length, sample.id, self.grid.protocol)
+
     def _reference(self, case: Case, task, sample, prompt, loaded: LoadedModel):
         """The full-cache pass of a sample, computed once per run and shared by every method."""
+        if self.shared.enabled:
+            return self.references.get(self._reference_key(case, sample),
+                                       lambda: self._share_prefill(case, task, sample, prompt, loaded))
+        return self.references.get(self._reference_key(case, sample),
+                                   lambda: self._decode_reference(case, task, sample, prompt, loaded))
+
+    def _decode_reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, prefilled=None,
+                          prefill_s: float = 0.0):
         from kvmethods import get_method
         from kvmethods.generation import generate
         from pytest_kvbench.engine.finite_logits import check_logits_finite
 
-        key = (case.model, case.task, case.seed, case.context_length, sample.id, self.grid.protocol)
+        result = generate(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, prompt.input_ids,
+                          prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol,
+                          return_logprobs=True, prefilled=prefilled)
+        if prefilled is not None:
+            result.prefill_s = prefill_s
+        # Methods are teacher-forced on the reference's whole output, the stopping eos included.
+        target = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
+        logp, result.logprobs = result.logprobs, None
+        check_logits_finite(logp, f"full-cache reference of {case.task} sample {sample.id}")
+        return make_reference(result, target, logp)
 
-        def compute():
-            result = generate(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, prompt.input_ids,
-                              prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol,
-                              return_logprobs=True)
-            # Methods are teacher-forced on the reference's whole output, the stopping eos included.
-            target = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
-            logp, result.logprobs = result.logprobs, None
-            check_logits_finite(logp, f"full-cache reference of {case.task} sample {sample.id}")
-            return make_reference(result, target, logp)
+    # -- the shared prefill --------------------------------------------------------------------
+    def _method(self, case: Case):
+        from kvmethods import get_method
 
-        return self.references.get(key, compute)
+        params = dict(case.method.params)
+        method = get_method(case.method.name, **params)
+        if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
+            method = dataclasses.replace(method, seed=case.seed)
+        return method
+
+    def _shares(self, case: Case) -> bool:
+        from kvmethods.shared_prefill import can_share_prefill
+
+        return case.method.name != FULL_METHOD and can_share_prefill(self._method(case))
+
+    def _share_prefill(self, case: Case, task, sample, prompt, loaded: LoadedModel):
+        """One prefill of the sample for the reference and every planned item of the group still to
+        run; their caches wait in self.shared. Returns the reference, made from the full cache."""
+        from kvmethods.shared_prefill import shared_prefill
+
+        members = [c for c in self.shared.members(case, sample.id, self._shares) if self._shares(c)]
+        shared = shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
+                                prompt.context_len, self.grid.protocol, len(prompt.input_ids) + task.max_new_tokens)
+        for member, state, own_s in zip(members, shared.selections, shared.own_s):
+            self.shared.keep(member, sample.id, PreparedPrompt(state, shared.forward_s, own_s))
+        full, forward_s, shared = shared.reference, shared.forward_s, None  # the selections live in self.shared
+        return self._decode_reference(case, task, sample, prompt, loaded, full, forward_s)
+
+    def _prepared(self, case: Case, task, sample, prompt, loaded: LoadedModel) -> PreparedPrompt:
+        """This item's compressed prompt of the sample, from the group's shared prefill (run now if
+        no earlier item made it)."""
+        prepared = self.shared.take(case, sample.id)
+        if prepared is None:
+            key = self._reference_key(case, sample)
+            if key in self.references:  # the reference is decoded already; its full cache is dropped
+                self._share_prefill(case, task, sample, prompt, loaded)
+            else:
+                self.references.get(key, lambda: self._share_prefill(case, task, sample, prompt, loaded))
+            prepared = self.shared.take(case, sample.id)
+        return prepared
 
     # -- the item ------------------------------------------------------------------------------
     def run(self, case: Case) -> dict:
         """The item's record; out of memory raises ItemOutOfMemory after the memory is freed."""
         from pytest_kvbench.engine.out_of_memory import fail_on_out_of_memory
 
-        with fail_on_out_of_memory(case.id):
-            return self._run(case)
+        try:
+            with fail_on_out_of_memory(case.id):
+                return self._run(case)
+        finally:
+            self.shared.finish(case)  # caches left for this item (it failed mid-way) are freed
 
     def _run(self, case: Case) -> dict:
-        from kvmethods import get_method
         from kvmethods.generation import generate, record_fields
         from pytest_kvbench.engine.finite_logits import check_logits_finite
         from pytest_kvbench.engine.hardware.item_meter import ItemMeter
@@ -102,10 +167,8 @@ class Runner:
 
         started = time.perf_counter()
         task = get_task(case.task)
-        params = dict(case.method.params)
-        method = get_method(case.method.name, **params)
-        if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
-            method = dataclasses.replace(method, seed=case.seed)
+        method = self._method(case)
+        sharing = self.shared.enabled and self._shares(case)
         budget = NO_COMPRESSION if case.budget == records.FULL_CACHE else case.budget
         loaded, loaded_now = self.models.get(case.model, self.grid.dtype, self.grid.attn_implementation)
         samples = self._load_samples(case, task, loaded)
@@ -115,12 +178,19 @@ class Runner:
             for sample in samples:
                 prompt = self._prompt(case, task, sample, loaded)
                 reference = self._reference(case, task, sample, prompt, loaded)
+                prepared = self._prepared(case, task, sample, prompt, loaded) if sharing else None
+                timing = _prefill_split(prepared, reference.result if case.method.name == FULL_METHOD and
+                                        self.shared.enabled else None)
                 if case.method.name == FULL_METHOD:
                     result, kl, agreement = reference.result, 0.0, 1.0
                 else:
                     result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
                                       task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol,
-                                      teacher_targets=reference.target_ids)
+                                      teacher_targets=reference.target_ids,
+                                      prefilled=prepared.state if prepared else None)
+                    if prepared is not None:  # what this prefill costs alone: the forward + own compression
+                        result.prefill_s = prepared.shared_s + prepared.own_s
+                    prepared = None  # the cache is freed once decoded
                     check_logits_finite(result.target_logprobs, f"{case.id} sample {sample.id}")
                     kl, agreement = compare(reference, result.target_logprobs)
                 prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
@@ -138,6 +208,7 @@ class Runner:
                     "kept_tokens": _mean(result.kept_tokens_per_layer),
                     "kept_tokens_per_layer": list(result.kept_tokens_per_layer),
                     "prefill_ms": result.prefill_s * 1000.0,
+                    **timing,
                     "decode_ms": result.decode_s * 1000.0,
                     "new_tokens": len(result.tokens),
                     "kv_bytes_before": result.kv_bytes_before,

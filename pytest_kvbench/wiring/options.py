@@ -86,6 +86,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="per-item time limit in seconds")
     group.addoption("--kvbench-torch-threads", dest="kvbench_torch_threads", default=None,
                     help="torch CPU threads per process (e.g. 1 with -n 2 on a 2-core machine)")
+    group.addoption("--kvbench-no-share-prefill", dest="kvbench_no_share_prefill", action="store_true",
+                    help="prefill every item on its own instead of once per sample for a reference group "
+                         "(to time items in isolation)")
 
 
 def _cli(config: pytest.Config, name: str) -> Any:

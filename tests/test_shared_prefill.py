@@ -1,0 +1,107 @@
+"""kvmethods.shared_prefill: one forward gives every selection's cache, equal bit for bit to its own prefill,
+and holds no full cache beyond the reference's."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from kvmethods import Budget, MethodError, available_methods, get_method
+from kvmethods.generation import generate
+from kvmethods.ragged import cache_bytes
+from kvmethods.shared_prefill import can_share_prefill, shared_prefill
+from kvmethods.testing import tiny_model
+
+SHARING = [name for name in available_methods() if name != "full" and can_share_prefill(get_method(name))]
+BUDGETS = [Budget.parse("6"), Budget.parse("r0.5"), Budget.parse("64")]  # 64 keeps the whole prompt
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama", seed=3, qk_scale=4.0)
+
+
+def prompt(n=40):
+    return [int(t) for t in torch.randint(5, 200, (n,), generator=torch.Generator().manual_seed(n))]
+
+
+def same_output(a, b):
+    assert a.tokens == b.tokens and a.stop_token == b.stop_token
+    assert a.kept_tokens_per_layer == b.kept_tokens_per_layer and a.kept_tokens_per_head == b.kept_tokens_per_head
+    assert (a.kv_bytes_after, a.kv_bytes_logical) == (b.kv_bytes_after, b.kv_bytes_logical)
+    assert torch.equal(a.target_logprobs, b.target_logprobs)
+
+
+def test_every_builtin_prefill_time_method_shares_and_kvzip_does_not():
+    assert {"snapkv", "h2o", "pyramidkv", "adakv", "criticalkv", "expected_attention"} <= set(SHARING)
+    assert not can_share_prefill(get_method("kvzip"))
+    assert not can_share_prefill(get_method("adakv", base="kvzip"))
+
+
+@pytest.mark.parametrize("protocol", ["question_in_window", "query_agnostic"])
+def test_shared_caches_decode_exactly_like_separate_prefills(model, protocol):
+    ids, context_len = prompt(), 30
+    requests = [(get_method(name), budget) for name in SHARING for budget in BUDGETS]
+    reference = generate(model, get_method("full"), Budget.parse("r0.0"), ids, context_len, 6, set(), protocol,
+                         return_logprobs=True)
+    targets = reference.tokens
+    shared = shared_prefill(model, requests, ids, context_len, protocol)
+    from_shared = generate(model, get_method("full"), None, ids, context_len, 6, set(), protocol,
+                           return_logprobs=True, prefilled=shared.reference)
+    assert from_shared.tokens == reference.tokens and torch.equal(from_shared.logprobs, reference.logprobs)
+    for (method, budget), state in zip(requests, shared.selections):
+        alone = generate(model, method, budget, ids, context_len, 6, set(), protocol, teacher_targets=targets)
+        together = generate(model, method, budget, ids, context_len, 6, set(), protocol, teacher_targets=targets,
+                            prefilled=state)
+        same_output(alone, together)
+    assert len(shared.own_s) == len(requests) and shared.forward_s > 0
+
+
+def test_a_method_that_changes_the_forward_is_refused(model):
+    with pytest.raises(MethodError, match="kvzip changes the prefill forward"):
+        shared_prefill(model, [(get_method("kvzip"), Budget.parse("4"))], prompt(), 30, "question_in_window")
+
+
+def _live_tensor_bytes() -> int:
+    seen, total = set(), 0
+    for obj in gc.get_objects():
+        if issubclass(type(obj), torch.Tensor) and not issubclass(type(obj), torch.nn.Parameter):
+            storage = obj.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+    return total
+
+
+def test_peak_memory_is_one_full_cache_plus_the_compressed_caches(model):
+    """Counted from live tensors at the end of every layer: at most the full cache (and its layer's
+    transient activations, bounded by a plain prefill's peak) plus the selections' budget-sized caches
+    and their kept positions. A copy of one full layer per selection would break it."""
+    ids = prompt(48)
+    requests = [(get_method(name), Budget.parse("4")) for name in ("snapkv", "h2o", "streamingllm", "tova")] * 4
+    peaks = []
+
+    def measure(module, args, output):
+        peaks.append(_live_tensor_bytes())
+
+    def peak_of(run):
+        peaks.clear()
+        gc.collect()
+        before = _live_tensor_bytes()
+        handle = model.model.layers[-1].register_forward_hook(measure)
+        try:
+            result = run()
+        finally:
+            handle.remove()
+        return max(peaks) - before, result
+
+    plain_peak, _ = peak_of(lambda: generate(model, get_method("full"), Budget.parse("r0.0"), ids, len(ids), 1,
+                                             set(), "question_in_window"))
+    shared_peak, shared = peak_of(lambda: shared_prefill(model, requests, ids, len(ids), "question_in_window"))
+    compressed = sum(cache_bytes(state.cache)[1] for state in shared.selections)
+    compressed += sum(kept.numel() * kept.element_size() for state in shared.selections for kept in state.kept_indices)
+    full = cache_bytes(shared.reference.cache)[1]
+    assert compressed * 4 <= full * len(requests)  # budget-sized: each far smaller than a full cache
+    assert shared_peak <= plain_peak + compressed
