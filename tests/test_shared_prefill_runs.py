@@ -1,0 +1,82 @@
+"""Shared prefill in real runs: the same records with sharing on and off, serially, under -n 2 and with -k,
+and items of a reference group really take their caches from one forward."""
+
+import pytest
+
+from helpers import hook_records, run_bench
+from kvmethods import available_methods
+
+METHODS = ",".join(m for m in available_methods())  # every built-in, kvzip (not sharing) included
+GRID = [
+    "--kvbench-methods", METHODS,
+    "--kvbench-budgets", "16,r0.5",
+    "--kvbench-tasks", "niah_single_1,passage_retrieval_en",
+    "--kvbench-context-lengths", "256",
+    "--kvbench-samples", "2",
+    "--kvbench-max-prompt-tokens", "320",
+    "--kvbench-torch-threads", "1",
+]
+SUBSET = "full or snapkv or pyramidkv or kvzip"
+
+
+def outcome(record: dict) -> dict:
+    """What must not depend on how the prefill ran."""
+    fields = ("id", "prediction", "score", "kept_tokens_per_layer", "kept_tokens_per_head", "kv_bytes_after",
+              "kl", "agreement")
+    return {"score": record["score"], "fidelity": record["fidelity"],
+            "samples": [{k: s.get(k) for k in fields} for s in record["samples"]]}
+
+
+def records_by_key(directory) -> dict:
+    records = [call["record"] for call in hook_records(directory)]
+    assert records and all(r["status"] == "passed" for r in records), [r["message"] for r in records]
+    return {r["key"]: r for r in records}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("shared_prefill")
+    variants = {
+        "shared": [],
+        "alone": ["--kvbench-no-share-prefill"],
+        "shared -n 2 -k": ["-n", "2", "--dist", "loadgroup", "-k", SUBSET],
+        "shared -n 2 load": ["-n", "2", "--dist", "load"],
+    }
+    out = {}
+    for name, extra in variants.items():
+        work = base / name.replace(" ", "_")
+        proc = run_bench(work, *GRID, "--kvbench-results", str(base / f"res_{len(out)}"), *extra)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        out[name] = records_by_key(work)
+    return out
+
+
+def test_sharing_changes_no_score_kept_position_kl_or_agreement(runs):
+    alone = runs["alone"]
+    assert len(alone) == 2 * (1 + 2 * (len(METHODS.split(",")) - 1))
+    for name in ("shared", "shared -n 2 load"):
+        assert runs[name].keys() == alone.keys()
+        for key, record in runs[name].items():
+            assert outcome(record) == outcome(alone[key]), (name, key)
+
+
+def test_a_k_subset_under_n2_runs_only_its_methods_with_the_same_results(runs):
+    subset = runs["shared -n 2 -k"]
+    assert {r["method"]["name"] for r in subset.values()} == {"full", "snapkv", "pyramidkv", "kvzip"}
+    for key, record in subset.items():
+        assert outcome(record) == outcome(runs["alone"][key]), key
+
+
+def test_a_group_prefills_each_sample_once_and_labels_the_parts(runs):
+    shared, alone = runs["shared"], runs["alone"]
+    for key, record in shared.items():
+        method = record["method"]["name"]
+        if method == "kvzip":  # changes the forward: prefills on its own
+            assert all(s["shared_prefill_ms"] is None for s in record["samples"])
+            continue
+        full = shared[f"{record['model']['name']}|full|full|{key.split('|', 3)[3]}"]
+        for sample, reference in zip(record["samples"], full["samples"]):
+            assert sample["shared_prefill_ms"] == reference["shared_prefill_ms"] > 0  # the very same forward
+            if method != "full":
+                assert sample["prefill_ms"] == pytest.approx(sample["shared_prefill_ms"] + sample["compression_ms"])
+    assert all(s["shared_prefill_ms"] is None for r in alone.values() for s in r["samples"])
