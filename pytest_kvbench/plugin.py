@@ -22,6 +22,7 @@ from pytest_kvbench.results.run_writer import new_run_id
 from pytest_kvbench.wiring import hookspecs, options
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.gpu_slots import DeviceSlots
+from pytest_kvbench.wiring.progress import SessionProgress
 from pytest_kvbench.wiring.grid import Case, GridError
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_group_name
@@ -33,6 +34,7 @@ GATE_KEY = pytest.StashKey[Gate]()
 RECORD_KEY = pytest.StashKey[dict]()
 VERDICT_KEY = pytest.StashKey[dict]()
 SLOTS_KEY = pytest.StashKey[DeviceSlots]()
+PROGRESS_KEY = pytest.StashKey[SessionProgress]()
 SUITES = tuple(SUITE_DESCRIPTIONS)  # one marker and one bench/test_<suite>.py per task suite
 SLOW_CONTEXT = 8192  # RULER items from this context length on are marked slow
 
@@ -224,9 +226,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The items this process runs share their prefills (engine/shared_prefills.py). Under xdist only
-    --dist loadgroup keeps a reference group on one worker; other schedules plan no sharing."""
+    """The items this process runs: the progress line counts them, and they share their prefills
+    (engine/shared_prefills.py). Under xdist only --dist loadgroup keeps a reference group on one
+    worker; other schedules plan no sharing."""
     config = session.config
+    progress = config.stash[PROGRESS_KEY] = SessionProgress(config)
+    progress.items_total = sum(_case(item) is not None for item in session.items)
     runner = config.stash.get(RUNNER_KEY, None)
     if runner is None or (_is_worker(config) and config.getvalue("dist") != "loadgroup"):
         return
@@ -255,12 +260,15 @@ class KvbenchFixture:
         from pytest_kvbench.tasks import TaskUnavailable
 
         runner = self.config.stash[RUNNER_KEY]
+        progress = self.config.stash[PROGRESS_KEY].item(case.id)
         try:
-            record = runner.run(case)
+            record = runner.run(case, progress)
         except TaskUnavailable as exc:
             pytest.skip(str(exc))
         except ItemOutOfMemory as exc:  # the runner already freed the memory the item held
             pytest.fail(str(exc), pytrace=False)
+        finally:
+            progress.finish()
         self.item.stash[RECORD_KEY] = record
         for key in ("score", "metric"):
             self.item.user_properties.append((f"kvbench_{key}", record[key]))

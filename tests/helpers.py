@@ -34,11 +34,11 @@ HOOK_CONFTEST = (
 )
 
 
-def run_bench(directory, *args, timeout=900):
+def run_bench(directory, *args, timeout=900, keep_carriage_returns=False):
     """Run the benchmark suite in a fresh interpreter (as a user would) inside ``directory``.
 
     A subprocess keeps torch's global registrations out of the test process and lets one run
-    serve a whole test module.
+    serve a whole test module. keep_carriage_returns: the output as written (text mode turns "\r" into "\n").
     """
     import os
     import subprocess
@@ -50,8 +50,11 @@ def run_bench(directory, *args, timeout=900):
     if not (directory / "conftest.py").exists():
         (directory / "conftest.py").write_text(HOOK_CONFTEST)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONHASHSEED="0")
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                          cwd=directory, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                          cwd=directory, env=env, capture_output=True, text=not keep_carriage_returns, timeout=timeout)
+    if keep_carriage_returns:
+        proc.stdout, proc.stderr = proc.stdout.decode(), proc.stderr.decode()
+    return proc
 
 
 def hook_records(directory) -> list[dict]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kvmethods import Budget
@@ -148,17 +149,18 @@ class Runner:
         return prepared
 
     # -- the item ------------------------------------------------------------------------------
-    def run(self, case: Case) -> dict:
-        """The item's record; out of memory raises ItemOutOfMemory after the memory is freed."""
+    def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> dict:
+        """The item's record; out of memory raises ItemOutOfMemory after the memory is freed.
+        progress(samples done, samples in all) is called after each sample."""
         from pytest_kvbench.engine.out_of_memory import fail_on_out_of_memory
 
         try:
             with fail_on_out_of_memory(case.id):
-                return self._run(case)
+                return self._run(case, progress or (lambda done, total: None))
         finally:
             self.shared.finish(case)  # caches left for this item (it failed mid-way) are freed
 
-    def _run(self, case: Case) -> dict:
+    def _run(self, case: Case, progress: Callable[[int, int], None]) -> dict:
         from kvmethods.generation import generate, record_fields
         from pytest_kvbench.engine.finite_logits import check_logits_finite
         from pytest_kvbench.engine.hardware.item_meter import ItemMeter
@@ -218,6 +220,7 @@ class Runner:
                     "agreement": agreement,
                     "fields": {k: v for k, v in sample.fields.items() if k in ("length", "depth", "context_length")},
                 } | first_output)
+                progress(len(rows), len(samples))
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,
                             meter.result, time.perf_counter() - started)
