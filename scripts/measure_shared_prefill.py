@@ -1,0 +1,57 @@
+#!/usr/bin/env python
+"""Wall time of a benchmark run with one shared prefill per sample against every item prefilling alone.
+
+The two variants alternate (shared, alone, shared, ...) so that load on a shared machine hits both
+alike; medians are printed. Everything after `--` goes to pytest unchanged:
+
+    python scripts/measure_shared_prefill.py --repeat 3 -- bench/test_ruler.py --kvbench-torch-threads 1 \\
+        --kvbench-methods full,snapkv --kvbench-budgets 128,256 --kvbench-samples 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = {"shared prefill": [], "alone (--kvbench-no-share-prefill)": ["--kvbench-no-share-prefill"]}
+
+
+def wall_seconds(pytest_args: list[str]) -> float:
+    with tempfile.TemporaryDirectory() as results:
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--kvbench-results", results,
+                   *pytest_args]
+        start = time.perf_counter()
+        proc = subprocess.run(command, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+                              capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(proc.stdout[-3000:] + proc.stderr[-2000:])
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds; medians are printed")
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest arguments")
+    args = parser.parse_args()
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for _ in range(args.repeat):
+        for name, extra in VARIANTS.items():
+            times[name].append(wall_seconds(pytest_args + extra))
+    print(f"pytest {' '.join(pytest_args)}; rounds: {args.repeat}")
+    for name, values in times.items():
+        print(f"{name:36s} median {statistics.median(values):7.1f} s  ({', '.join(f'{v:.1f}' for v in values)})")
+    shared, alone = (statistics.median(values) for values in times.values())
+    print(f"shared / alone: {shared / alone:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
