@@ -11,29 +11,11 @@ alike; medians are printed. Everything after `--` goes to pytest unchanged:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from timed_run import wall_seconds
+
 VARIANTS = {"shared prefill": [], "alone (--kvbench-no-share-prefill)": ["--kvbench-no-share-prefill"]}
-
-
-def wall_seconds(pytest_args: list[str]) -> float:
-    with tempfile.TemporaryDirectory() as results:
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--kvbench-results", results,
-                   *pytest_args]
-        start = time.perf_counter()
-        proc = subprocess.run(command, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"),
-                              capture_output=True, text=True)
-        seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        sys.exit(proc.stdout[-3000:] + proc.stderr[-2000:])
-    return seconds
 
 
 def main() -> None:

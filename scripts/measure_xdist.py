@@ -16,28 +16,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from timed_run import wall_seconds
+
 GRID = ["--kvbench-methods", "full,streamingllm,snapkv,tova", "--kvbench-budgets", "32,64,128",
         "--kvbench-tasks", "niah_single_1,niah_multikey_2", "--kvbench-context-lengths", "2048",
-        "--kvbench-samples", "20", "-p", "no:cacheprovider", "-q", "bench/test_ruler.py", "bench/test_longbench.py"]
+        "--kvbench-samples", "20", "bench/test_ruler.py", "bench/test_longbench.py"]
 
 
 def timed(*extra: str) -> float:
-    with tempfile.TemporaryDirectory() as results:
-        env = dict(os.environ, HF_HUB_OFFLINE="1")
-        start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "pytest", *GRID, "--kvbench-results", results, *extra],
-                              cwd=ROOT, env=env, capture_output=True, text=True)
-        elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        sys.exit(proc.stdout[-3000:] + proc.stderr[-2000:])
-    return elapsed
+    return wall_seconds([*GRID, *extra])
 
 
 def main() -> None:
