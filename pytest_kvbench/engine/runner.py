@@ -125,15 +125,27 @@ class Runner:
     def _share_prefill(self, case: Case, task, sample, prompt, loaded: LoadedModel):
         """One prefill of the sample for the reference and every planned item of the group still to
         run; their caches wait in self.shared. Returns the reference, made from the full cache."""
-        from kvmethods.shared_prefill import shared_prefill
+        from kvmethods import MethodError
 
         members = [c for c in self.shared.members(case, sample.id, self._shares) if self._shares(c)]
-        shared = shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
-                                prompt.context_len, self.grid.protocol, len(prompt.input_ids) + task.max_new_tokens)
+        try:
+            shared = self._prefill_for(members, task, prompt, loaded)
+        except MethodError:  # another item's method failed: it fails as its own item; this one goes on
+            alone = [c for c in members[:1] if c == case]
+            if alone == members:
+                raise
+            members = alone
+            shared = self._prefill_for(members, task, prompt, loaded)
         for member, state, own_s in zip(members, shared.selections, shared.own_s):
             self.shared.keep(member, sample.id, PreparedPrompt(state, shared.forward_s, own_s))
         full, forward_s, shared = shared.reference, shared.forward_s, None  # the selections live in self.shared
         return self._decode_reference(case, task, sample, prompt, loaded, full, forward_s)
+
+    def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel):
+        from kvmethods.shared_prefill import shared_prefill
+
+        return shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
+                              prompt.context_len, self.grid.protocol, len(prompt.input_ids) + task.max_new_tokens)
 
     def _prepared(self, case: Case, task, sample, prompt, loaded: LoadedModel) -> PreparedPrompt:
         """This item's compressed prompt of the sample, from the group's shared prefill (run now if
