@@ -147,6 +147,7 @@ def pytest_configure_node(node) -> None:
     """xdist controller: every worker appends to the same run and gets its own GPU slot."""
     config = node.config
     node.workerinput["kvbench_run_id"] = config.stash[SESSION_KEY].run_id
+    node.workerinput["kvbench_dist"] = config.getvalue("dist")  # workers see dist "no"; sharing needs loadgroup
     slots = config.stash.get(SLOTS_KEY, None)
     if slots is not None:
         node.workerinput["kvbench_device_slot"] = slots.acquire(node.gateway.id)
@@ -233,7 +234,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     progress = config.stash[PROGRESS_KEY] = SessionProgress(config)
     progress.items_total = sum(_case(item) is not None for item in session.items)
     runner = config.stash.get(RUNNER_KEY, None)
-    if runner is None or (_is_worker(config) and config.getvalue("dist") != "loadgroup"):
+    if runner is None or (_is_worker(config) and config.workerinput.get("kvbench_dist") != "loadgroup"):
         return
     runner.shared.plan(case for case in map(_case, session.items) if case is not None)
 

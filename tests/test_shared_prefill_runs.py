@@ -67,16 +67,21 @@ def test_a_k_subset_under_n2_runs_only_its_methods_with_the_same_results(runs):
         assert outcome(record) == outcome(runs["alone"][key]), key
 
 
-def test_a_group_prefills_each_sample_once_and_labels_the_parts(runs):
-    shared, alone = runs["shared"], runs["alone"]
-    for key, record in shared.items():
+def assert_one_forward_per_sample(records: dict) -> None:
+    """Every sharing item of a group got its prefill from the reference's very forward."""
+    for key, record in records.items():
         method = record["method"]["name"]
         if method == "kvzip":  # changes the forward: prefills on its own
             assert all(s["shared_prefill_ms"] is None for s in record["samples"])
             continue
-        full = shared[f"{record['model']['name']}|full|full|{key.split('|', 3)[3]}"]
+        full = records[f"{record['model']['name']}|full|full|{key.split('|', 3)[3]}"]
         for sample, reference in zip(record["samples"], full["samples"]):
-            assert sample["shared_prefill_ms"] == reference["shared_prefill_ms"] > 0  # the very same forward
+            assert sample["shared_prefill_ms"] == reference["shared_prefill_ms"] > 0
             if method != "full":
                 assert sample["prefill_ms"] == pytest.approx(sample["shared_prefill_ms"] + sample["compression_ms"])
-    assert all(s["shared_prefill_ms"] is None for r in alone.values() for s in r["samples"])
+
+
+def test_a_group_prefills_each_sample_once_and_labels_the_parts(runs):
+    assert_one_forward_per_sample(runs["shared"])
+    assert_one_forward_per_sample(runs["shared -n 2 -k"])  # loadgroup: a group's items share a worker
+    assert all(s["shared_prefill_ms"] is None for r in runs["alone"].values() for s in r["samples"])
