@@ -27,6 +27,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from pytest_kvbench import user_paths
 from pytest_kvbench.runs import is_scored
 from pytest_kvbench.stats import PairedResult, compare_paired
 
@@ -159,6 +160,7 @@ def baseline_entry(record: dict) -> dict:
         "method": record.get("method"),
         "budget": record.get("budget"),
         "protocol": record.get("protocol"),
+        "max_prompt_tokens": record.get("max_prompt_tokens"),
         "seed": record.get("seed"),
         "task": record.get("task"),
         "metric": record.get("metric"),
@@ -217,11 +219,12 @@ class Baseline:
 
 def check_save_target(path: str | os.PathLike, force: bool) -> None:
     """Refuse a --kvbench-save target at configure time, before an hour of benchmarking is spent."""
-    target = Path(path)
-    if target.is_dir():
-        raise BaselineError(f"cannot save baseline {target}: it is a directory")
-    if target.exists() and not force:
-        raise BaselineError(f"baseline {target} already exists; pass --kvbench-save-force to replace it")
+    try:
+        target, exists = user_paths.writable_file(path, "cannot save baseline")
+    except user_paths.PathError as exc:
+        raise BaselineError(str(exc)) from None
+    if exists and not force:
+        raise BaselineError(f"baseline {user_paths.shown(target)} already exists; pass --kvbench-save-force to replace it")
 
 
 def write_baseline(path: str | os.PathLike, records: list[dict], environment: dict, force: bool) -> None:
@@ -265,6 +268,10 @@ def _check_entry(path: Path, key: object, entry: object) -> None:
 def load_baseline(path: str | os.PathLike) -> Baseline:
     """Read and validate a baseline file; every problem is a one-line BaselineError naming it."""
     source = Path(path)
+    try:
+        user_paths.checked(source, "baseline")
+    except user_paths.PathError as exc:
+        raise BaselineError(str(exc)) from None
     if not source.exists():
         raise BaselineError(f"baseline {source} does not exist (write one with --kvbench-save {source})")
     if source.is_dir():
@@ -289,6 +296,8 @@ def load_baseline(path: str | os.PathLike) -> Baseline:
     entries = data.get("entries")
     if not isinstance(entries, dict):
         raise BaselineError(f"baseline {source}: 'entries' must be an object keyed by item key")
+    if not entries:
+        raise BaselineError(f"baseline {source} has no entries: nothing to compare against")
     for key, entry in entries.items():
         _check_entry(source, key, entry)
     environment = data.get("environment")
@@ -399,14 +408,17 @@ def _fmt_p(p: float | None) -> str:
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
+RELATIVE_METRICS = ("latency", "kv_bytes", "peak_bytes")  # KL near 0 would print +25321829798.9%
+
+
 def _relative(check: MetricCheck) -> str:
-    if check.delta is None or not check.baseline:
+    if check.metric not in RELATIVE_METRICS or check.delta is None or not check.baseline:
         return ""
     return f" ({100.0 * check.delta / abs(check.baseline):+.1f}%)"
 
 
 def _check_row(key: str, check: MetricCheck) -> list[str]:
-    delta = _fmt_delta(check.metric, check.delta) + ("" if check.metric == "score" else _relative(check))
+    delta = _fmt_delta(check.metric, check.delta) + _relative(check)
     verdict = check.status + (f" ({check.note})" if check.note else "")
     return [key, check.metric, _fmt_value(check.metric, check.baseline), _fmt_value(check.metric, check.current),
             delta, _fmt_interval(check.metric, check.low, check.high), _fmt_p(check.p), verdict]
@@ -438,8 +450,14 @@ def _settings_mismatch(record: dict, entry: dict) -> list[str]:
         changed = sorted(k for k in set(base_params) | set(cur_params) if base_params.get(k) != cur_params.get(k))
         detail = ", ".join(f"{k}: {base_params.get(k)!r} -> {cur_params.get(k)!r}" for k in changed)
         reasons.append(f"method parameters differ ({detail})")
+    base_model, cur_model = entry.get("model") or {}, record.get("model") or {}
+    for name in ("dtype", "attn_implementation"):
+        if base_model.get(name) is not None and cur_model.get(name) is not None and base_model[name] != cur_model[name]:
+            reasons.append(f"model {name.replace('_', ' ')} differs (baseline {base_model[name]!r}, this run {cur_model[name]!r})")
     for name, base, cur in (
         ("protocol", entry.get("protocol"), record.get("protocol")),
+        # None is the model's maximum; baselines from before the field was recorded used it
+        ("max prompt tokens", entry.get("max_prompt_tokens"), record.get("max_prompt_tokens")),
         ("metric", entry.get("metric"), record.get("metric")),
         ("context length", (entry.get("task") or {}).get("context_length"), (record.get("task") or {}).get("context_length")),
     ):
@@ -567,7 +585,7 @@ def _regression_text(check: MetricCheck) -> str:
         stats.append(check.note)
     return (f"{check.metric} baseline {_fmt_value(check.metric, check.baseline)}, current "
             f"{_fmt_value(check.metric, check.current)}, difference {_fmt_delta(check.metric, check.delta)}{unit}"
-            f"{_relative(check) if check.metric != 'score' else ''}"
+            f"{_relative(check)}"
             + (f" ({'; '.join(stats)})" if stats else "")
             + f", beyond the tolerance {check.tolerance}")
 

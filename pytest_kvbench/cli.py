@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from pytest_kvbench import storage
+from pytest_kvbench import storage, user_paths
 from pytest_kvbench.baseline import (
     Baseline,
     BaselineError,
@@ -154,6 +154,10 @@ def cmd_show(args) -> int:
 
 def _load_reference(spec: str, results: str) -> tuple[Baseline, str]:
     """``compare``'s first argument: a run (id, prefix or directory) or a saved baseline file."""
+    try:
+        user_paths.checked(spec, "baseline")
+    except user_paths.PathError as exc:
+        raise UsageError(str(exc)) from None
     path = Path(spec)
     if path.is_file() and path.name not in (storage.RUN_FILE, storage.RECORDS_FILE):
         baseline = load_baseline(path)
@@ -217,6 +221,10 @@ def cmd_report(args) -> int:
 
 def cmd_merge(args) -> int:
     out = args.into or args.results
+    try:
+        user_paths.writable_dir(out, "--into" if args.into else "--results")
+    except user_paths.PathError as exc:
+        raise UsageError(str(exc)) from None
     run_id = merge_runs(args.runs, out, results_dir=args.results)
     merged = load_run(run_id, out)
     print(f"merged {len(args.runs)} runs ({len(merged.records)} items) into {run_id} ({merged.path})")
@@ -361,6 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `kvbench list | head`
         sys.stderr.close()
         return EXIT_OK
+    except OSError as exc:  # a path the OS refuses that no check above foresaw: still one line
+        where = f" {user_paths.shown(exc.filename)}" if exc.filename else ""
+        print(f"kvbench {args.command}: error:{where} {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ end (tables.py) and gates against a baseline (gate.py).
 from __future__ import annotations
 
 import functools
+import math
 import os
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from pytest_kvbench.distributed import DeviceSlots, reference_group_scheduler, x
 from pytest_kvbench.environment import capture_environment
 from pytest_kvbench.gate import Gate
 from pytest_kvbench.grid import Case, GridError
+from pytest_kvbench.resume import check_resume
 from pytest_kvbench.session import RunSession, new_run_id
 
 SESSION_KEY = pytest.StashKey[RunSession]()
@@ -57,20 +59,22 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         grid = options.resolve_grid(config)
         gate = Gate.from_config(config)
+        results = options.results_dir(config)
+        if _is_worker(config):
+            run_id = config.workerinput["kvbench_run_id"]
+        elif config.getoption("kvbench_resume") is not None:
+            run_id = check_resume(config.getoption("kvbench_resume"), results, grid)
+        else:
+            run_id = new_run_id()
     except GridError as exc:
         raise pytest.UsageError(str(exc)) from None
-    results = options.results_dir(config)
     if _is_worker(config):
         _pin_worker_device(config)
-        run_id = config.workerinput["kvbench_run_id"]
     else:
-        run_id = config.getoption("kvbench_resume") or new_run_id()
-        if config.getoption("kvbench_resume") and not (results / "runs" / run_id).is_dir():
-            raise pytest.UsageError(f"--kvbench-resume {run_id}: no run directory {results / 'runs' / run_id}")
         _check_worker_count(config)
     session = RunSession(grid, results, run_id, is_controller=not _is_worker(config),
                          environment=capture_environment(config.invocation_params.args),
-                         resumed=bool(config.getoption("kvbench_resume")))
+                         resumed=config.getoption("kvbench_resume") is not None)
     config.stash[SESSION_KEY] = session
     config.stash[GATE_KEY] = gate
     timeout = _positive_option(config, "kvbench_timeout", float, "a positive number of seconds")
@@ -93,7 +97,7 @@ def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
         value = kind(raw)
     except ValueError:
         value = None
-    if value is None or value <= 0:
+    if value is None or not math.isfinite(value) or value <= 0:
         option = "--" + dest.replace("_", "-")
         raise pytest.UsageError(f"{option} must be {what}, got {raw!r}")
     return value

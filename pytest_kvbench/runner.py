@@ -154,6 +154,7 @@ class Runner:
             "budget": {"spec": case.budget, "kind": "none" if case.budget == FULL_METHOD else budget.kind,
                        "value": None if case.budget == FULL_METHOD else budget.value},
             "protocol": self.grid.protocol,
+            "max_prompt_tokens": self.grid.max_prompt_tokens,
             "seed": case.seed,
             "task": {"name": task.name, "suite": task.suite, "metric": task.metric_name,
                      "context_length": case.context_length},

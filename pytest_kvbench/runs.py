@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from pytest_kvbench import storage
+from pytest_kvbench import storage, user_paths
 
 RUNS_SUBDIR = "runs"
 LATEST = "latest"
@@ -119,6 +119,11 @@ def _run_dirs(results_dir: str | os.PathLike) -> list[Path]:
 def resolve_run_dir(run_id_or_path: str | os.PathLike, results_dir: str | os.PathLike = "results") -> Path:
     """The directory of a run named by path, exact id, unique id prefix, hex part prefix or ``latest``."""
     text = str(run_id_or_path)
+    try:
+        user_paths.checked(text, "run")
+        user_paths.checked(results_dir, "results directory")
+    except user_paths.PathError as exc:
+        raise RunError(str(exc)) from None
     as_path = Path(text)
     if as_path.is_file() and as_path.name in (storage.RUN_FILE, storage.RECORDS_FILE):
         as_path = as_path.parent
@@ -315,32 +320,6 @@ def _plan_merge(runs: list[Run]) -> _MergePlan:
     return plan
 
 
-def _item_dir(run_dir: Path, record: dict, show_seed: bool) -> Path:
-    """Per-item folder, the same layout as ``session.RunSession.item_dir``."""
-    from pytest_kvbench.grid import model_label, path_safe
-
-    task = record["task"]
-    method = (record.get("item_id") or record["method"]["name"]).split("-")[0]
-    config = path_safe(f"{method}_{model_label(record['model']['name'])}_{record['budget']['spec']}")
-    task_name = task["name"] + (f"_{task['context_length']}" if task.get("context_length") else "")
-    if show_seed:
-        task_name += f"_seed{record.get('seed')}"
-    return run_dir / config / path_safe(task_name)
-
-
-def _write_item_files(run_dir: Path, record: dict, show_seed: bool) -> None:
-    """predictions.jsonl and metrics.json of one item, as ``session.py`` writes them."""
-    if not record.get("samples"):
-        return
-    folder = _item_dir(run_dir, record, show_seed)
-    storage.write_jsonl(folder / "predictions.jsonl", record["samples"])
-    metrics = {k: record.get(k) for k in ("item_id", "key", "metric", "score", "aggregate", "n_samples",
-                                          "latency", "memory", "fidelity", "energy_j", "status")}
-    metrics |= {"method": record["method"], "budget": record["budget"], "model": record["model"].get("name"),
-                "task": record["task"], "seed": record.get("seed"), "protocol": record.get("protocol")}
-    storage.atomic_write_json(folder / "metrics.json", metrics)
-
-
 def _merged_run_json(run_id: str, plan: _MergePlan, records: list[dict]) -> dict:
     from pytest_kvbench.session import summarize
 
@@ -380,6 +359,7 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
     Records keep their content; ``run_id`` becomes the merged id and ``merged_from_run`` names
     the run each came from. Returns the new run id.
     """
+    from pytest_kvbench.item_files import ItemPathError, write_item_files
     from pytest_kvbench.session import new_run_id
     from pytest_kvbench.tables import results_markdown
 
@@ -406,13 +386,16 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
     try:
         storage.write_jsonl(staging / storage.RECORDS_FILE, records)
         for record in records:
-            _write_item_files(staging, record, show_seed)
+            write_item_files(staging, record, show_seed)
         storage.atomic_write_json(staging / storage.RUN_FILE, run)
         storage.atomic_write_text(staging / "RESULTS.md", results_markdown(run, records))
         os.rename(staging, parent / run_id)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise RunError(f"cannot write the merged run under {parent}: {exc.strerror or exc}") from None
+    except ItemPathError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RunError(f"cannot merge: {exc}") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

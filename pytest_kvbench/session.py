@@ -14,7 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pytest_kvbench import storage
-from pytest_kvbench.grid import Grid, model_label, path_safe
+from pytest_kvbench.grid import Grid
+from pytest_kvbench.item_files import write_item_files
 from pytest_kvbench.tables import results_markdown
 
 FINISHED = ("passed", "failed")
@@ -45,7 +46,10 @@ class RunSession:
 
     # -- records -----------------------------------------------------------------------------
     def add(self, record: dict) -> None:
-        """Persist one finished record now (crash safety)."""
+        """Persist one finished record now (crash safety), and the run's settings with the first one."""
+        settings = self.run_dir / storage.SETTINGS_FILE
+        if not settings.exists():
+            storage.atomic_write_json(settings, self.grid.as_dict())
         storage.append_record(self.records_path, record)
 
     def all_records(self) -> list[dict]:
@@ -76,8 +80,9 @@ class RunSession:
             "summary": summarize(records),
             "records": records,
         }
+        show_seed = len(self.grid.seeds) > 1
         for record in records:
-            self._write_item_files(record)
+            write_item_files(self.run_dir, record, show_seed)
         storage.atomic_write_json(self.run_dir / storage.RUN_FILE, run)
         markdown = results_markdown(run, records)
         storage.atomic_write_text(self.run_dir / "RESULTS.md", markdown)
@@ -94,26 +99,6 @@ class RunSession:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-
-    def item_dir(self, record: dict) -> Path:
-        task = record["task"]
-        model = model_label(record["model"]["name"])
-        config = path_safe(f"{record['item_id'].split('-')[0]}_{model}_{record['budget']['spec']}")
-        task_name = task["name"] + (f"_{task['context_length']}" if task.get("context_length") else "")
-        if len(self.grid.seeds) > 1:
-            task_name += f"_seed{record['seed']}"
-        return self.run_dir / config / path_safe(task_name)
-
-    def _write_item_files(self, record: dict) -> None:
-        if not record.get("samples"):
-            return
-        folder = self.item_dir(record)
-        storage.write_jsonl(folder / "predictions.jsonl", record["samples"])
-        metrics = {k: record.get(k) for k in ("item_id", "key", "metric", "score", "aggregate", "n_samples",
-                                              "latency", "memory", "fidelity", "energy_j", "status")}
-        metrics |= {"method": record["method"], "budget": record["budget"], "model": record["model"]["name"],
-                    "task": record["task"], "seed": record["seed"], "protocol": record.get("protocol")}
-        storage.atomic_write_json(folder / "metrics.json", metrics)
 
 
 def summarize(records: list[dict]) -> dict:
