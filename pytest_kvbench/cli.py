@@ -143,6 +143,12 @@ def cmd_show(args) -> int:
     problems = [r for r in run.records if r.get("status") in ("failed", "error") and r.get("message")]
     for r in problems:
         print(f"{r.get('status')}: {r.get('item_id') or r['key']}: {str(r['message']).splitlines()[0]}")
+    unfinished = info.get("unfinished") if isinstance(info.get("unfinished"), list) else []
+    for u in unfinished:
+        if isinstance(u, dict):
+            print(f"not finished: {u.get('item_id')}: {u.get('reason')}")
+    if unfinished and info.get("resume_command"):
+        print(f"finish the run with: {info['resume_command']}")
     print()
     print("environment:")
     for name, value in sorted(run.environment.items()):

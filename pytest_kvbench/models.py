@@ -111,8 +111,9 @@ class ModelCache:
             model = AutoModelForCausalLM.from_pretrained(
                 source, dtype=torch_dtype, attn_implementation=attn_implementation
             )
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"could not load model {name!r}: {str(exc).splitlines()[0]}") from exc
+        except Exception as exc:  # a corrupt config.json raises KeyError, TypeError, ... besides OSError
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(f"could not load model {name!r}: {first}") from exc
         model.to(device).eval()
         torch.set_grad_enabled(False)
         load_s = time.perf_counter() - start

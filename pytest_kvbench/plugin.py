@@ -168,6 +168,50 @@ def pytest_xdist_make_scheduler(config, log):
     return reference_group_scheduler(config, log, groups)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """xdist controller: the items a worker will run are the items this run must finish."""
+    _expect(node.config, ids)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not _is_worker(session.config):
+        _expect(session.config, [item.nodeid for item in session.items])
+
+
+def _expect(config: pytest.Config, nodeids) -> None:
+    run = config.stash.get(SESSION_KEY, None)
+    if run is not None and run.is_controller:
+        run.expect((case, nodeid) for nodeid in nodeids if (case := _case_of_nodeid(config, nodeid)) is not None)
+
+
+def _case_of_nodeid(config: pytest.Config, nodeid: str) -> Case | None:
+    """The case behind a benchmark item's node id (``file::test[case id]``); None for other tests."""
+    if not nodeid.endswith("]") or "[" not in nodeid:
+        return None
+    run = config.stash[SESSION_KEY]
+    if run.cases_by_id is None:
+        run.cases_by_id = {case.id: case for suite in SUITES for case in run.grid.cases(suite, _suite_of)}
+    return run.cases_by_id.get(nodeid.rsplit("[", 1)[1][:-1])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
+    """xdist controller: a worker died inside an item. Its record says so, and the run is incomplete."""
+    config = getattr(sched, "config", None) or report.node.config
+    case = _case_of_nodeid(config, crashitem)
+    if case is None:
+        return
+    run = config.stash[SESSION_KEY]
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
+    record = _bare_record(run, case, crashitem) | {
+        "status": "error", "crashed": True,
+        "message": f"worker {worker} crashed while running this item (the process died: killed, out of host "
+                   f"memory or a hard crash); run it again with --kvbench-resume {run.run_id}",
+    }
+    run.add(record)
+
+
 @functools.cache
 def _suite_of(task: str) -> str:
     from pytest_kvbench.tasks import get_task
@@ -241,13 +285,17 @@ class KvbenchFixture:
 
     def run(self, case) -> dict:
         from pytest_kvbench.distributed import free_accelerator_memory, is_out_of_memory
-        from pytest_kvbench.tasks import TaskUnavailable
+        from pytest_kvbench.models import ModelLoadError
+        from pytest_kvbench.tasks import DataError, TaskError, TaskUnavailable
 
         runner = self.config.stash[RUNNER_KEY]
         try:
             record = runner.run(case)
         except TaskUnavailable as exc:
             pytest.skip(str(exc))
+        except (ModelLoadError, TaskError, DataError) as exc:
+            # bad input found only now (a model that will not load, data too short): one paragraph
+            pytest.fail(f"{case.id}: {exc}", pytrace=False)
         except Exception as exc:
             if is_out_of_memory(exc):
                 free_accelerator_memory()
@@ -285,7 +333,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return
     record = item.stash.get(RECORD_KEY, None)
     if record is None:
-        record = _bare_record(item, case)
+        record = _bare_record(item.config.stash[SESSION_KEY], case, item.nodeid)
     if report.skipped:
         record["status"] = "skipped"
     elif report.passed:
@@ -297,10 +345,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     item.config.hook.pytest_kvbench_record(record=record, item=item)
 
 
-def _bare_record(item: pytest.Item, case) -> dict:
-    session = item.config.stash[SESSION_KEY]
+def _bare_record(session: RunSession, case: Case, nodeid: str) -> dict:
+    """The record of an item that produced no result (skipped, errored, crashed)."""
     return {
-        "run_id": session.run_id, "nodeid": item.nodeid, "item_id": case.id, "key": case.key,
+        "run_id": session.run_id, "nodeid": nodeid, "item_id": case.id, "key": case.key,
         "model": {"name": case.model}, "method": {"name": case.method.name, "params": dict(case.method.params)},
         "budget": {"spec": case.budget}, "protocol": session.grid.protocol, "seed": case.seed,
         "task": {"name": case.task, "suite": case.suite, "context_length": case.context_length},
@@ -349,4 +397,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"{len(zeros)} item(s) scored exactly 0 (check these): {shown}", yellow=True)
     for line in config.stash[GATE_KEY].summary_lines():
         terminalreporter.write_line(line)
+    if run.unfinished:
+        shown = ", ".join(u["item_id"] for u in run.unfinished[:8]) + (" ..." if len(run.unfinished) > 8 else "")
+        terminalreporter.write_line(f"run {run.run_id} is incomplete: {len(run.unfinished)} item(s) not finished "
+                                    f"({shown}); finish them with: {run.resume_command()}", red=True)
     terminalreporter.write_line(f"run {run.run_id}: {run.run_dir} ; table: {Path(run.results_dir) / 'RESULTS.md'}")
