@@ -355,6 +355,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_results_dir(path: str) -> None:
+    """--results may name a directory not made yet (no runs), but never a file or an unusable path."""
+    try:
+        _, info = user_paths.checked(path, "--results")
+        if info is not None:
+            user_paths.existing_dir(path, "--results")
+    except user_paths.PathError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -363,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     args.results = getattr(args, "results", DEFAULT_RESULTS)
     try:
+        _check_results_dir(args.results)
         return args.func(args)
     except (RunError, BaselineError, ExportError, ReportError, UsageError) as exc:
         print(f"kvbench {args.command}: error: {exc}", file=sys.stderr)

@@ -204,11 +204,12 @@ class _Sources:
             raise GridError(f"{where} is empty; give at least one value or leave it out for the default")
         return [parse(v, where) if parse else v for v in values]
 
-    def scalar(self, name: str) -> Any:
+    def scalar(self, name: str) -> tuple[Any, str]:
+        """(value, where it came from); a given but blank value is refused."""
         value, where = self.raw(name)
         if value is not None and not str(value).strip():
             raise GridError(f"{where} is empty; give a value or leave it out for the default")
-        return value
+        return value, where
 
 
 def resolve_grid(config: pytest.Config) -> Grid:
@@ -220,29 +221,29 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.methods = [m if isinstance(m, MethodSpec) else MethodSpec.parse(str(m)) for m in methods]
     grid.budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]
     grid.tasks = [str(t).strip() for t in sources.listed("tasks") or []]
-    samples = sources.scalar("samples")
-    grid.samples = parse_positive_int(samples, "--kvbench-samples") if samples is not None else DEFAULT_SAMPLES
+    samples, where = sources.scalar("samples")
+    grid.samples = parse_positive_int(samples, where) if samples is not None else DEFAULT_SAMPLES
     seeds = sources.listed("seeds", lambda s, _: parse_seed(s))
     if seeds is None:
-        seed = sources.scalar("seed")
+        seed, _ = sources.scalar("seed")
         seeds = [parse_seed(seed)] if seed is not None else [0]
     grid.seeds = canonical.unique(seeds)
-    lengths = sources.listed("context-lengths", parse_positive_int) or []
-    grid.context_lengths = canonical.unique(lengths)
-    protocol = sources.scalar("protocol")
+    grid.context_lengths = canonical.unique(sources.listed("context-lengths", parse_positive_int) or [])
+    protocol, where = sources.scalar("protocol")
     if protocol is not None:
         if protocol not in PROTOCOLS:
-            raise GridError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+            raise GridError(f"{where}: unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
         grid.protocol = protocol
-    grid.dtype = str(sources.scalar("dtype") or "auto")
+    dtype, where = sources.scalar("dtype")
+    grid.dtype = str(dtype or "auto")
     if grid.dtype not in DTYPES:
-        raise GridError(f"unknown dtype {grid.dtype!r}; valid: {', '.join(DTYPES)}")
-    grid.attn_implementation = str(sources.scalar("attn-implementation") or "sdpa").strip()
-    data = sources.scalar("data")
+        raise GridError(f"{where}: unknown dtype {grid.dtype!r}; valid: {', '.join(DTYPES)}")
+    attn, _ = sources.scalar("attn-implementation")
+    grid.attn_implementation = str(attn or "sdpa").strip()
+    data, _ = sources.scalar("data")
     grid.data_dir = str(data) if data is not None else None
-    max_prompt = sources.scalar("max-prompt-tokens")
-    grid.max_prompt_tokens = (parse_positive_int(max_prompt, "--kvbench-max-prompt-tokens")
-                              if max_prompt is not None else None)
+    max_prompt, where = sources.scalar("max-prompt-tokens")
+    grid.max_prompt_tokens = parse_positive_int(max_prompt, where) if max_prompt is not None else None
     _validate(grid)
     return grid
 
