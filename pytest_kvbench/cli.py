@@ -19,20 +19,16 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from pytest_kvbench import storage, user_paths
-from pytest_kvbench.baseline import (
-    Baseline,
-    BaselineError,
-    compare_record,
-    comparison_summary,
-    comparison_table,
-    environment_differences,
-    load_baseline,
-    parse_tolerances,
-)
-from pytest_kvbench.export import FORMATS, ExportError, config_key, export_records, to_markdown
-from pytest_kvbench.report import ReportError
-from pytest_kvbench.runs import Run, RunError, is_scored, list_runs, load_run, merge_runs
+from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, load_baseline
+from pytest_kvbench.comparison.tolerances import parse_tolerances
+from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
+from pytest_kvbench import user_paths
+from pytest_kvbench.results import storage
+from pytest_kvbench.results.environment import environment_differences
+from pytest_kvbench.results.export import FORMATS, ExportError, config_key, export_records, to_markdown
+from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.report import ReportError
+from pytest_kvbench.results.runs import Run, RunError, is_scored, list_runs, load_run
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 DEFAULT_RESULTS = "results"
@@ -217,7 +213,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from pytest_kvbench.report import write_report
+    from pytest_kvbench.results.report import write_report
 
     runs = [load_run(r, args.results) for r in args.runs]
     target = write_report(runs, args.output, title=args.title)
@@ -260,7 +256,7 @@ def variance_groups(runs: Sequence[Run]) -> dict[str, list[float]]:
 
 
 def cmd_variance(args) -> int:
-    from pytest_kvbench.stats import variation_curve
+    from pytest_kvbench.comparison.stats import variation_curve
 
     threshold = parse_fraction(args.threshold)
     runs = [load_run(r, args.results) for r in args.runs]
@@ -285,7 +281,7 @@ def cmd_variance(args) -> int:
     print(tabulate(rows, headers=["item", "seeds", "mean", "CV per seed", "CV of the mean (seeds: CV)",
                                   "seeds needed"], disable_numparse=True))
     if args.plot.lower() != "none":
-        from pytest_kvbench.report import save_figure, variance_figure
+        from pytest_kvbench.results.report import save_figure, variance_figure
 
         save_figure(variance_figure([(k, c) for k, c in curves if c.n >= 2]), args.plot)
         print(f"wrote {args.plot}")

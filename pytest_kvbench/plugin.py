@@ -1,10 +1,11 @@
 """The pytest11 entry point: wires options, hooks and fixtures of pytest-kvbench together.
 
 Nothing here does benchmark work itself. Configuration resolves and validates the grid
-(options.py), collection turns it into one item per case (grid.py), the ``kvbench`` fixture runs
-an item (runner.py), each finished item's record goes through the ``pytest_kvbench_record`` hook
-(hookspecs.py) into the run directory (session.py), and the controller writes the results at the
-end (tables.py) and gates against a baseline (gate.py).
+(wiring/options.py), collection turns it into one item per case (wiring/grid.py), the ``kvbench``
+fixture runs an item (engine/runner.py), each finished item's record goes through the
+``pytest_kvbench_record`` hook (wiring/hookspecs.py) into the run directory (wiring/session.py),
+and the controller writes the results at the end (results/tables.py) and gates against a
+baseline (wiring/gate.py).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kvbench import hookspecs, options
-from pytest_kvbench.distributed import DeviceSlots, reference_group_scheduler, xdist_group_name
-from pytest_kvbench.environment import capture_environment
-from pytest_kvbench.gate import Gate
-from pytest_kvbench.grid import Case, GridError
-from pytest_kvbench.resume import check_resume
-from pytest_kvbench.session import RunSession, new_run_id
+from pytest_kvbench.results.environment import capture_environment
+from pytest_kvbench.wiring import hookspecs, options
+from pytest_kvbench.wiring.gate import Gate
+from pytest_kvbench.wiring.gpu_slots import DeviceSlots
+from pytest_kvbench.wiring.grid import Case, GridError
+from pytest_kvbench.wiring.resume import check_resume
+from pytest_kvbench.wiring.session import RunSession, new_run_id
+from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_group_name
 
 SESSION_KEY = pytest.StashKey[RunSession]()
 RUNNER_KEY = pytest.StashKey[object]()
@@ -83,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_num_threads(threads)
-    from pytest_kvbench.runner import Runner
+    from pytest_kvbench.engine.runner import Runner
 
     config.stash[RUNNER_KEY] = Runner(grid, run_id, timeout)
 
@@ -105,7 +107,7 @@ def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
 
 def _check_worker_count(config: pytest.Config) -> None:
     """Controller: more workers than GPUs is a usage error unless explicitly allowed."""
-    from pytest_kvbench.distributed import assign_device
+    from pytest_kvbench.wiring.gpu_slots import assign_device
 
     workers = getattr(config.option, "numprocesses", None)
     if not isinstance(workers, int) or workers < 2:
@@ -126,9 +128,9 @@ def _pin_worker_device(config: pytest.Config) -> None:
 
     torch.cuda.device_count() counts through NVML without starting CUDA.
     """
-    from pytest_kvbench.distributed import apply_environment, assign_device
-
     import torch
+
+    from pytest_kvbench.wiring.gpu_slots import apply_environment, assign_device
 
     try:
         changes = assign_device(os.environ.get("PYTEST_XDIST_WORKER"), os.environ, torch.cuda.device_count(),
@@ -251,7 +253,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         keep, drop = ([i for i, d in zip(keep, is_done) if not d], [i for i, d in zip(keep, is_done) if d])
     shard = config.getoption("kvbench_shard")
     if shard:
-        from pytest_kvbench.distributed import parse_shard, select_shard
+        from pytest_kvbench.wiring.shards import parse_shard, select_shard
 
         try:
             k, n = parse_shard(shard)
@@ -284,8 +286,8 @@ class KvbenchFixture:
         self.config = item.config
 
     def run(self, case) -> dict:
-        from pytest_kvbench.distributed import free_accelerator_memory, is_out_of_memory
-        from pytest_kvbench.models import ModelLoadError
+        from pytest_kvbench.engine.models import ModelLoadError
+        from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_of_memory
         from pytest_kvbench.tasks import DataError, TaskError, TaskUnavailable
 
         runner = self.config.stash[RUNNER_KEY]
@@ -383,7 +385,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     run = config.stash.get(SESSION_KEY, None)
     if run is None or not run.is_controller or not run.records_path.exists():
         return
-    from pytest_kvbench.tables import budget_tables
+    from pytest_kvbench.results.tables import budget_tables
 
     records = run.final_records if run.final_records is not None else run.all_records()
     terminalreporter.section("kvbench")

@@ -140,7 +140,9 @@ def assert_one_line_usage_error(pytester, *args: str) -> str:
 @FAST
 @given(args=bad_options())
 def test_malformed_options_are_one_line_usage_errors(workdir, args):
-    assert_one_line_usage_error(workdir, *args)
+    # --option=value: a value starting with '-' would otherwise be read by argparse as an option
+    joined = [f"{args[i]}={args[i + 1]}" for i in range(0, len(args), 2)]
+    assert_one_line_usage_error(workdir, *joined)
 
 
 @FAST

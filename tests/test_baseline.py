@@ -7,20 +7,17 @@ import numpy as np
 import pytest
 from test_cli_support import ENVIRONMENT, make_record, make_samples
 
-from pytest_kvbench.baseline import (
+from pytest_kvbench.comparison.baseline_file import (
     Baseline,
     BaselineError,
-    Tolerance,
     baseline_entry,
     check_save_target,
-    compare_record,
-    comparison_summary,
-    comparison_table,
-    environment_differences,
     load_baseline,
-    parse_tolerances,
     write_baseline,
 )
+from pytest_kvbench.comparison.tolerances import Tolerance, parse_tolerances
+from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
+from pytest_kvbench.results.environment import environment_differences
 
 DEFAULT = parse_tolerances([])
 

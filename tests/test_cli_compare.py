@@ -14,7 +14,7 @@ from test_cli_support import (
     write_run,
 )
 
-from pytest_kvbench.baseline import write_baseline
+from pytest_kvbench.comparison.baseline_file import write_baseline
 
 GOOD = [1, 1, 0, 1, 1, 0.5, 1, 0, 1, 1, 1, 0, 1, 1, 0.5, 1, 1, 1, 0, 1] * 3
 

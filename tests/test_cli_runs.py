@@ -19,9 +19,10 @@ from test_cli_support import (
     write_run,
 )
 
-from pytest_kvbench import storage
 from pytest_kvbench.cli import main
-from pytest_kvbench.runs import RunError, list_runs, load_run, merge_runs
+from pytest_kvbench.results import storage
+from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.runs import RunError, list_runs, load_run
 
 
 @pytest.fixture
@@ -215,8 +216,8 @@ def test_a_retried_item_counts_once_with_its_last_record(tmp_path):
 
 def test_runs_written_by_the_harness_session_read_back(tmp_path):
     """The lead's RunSession writes the directory; runs.py must read exactly that."""
-    from pytest_kvbench.grid import Grid, MethodSpec
-    from pytest_kvbench.session import RunSession
+    from pytest_kvbench.wiring.grid import Grid, MethodSpec
+    from pytest_kvbench.wiring.session import RunSession
 
     grid = Grid(methods=[MethodSpec("snapkv")], budgets=["128"], tasks=["qasper"])
     session = RunSession(grid, tmp_path, RUN_ID, is_controller=True, environment=ENVIRONMENT)

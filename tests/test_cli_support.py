@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pytest_kvbench import storage
+from pytest_kvbench.results import storage
 
 RUN_ID = "bench_0a1b2c3d_20250102_030405"
 OTHER_ID = "bench_9f8e7d6c_20250103_101010"

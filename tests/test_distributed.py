@@ -10,20 +10,16 @@ from fractions import Fraction
 import pytest
 import torch
 
-from pytest_kvbench.distributed import (
+from pytest_kvbench.wiring.gpu_slots import (
     DeviceSlots,
     UsageLikeError,
     apply_environment,
     assign_device,
-    parametrize_id,
-    parse_shard,
-    reference_group_scheduler,
-    select_shard,
-    shard_cuts,
     visible_devices,
     worker_index,
-    xdist_group_name,
 )
+from pytest_kvbench.wiring.shards import parse_shard, select_shard, shard_cuts
+from pytest_kvbench.wiring.xdist_groups import parametrize_id, reference_group_scheduler, xdist_group_name
 
 # ---------------------------------------------------------------------------- worker ids
 
@@ -152,7 +148,7 @@ def test_xdist_group_names_survive_xdist_nodeid_splitting(model):
 
 def test_xdist_groups_follow_the_shared_reference():
     """Items sharing a full-cache reference share a group; other tasks, lengths, seeds, models do not."""
-    from pytest_kvbench.grid import Case, MethodSpec
+    from pytest_kvbench.wiring.grid import Case, MethodSpec
 
     def case(method="snapkv", budget="128", task="niah_single_1", ctx=2048, seed=0, model="org/a"):
         return Case(model, MethodSpec(method), budget, task, "ruler", ctx, seed, 20)

@@ -10,17 +10,15 @@ import weakref
 import pytest
 import torch
 
-from pytest_kvbench import distributed
-from pytest_kvbench.distributed import (
+from pytest_kvbench.engine import out_of_memory
+from pytest_kvbench.engine.finite_logits import NonFiniteLogits, check_logits_finite
+from pytest_kvbench.engine.out_of_memory import (
     ItemOutOfMemory,
-    ItemTimeout,
-    NonFiniteLogits,
-    check_logits_finite,
     fail_on_out_of_memory,
     free_accelerator_memory,
     is_out_of_memory,
-    item_time_limit,
 )
+from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
 
 # ---------------------------------------------------------------------------- logits
 
@@ -129,7 +127,7 @@ def _forward_that_runs_out_of_memory(activations: list):
 
 def test_out_of_memory_fails_the_item_after_freeing_what_it_held(monkeypatch):
     emptied = []
-    monkeypatch.setattr(distributed, "free_accelerator_memory", lambda: emptied.append(activations[0]()))
+    monkeypatch.setattr(out_of_memory, "free_accelerator_memory", lambda: emptied.append(activations[0]()))
     activations: list = []
     with pytest.raises(ItemOutOfMemory) as info:
         with fail_on_out_of_memory("qasper sample 3"):

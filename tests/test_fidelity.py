@@ -8,7 +8,7 @@ import torch
 from kvmethods import Budget, get_method
 from kvmethods.generation import generate, teacher_force
 from kvmethods.testing import tiny_model
-from pytest_kvbench.fidelity import compare, make_reference
+from pytest_kvbench.engine.fidelity import compare, make_reference
 
 
 def test_identical_distributions_have_zero_kl_and_full_agreement():

@@ -15,8 +15,8 @@ import pynvml
 import pytest
 import torch
 
-from pytest_kvbench import hardware
-from pytest_kvbench.hardware import (
+from pytest_kvbench.engine import hardware
+from pytest_kvbench.engine.hardware import (
     ItemMeter,
     PeriodicSampler,
     describe_device,

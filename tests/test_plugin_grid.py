@@ -3,7 +3,7 @@
 import pytest
 
 from helpers import SMALL_GRID, add_bench_files
-from pytest_kvbench.models import DEFAULT_MODEL_DIR
+from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
 
 
 @pytest.fixture

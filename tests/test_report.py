@@ -16,8 +16,8 @@ from test_cli_support import (
     write_run,
 )
 
-from pytest_kvbench.report import build_report
-from pytest_kvbench.runs import load_run
+from pytest_kvbench.results.report import build_report
+from pytest_kvbench.results.runs import load_run
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM = next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pytest_kvbench import user_paths
-from pytest_kvbench.grid import DEFAULT_MODEL, GridError
+from pytest_kvbench.wiring.grid import DEFAULT_MODEL, GridError
 
 EAGER = "eager"
 
@@ -57,7 +57,7 @@ def _check_config(model: str, location: str) -> int | None:
 
 def _default_model_max_positions() -> int | None:
     """The embedded model's maximum length, from its config.json (without importing transformers)."""
-    from pytest_kvbench.models import DEFAULT_MODEL_DIR
+    from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
 
     data = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text(encoding="utf-8"))
     return _max_positions(SimpleNamespace(**data))

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from pytest_kvbench import canonical, model_refs, user_paths
-from pytest_kvbench.grid import (
+from pytest_kvbench import user_paths
+from pytest_kvbench.wiring import canonical, model_refs
+from pytest_kvbench.wiring.grid import (
     DEFAULT_MODEL,
     Grid,
     GridError,

@@ -12,7 +12,7 @@ from statistics import fmean
 
 from tabulate import tabulate
 
-from pytest_kvbench.grid import FULL_METHOD
+from pytest_kvbench.wiring.grid import FULL_METHOD
 
 
 def _task_label(record: dict) -> str:

@@ -1,6 +1,6 @@
 """One benchmark run: its id and directory, the records it produced, and what it writes at the end.
 
-Workers append each finished item's record to ``records.jsonl`` (storage.py) the moment it
+Workers append each finished item's record to ``records.jsonl`` (results/storage.py) the moment it
 finishes; the controller alone, at session end, reads them all back and writes ``run.json``, the
 per-task prediction files and RESULTS.md. A crash therefore loses at most the running item, and
 ``--kvbench-resume RUN_ID`` can complete the same directory later.
@@ -13,10 +13,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pytest_kvbench import storage
-from pytest_kvbench.grid import Grid
-from pytest_kvbench.item_files import write_item_files
-from pytest_kvbench.tables import results_markdown
+from pytest_kvbench.results import storage
+from pytest_kvbench.results.item_files import write_item_files
+from pytest_kvbench.results.tables import results_markdown
+from pytest_kvbench.wiring.grid import Grid
 
 FINISHED = ("passed", "failed")
 

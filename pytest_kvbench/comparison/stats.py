@@ -2,7 +2,7 @@
 
 Why paired: two runs of the same item score the *same* samples, so per-sample differences remove
 the (large) difficulty variation between samples and leave only the effect of the change. Both
-sides must therefore be aligned by sample id before they reach this module (see baseline.py).
+sides must therefore be aligned by sample id before they reach this module (see verdicts.py).
 
 Conventions: ``a`` is the reference (baseline) and ``b`` the candidate (current run); every
 difference is ``b - a``, so a negative score difference is a drop. Pure numpy/scipy, no I/O.

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_kvbench import storage
-from pytest_kvbench.grid import model_label, path_safe
+from pytest_kvbench.results import storage
+from pytest_kvbench.wiring.grid import model_label, path_safe
 from pytest_kvbench.user_paths import inside
 
 METRIC_FIELDS = ("item_id", "key", "metric", "score", "aggregate", "n_samples",

@@ -42,3 +42,18 @@ def capture_environment(invocation_args: list[str] | None = None) -> dict:
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "hf_hub_offline": os.environ.get("HF_HUB_OFFLINE"),
     }
+
+
+def environment_differences(baseline_env: dict, current_env: dict) -> list[str]:
+    """What changed in the environment since the baseline: context for reading a verdict."""
+    notes = []
+    for name in ("git_commit", "host", "platform", "python"):
+        old, new = baseline_env.get(name), current_env.get(name)
+        if old is not None and new is not None and old != new:
+            notes.append(f"{name}: {old} -> {new}")
+    old_versions = baseline_env.get("versions") or {}
+    new_versions = current_env.get("versions") or {}
+    for package in sorted(set(old_versions) & set(new_versions)):
+        if old_versions[package] != new_versions[package]:
+            notes.append(f"{package}: {old_versions[package]} -> {new_versions[package]}")
+    return notes

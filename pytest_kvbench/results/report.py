@@ -25,7 +25,8 @@ from statistics import fmean
 from string import Template
 from typing import TYPE_CHECKING
 
-from pytest_kvbench.export import (
+from pytest_kvbench.comparison.stats import VariationCurve, seed_summary
+from pytest_kvbench.results.export import (
     FULL,
     ScoreTable,
     budget_label,
@@ -35,8 +36,7 @@ from pytest_kvbench.export import (
     table_heading,
     task_label,
 )
-from pytest_kvbench.runs import Run, is_scored
-from pytest_kvbench.stats import VariationCurve, seed_summary
+from pytest_kvbench.results.runs import Run, is_scored
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -410,14 +410,14 @@ def build_report(runs: Sequence[Run], title: str | None = None) -> str:
 
     nav = "".join(f'<a href="#{a}">{_e(h)}</a>' for a, h, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{_e(h)}</h2>{content}</section>' for a, h, content in sections)
-    template = Template(resources.files("pytest_kvbench").joinpath("report_template.html").read_text(encoding="utf-8"))
+    template = Template(resources.files("pytest_kvbench.results").joinpath("report_template.html").read_text(encoding="utf-8"))
     return template.substitute(title=_e(title), nav=nav, body=body,
                                generated=_e(datetime.now().astimezone().isoformat(timespec="seconds")))
 
 
 def write_report(runs: Sequence[Run], output: str | os.PathLike, title: str | None = None) -> Path:
     """Build the page and write it atomically (an existing report is replaced only when complete)."""
-    from pytest_kvbench.storage import atomic_write_text
+    from pytest_kvbench.results.storage import atomic_write_text
 
     page = build_report(runs, title)
     target = Path(output)

@@ -18,8 +18,8 @@ from statistics import fmean
 
 from tabulate import tabulate
 
-from pytest_kvbench.runs import is_scored
-from pytest_kvbench.stats import seed_summary
+from pytest_kvbench.comparison.stats import seed_summary
+from pytest_kvbench.results.runs import is_scored
 
 FULL = "full"
 FORMATS = ("md", "csv", "latex", "json")

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_kvbench.grid import DEFAULT_MODEL
+from pytest_kvbench.wiring.grid import DEFAULT_MODEL
 
-DEFAULT_MODEL_DIR = Path(__file__).with_name("default_model")
+DEFAULT_MODEL_DIR = Path(__file__).parents[1] / "default_model"
 
 
 class ModelLoadError(RuntimeError):
@@ -100,7 +100,7 @@ class ModelCache:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from pytest_kvbench.hardware import model_size_on_disk
+        from pytest_kvbench.engine.hardware import model_size_on_disk
 
         source = resolve_source(name)
         device = pick_device()

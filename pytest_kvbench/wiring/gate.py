@@ -1,6 +1,6 @@
 """The regression gate inside pytest: --kvbench-save, --kvbench-compare and --kvbench-compare-fail.
 
-The statistics and the baseline file format live in baseline.py (shared with ``kvbench
+The statistics and the baseline file format live in comparison/ (shared with ``kvbench
 compare``); this module only connects them to a pytest run: the baseline is read and checked
 at configure time (bad file -> usage error before any model loads), each item checks itself
 against its entry, and the controller writes a new baseline and the comparison table at the end.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kvbench.grid import GridError
+from pytest_kvbench.wiring.grid import GridError
 
 
 class Gate:
@@ -30,7 +30,8 @@ class Gate:
         force = config.getoption("kvbench_save_force")
         if not (compare or save or config.getoption("kvbench_compare_fail")):
             return cls()  # no gate: keep scipy (statistics) out of plain runs and collection
-        from pytest_kvbench.baseline import BaselineError, check_save_target, load_baseline, parse_tolerances
+        from pytest_kvbench.comparison.baseline_file import BaselineError, check_save_target, load_baseline
+        from pytest_kvbench.comparison.tolerances import parse_tolerances
 
         try:
             tolerances = parse_tolerances(config.getoption("kvbench_compare_fail") or [])
@@ -44,7 +45,7 @@ class Gate:
     def check(self, record: dict) -> None:
         if self.baseline is None:
             return
-        from pytest_kvbench.baseline import compare_record
+        from pytest_kvbench.comparison.verdicts import compare_record
 
         verdict = compare_record(record, self.baseline.entry(record), self.tolerances)
         record["verdict"] = verdict.status
@@ -55,7 +56,8 @@ class Gate:
         """Controller, end of run: comparison over all records and the optional new baseline."""
         if self.baseline is None and not self.save_path:
             return
-        from pytest_kvbench.baseline import compare_record, write_baseline
+        from pytest_kvbench.comparison.baseline_file import write_baseline
+        from pytest_kvbench.comparison.verdicts import compare_record
 
         finished = [r for r in records if r.get("status") in ("passed", "failed") and r.get("samples")]
         if self.baseline is not None:
@@ -68,7 +70,7 @@ class Gate:
     def summary_lines(self) -> list[str]:
         lines = []
         if self._verdicts:
-            from pytest_kvbench.baseline import comparison_table
+            from pytest_kvbench.comparison.verdicts import comparison_table
 
             lines += ["comparison with baseline:", comparison_table(self._verdicts)]
         if self._unrun:

@@ -11,9 +11,9 @@ import dataclasses
 import time
 from typing import Any
 
-from pytest_kvbench.fidelity import ReferenceCache, compare, make_reference
-from pytest_kvbench.grid import FULL_METHOD, Case, Grid
-from pytest_kvbench.models import LoadedModel, ModelCache
+from pytest_kvbench.engine.fidelity import ReferenceCache, compare, make_reference
+from pytest_kvbench.engine.models import LoadedModel, ModelCache
+from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
 
 NO_COMPRESSION = "r0"  # the budget the full-cache reference runs with: remove nothing
 
@@ -65,8 +65,7 @@ class Runner:
         """The full-cache pass of a sample, computed once per run and shared by every method."""
         from kvmethods import get_method
         from kvmethods.generation import generate
-
-        from pytest_kvbench.distributed import check_logits_finite
+        from pytest_kvbench.engine.finite_logits import check_logits_finite
 
         key = (case.model, case.task, case.seed, case.context_length, sample.id, self.grid.protocol)
 
@@ -86,9 +85,9 @@ class Runner:
     def run(self, case: Case) -> dict:
         from kvmethods import Budget, get_method
         from kvmethods.generation import generate
-
-        from pytest_kvbench.distributed import check_logits_finite, item_time_limit
-        from pytest_kvbench.hardware import ItemMeter
+        from pytest_kvbench.engine.finite_logits import check_logits_finite
+        from pytest_kvbench.engine.hardware import ItemMeter
+        from pytest_kvbench.engine.time_limit import item_time_limit
         from pytest_kvbench.tasks import get_task
 
         started = time.perf_counter()
@@ -139,7 +138,7 @@ class Runner:
                             meter.result, time.perf_counter() - started)
 
     def _record(self, case, task, method, budget, loaded, loaded_now, rows, aggregate, meter, total_s) -> dict:
-        from pytest_kvbench.hardware import kv_cache_figures, latency_figures
+        from pytest_kvbench.engine.hardware import kv_cache_figures, latency_figures
 
         kv = kv_cache_figures([r["kv_bytes_before"] for r in rows], [r["kv_bytes_after"] for r in rows])
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
-from pytest_kvbench.grid import GridError, MethodSpec, model_label
+from pytest_kvbench.wiring.grid import GridError, MethodSpec, model_label
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ def _spelling(value: object) -> str:
 
 def model_key(model: str) -> str:
     """The same local directory however it is spelled; hub ids as given."""
-    from pytest_kvbench.model_refs import is_local_reference
+    from pytest_kvbench.wiring.model_refs import is_local_reference
 
     if is_local_reference(model):
         return os.path.normpath(os.path.abspath(os.path.expanduser(model)))

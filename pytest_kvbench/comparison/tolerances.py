@@ -1,0 +1,112 @@
+"""Tolerances of the regression gate: how much worse each gated metric may get (``--kvbench-compare-fail``).
+
+``score:1.0`` allows a drop of one point, ``latency:20%`` a 20% slowdown, ``score:off`` stops
+gating the score; the score is gated at 1.0 point unless told otherwise, latency and memory only
+when named.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_kvbench.comparison.baseline_file import BaselineError
+
+
+@dataclass(frozen=True)
+class GatedMetric:
+    """A metric the gate knows: where its value lives and which direction is worse."""
+
+    name: str
+    higher_is_better: bool
+    unit: str
+    help: str
+
+
+METRICS = {
+    "score": GatedMetric("score", True, "points", "task score (0-100); absolute points or % of the baseline"),
+    "latency": GatedMetric("latency", False, "s", "item latency; seconds or % of the baseline"),
+    "kv_bytes": GatedMetric("kv_bytes", False, "bytes", "KV cache kept after compression; bytes or %"),
+    "peak_bytes": GatedMetric("peak_bytes", False, "bytes", "peak accelerator/process memory; bytes or %"),
+}
+_ALIASES = {"memory": "peak_bytes", "peak_memory": "peak_bytes", "kv": "kv_bytes"}
+DEFAULT_TOLERANCES = ("score:1.0",)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How much worse a metric may get before the gate fails: absolute units or % of the baseline."""
+
+    metric: str
+    value: float
+    relative: bool
+
+    def allowed(self, baseline_value: float) -> float:
+        """The allowed change in the metric's own units for this baseline value."""
+        if self.relative:
+            return abs(baseline_value) * self.value / 100.0
+        return self.value
+
+    def __str__(self) -> str:
+        return f"{self.metric}:{self.value:g}{'%' if self.relative else ''}"
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """The gated metrics and their tolerances; a metric absent here is shown but never fails."""
+
+    items: tuple[Tolerance, ...]
+
+    def get(self, metric: str) -> Tolerance | None:
+        return next((t for t in self.items if t.metric == metric), None)
+
+    def __contains__(self, metric: object) -> bool:
+        return self.get(str(metric)) is not None
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __str__(self) -> str:
+        return ", ".join(str(t) for t in self.items) or "none"
+
+
+def _parse_one(spec: str) -> tuple[str, Tolerance | None]:
+    usage = (f"invalid tolerance {spec!r}: expected METRIC:VALUE or METRIC:VALUE% (or METRIC:off) "
+             f"with METRIC one of {', '.join(METRICS)}")
+    name, sep, raw = spec.partition(":")
+    name = _ALIASES.get(name.strip().lower(), name.strip().lower())
+    raw = raw.strip()
+    if not sep or name not in METRICS or not raw:
+        raise BaselineError(usage)
+    if raw.lower() == "off":
+        return name, None
+    relative = raw.endswith("%")
+    try:
+        value = float(raw[:-1] if relative else raw)
+    except ValueError:
+        raise BaselineError(usage) from None
+    if not math.isfinite(value) or value < 0:
+        raise BaselineError(f"invalid tolerance {spec!r}: the value must be a finite number >= 0")
+    return name, Tolerance(name, value, relative)
+
+
+def parse_tolerances(spec_list: Sequence[str] | None) -> Tolerances:
+    """Tolerances from ``--kvbench-compare-fail`` values (repeatable, comma-separated).
+
+    ``score:1.0`` allows a drop of one point, ``latency:20%`` a 20% slowdown, ``score:off``
+    stops gating the score. The score is gated at 1.0 point unless given; latency and memory
+    only when named.
+    """
+    chosen: dict[str, Tolerance | None] = {}
+    for part in (p.strip() for text in (spec_list or ()) for p in str(text).split(",")):
+        if not part:
+            continue
+        name, tolerance = _parse_one(part)
+        if name in chosen:
+            raise BaselineError(f"tolerance for {name!r} is given twice")
+        chosen[name] = tolerance
+    for default in DEFAULT_TOLERANCES:
+        name, tolerance = _parse_one(default)
+        chosen.setdefault(name, tolerance)
+    return Tolerances(tuple(t for name in METRICS if (t := chosen.get(name)) is not None))

@@ -1,0 +1,326 @@
+"""Baselines and the regression gate: --kvbench-save, --kvbench-compare, ``kvbench compare``.
+
+A pull request must fail when it makes a method score worse and must not fail on noise. So an
+item is a regression only when both hold:
+
+* the drop is larger than the tolerance set for the metric (``score:1.0`` points by default), and
+* a paired bootstrap over the *same sample ids* puts the whole 95% interval of the change on the
+  worse side of zero.
+
+A fixed threshold alone fires on noise, significance alone fires on negligible but consistent
+changes; together they do neither. The paired t-test is reported next to the interval. Latency
+is gated only when asked (CI machines are noisy), with per-sample timings as the paired data;
+memory figures are deterministic and gated by threshold alone. A baseline entry is compared only
+when the run measured the same thing (same sample ids, method parameters, protocol, metric):
+otherwise the verdict is ``mismatch`` and says what differs, never a silent comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tabulate import tabulate
+
+from pytest_kvbench.comparison.baseline_file import is_number
+from pytest_kvbench.comparison.stats import PairedResult, compare_paired
+from pytest_kvbench.comparison.tolerances import Tolerance, Tolerances
+from pytest_kvbench.comparison.verdict_format import (
+    TABLE_HEADERS,
+    check_row,
+    fmt_delta,
+    fmt_interval,
+    fmt_p,
+    fmt_value,
+    relative,
+)
+from pytest_kvbench.results.runs import is_scored
+
+SCORE_SCALE = 100.0  # record scores are 100 x the mean per-sample score (DEVELOPERS.md, tasks)
+STATUSES = ("ok", "regression", "improved", "new", "mismatch")
+
+
+# -- comparing one record with its entry --------------------------------------------------------
+
+
+@dataclass
+class MetricCheck:
+    """One metric of one item: values, change, interval and the metric's own verdict."""
+
+    metric: str
+    baseline: float | None
+    current: float | None
+    delta: float | None
+    low: float | None = None
+    high: float | None = None
+    p: float | None = None
+    n: int = 0
+    tolerance: Tolerance | None = None
+    status: str = "ok"
+    note: str = ""
+
+
+@dataclass
+class Verdict:
+    """The gate's answer for one item; ``message`` is written for an assertion failure."""
+
+    key: str
+    status: str
+    checks: list[MetricCheck] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    message: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "regression"
+
+    @property
+    def rows(self) -> list[list[str]]:
+        """Table rows: one per compared metric, or one describing a new or mismatched item."""
+        if self.status in ("new", "mismatch"):
+            verdict = self.status if self.status == "new" else "mismatch: " + "; ".join(r.split(" (")[0] for r in self.reasons)
+            check = self.checks[0] if self.checks else MetricCheck("score", None, None, None)
+            return [[self.key, check.metric, fmt_value(check.metric, check.baseline),
+                     fmt_value(check.metric, check.current), "-", "-", "-", verdict]]
+        return [check_row(self.key, check) for check in self.checks]
+
+    @property
+    def row(self) -> list[str]:
+        return self.rows[0]
+
+    def as_dict(self) -> dict:
+        """JSON-ready form, e.g. to attach to the item's record as ``comparison``."""
+        return {
+            "key": self.key, "status": self.status, "message": self.message, "reasons": list(self.reasons),
+            "checks": [{
+                "metric": c.metric, "baseline": c.baseline, "current": c.current, "delta": c.delta,
+                "ci_low": _json_number(c.low), "ci_high": _json_number(c.high), "p": _json_number(c.p), "n": c.n,
+                "tolerance": str(c.tolerance) if c.tolerance else None, "status": c.status, "note": c.note,
+            } for c in self.checks],
+        }
+
+
+def _json_number(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _samples_by_id(samples: list[dict]) -> tuple[dict[str, dict], list[str]]:
+    """Samples keyed by id (as text), and the ids that occur more than once."""
+    by_id: dict[str, dict] = {}
+    duplicates = []
+    for sample in samples:
+        sid = str(sample.get("id"))
+        if sid in by_id:
+            duplicates.append(sid)
+        by_id[sid] = sample
+    return by_id, duplicates
+
+
+def _describe_ids(ids: list[str]) -> str:
+    shown = ", ".join(repr(i) for i in sorted(ids)[:3])
+    return f"{len(ids)} ({shown}{', ...' if len(ids) > 3 else ''})"
+
+
+def _settings_mismatch(record: dict, entry: dict) -> list[str]:
+    """Every reason why the record did not measure what the entry measured."""
+    reasons = []
+    base_params = (entry.get("method") or {}).get("params") or {}
+    cur_params = (record.get("method") or {}).get("params") or {}
+    if base_params != cur_params:
+        changed = sorted(k for k in set(base_params) | set(cur_params) if base_params.get(k) != cur_params.get(k))
+        detail = ", ".join(f"{k}: {base_params.get(k)!r} -> {cur_params.get(k)!r}" for k in changed)
+        reasons.append(f"method parameters differ ({detail})")
+    base_model, cur_model = entry.get("model") or {}, record.get("model") or {}
+    for name in ("dtype", "attn_implementation"):
+        if base_model.get(name) is not None and cur_model.get(name) is not None and base_model[name] != cur_model[name]:
+            reasons.append(f"model {name.replace('_', ' ')} differs (baseline {base_model[name]!r}, this run {cur_model[name]!r})")
+    for name, base, cur in (
+        ("protocol", entry.get("protocol"), record.get("protocol")),
+        # None is the model's maximum; baselines from before the field was recorded used it
+        ("max prompt tokens", entry.get("max_prompt_tokens"), record.get("max_prompt_tokens")),
+        ("metric", entry.get("metric"), record.get("metric")),
+        ("context length", (entry.get("task") or {}).get("context_length"), (record.get("task") or {}).get("context_length")),
+    ):
+        if base != cur:
+            reasons.append(f"{name} differs (baseline {base!r}, this run {cur!r})")
+    base_samples, base_dupes = _samples_by_id(entry.get("samples") or [])
+    cur_samples, cur_dupes = _samples_by_id(record.get("samples") or [])
+    if base_dupes or cur_dupes:
+        reasons.append(f"sample ids repeat ({_describe_ids(base_dupes + cur_dupes)}), so samples cannot be paired")
+    elif not base_samples or not cur_samples:
+        reasons.append("no per-sample scores to pair (" + ("baseline" if not base_samples else "this run") + ")")
+    elif set(base_samples) != set(cur_samples):
+        only_base = sorted(set(base_samples) - set(cur_samples))
+        only_cur = sorted(set(cur_samples) - set(base_samples))
+        parts = []
+        if only_base:
+            parts.append(f"{_describe_ids(only_base)} only in the baseline")
+        if only_cur:
+            parts.append(f"{_describe_ids(only_cur)} only in this run")
+        reasons.append("sample ids differ (" + "; ".join(parts) + ")")
+    else:
+        for side, samples in (("the baseline", base_samples), ("this run", cur_samples)):
+            if any(not is_number(s.get("score")) for s in samples.values()):
+                reasons.append(f"per-sample scores missing in {side}")
+    return reasons
+
+
+def _check_score(record: dict, entry: dict, tolerance: Tolerance | None, seed: int) -> MetricCheck:
+    base, _ = _samples_by_id(entry["samples"])
+    cur, _ = _samples_by_id(record["samples"])
+    ids = list(base)  # baseline order: a stable pairing order keeps the bootstrap reproducible
+    result = compare_paired([SCORE_SCALE * base[i]["score"] for i in ids],
+                            [SCORE_SCALE * cur[i]["score"] for i in ids], seed=seed)
+    check = MetricCheck("score", float(entry["score"]), float(record["score"]), result.mean_diff,
+                        result.low, result.high, result.p, result.n, tolerance)
+    if tolerance is None:
+        check.note = "not gated"
+        return check
+    allowed = tolerance.allowed(check.baseline)
+    if result.mean_diff < -allowed and result.significant_drop:
+        check.status = "regression"
+    elif result.mean_diff > allowed and result.significant_rise:
+        check.status = "improved"
+    elif abs(result.mean_diff) > allowed:
+        check.note = "not significant"
+    return check
+
+
+def _fidelity_checks(record: dict, entry: dict, seed: int) -> list[MetricCheck]:
+    """KL to the full cache and greedy agreement, paired per sample: reported beside the score, never gated.
+
+    They need no labels, so they move even where a task score is flat (a small model, few samples).
+    """
+    base, _ = _samples_by_id(entry["samples"])
+    cur, _ = _samples_by_id(record["samples"])
+    checks = []
+    for metric in ("agreement", "kl"):
+        ids = [i for i in base if is_number(base[i].get(metric)) and is_number(cur.get(i, {}).get(metric))]
+        if not ids:
+            continue
+        before = [base[i][metric] for i in ids]
+        after = [cur[i][metric] for i in ids]
+        result = compare_paired(before, after, seed=seed)
+        checks.append(MetricCheck(metric, sum(before) / len(before), sum(after) / len(after), result.mean_diff,
+                                  result.low, result.high, result.p, result.n, None, note="not gated"))
+    return checks
+
+
+def _sample_seconds(sample: dict) -> float | None:
+    prefill, decode = sample.get("prefill_ms"), sample.get("decode_ms")
+    if is_number(prefill) and is_number(decode):
+        return (prefill + decode) / 1000.0
+    return None
+
+
+def _check_latency(record: dict, entry: dict, tolerance: Tolerance, seed: int) -> MetricCheck:
+    base, _ = _samples_by_id(entry["samples"])
+    cur, _ = _samples_by_id(record["samples"])
+    ids = list(base)
+    base_s = [_sample_seconds(base[i]) for i in ids]
+    cur_s = [_sample_seconds(cur[i]) for i in ids]
+    if ids and None not in base_s and None not in cur_s:
+        result: PairedResult = compare_paired(base_s, cur_s, seed=seed)
+        n = result.n
+        check = MetricCheck("latency", sum(base_s), sum(cur_s), n * result.mean_diff,
+                            n * result.low, n * result.high, result.p, n, tolerance)
+        significant = result.significant_rise
+    else:
+        base_total = (entry.get("latency") or {}).get("total_s")
+        cur_total = (record.get("latency") or {}).get("total_s")
+        if not (is_number(base_total) and is_number(cur_total)):
+            return MetricCheck("latency", None, None, None, tolerance=tolerance, note="not measured")
+        check = MetricCheck("latency", base_total, cur_total, cur_total - base_total, tolerance=tolerance,
+                            note="no per-sample timings: threshold only")
+        significant = True
+    if check.delta > tolerance.allowed(check.baseline) and significant:
+        check.status = "regression"
+    return check
+
+
+def _check_memory(metric: str, record: dict, entry: dict, tolerance: Tolerance) -> MetricCheck:
+    field_name = "kv_bytes_after" if metric == "kv_bytes" else "peak_bytes"
+    base = (entry.get("memory") or {}).get(field_name)
+    cur = (record.get("memory") or {}).get(field_name)
+    if not (is_number(base) and is_number(cur)):
+        return MetricCheck(metric, base if is_number(base) else None, cur if is_number(cur) else None,
+                           None, tolerance=tolerance, note="not measured")
+    check = MetricCheck(metric, float(base), float(cur), float(cur - base), tolerance=tolerance, note="deterministic")
+    if check.delta > tolerance.allowed(check.baseline):
+        check.status = "regression"
+        check.note = ""
+    return check
+
+
+def _regression_text(check: MetricCheck) -> str:
+    unit = " points" if check.metric == "score" else ""
+    stats = []
+    if check.low is not None and check.high is not None and not math.isnan(check.low):
+        stats.append(f"95% CI {fmt_delta(check.metric, check.low)} to {fmt_delta(check.metric, check.high)}")
+    if check.p is not None and not math.isnan(check.p):
+        stats.append(f"paired t-test p={fmt_p(check.p)}")
+    if check.n:
+        stats.append(f"n={check.n}")
+    if check.note:
+        stats.append(check.note)
+    return (f"{check.metric} baseline {fmt_value(check.metric, check.baseline)}, current "
+            f"{fmt_value(check.metric, check.current)}, difference {fmt_delta(check.metric, check.delta)}{unit}"
+            f"{relative(check)}"
+            + (f" ({'; '.join(stats)})" if stats else "")
+            + f", beyond the tolerance {check.tolerance}")
+
+
+def compare_record(record: dict, entry: dict | None, tolerances: Tolerances, *, seed: int = 0) -> Verdict:
+    """Compare one finished item with its baseline entry (None: the item is new)."""
+    key = str(record.get("key"))
+    current_score = record.get("score") if is_scored(record) else None
+    if entry is None:
+        return Verdict(key, "new", [MetricCheck("score", None, current_score, None)],
+                       message=f"{key}: new item, not in the baseline (score {fmt_value('score', current_score)})")
+    reasons = []
+    if current_score is None:
+        reasons.append(f"no score in this run (status {record.get('status') or 'unknown'})")
+    else:
+        reasons.extend(_settings_mismatch(record, entry))
+    if reasons:
+        return Verdict(key, "mismatch", [MetricCheck("score", float(entry["score"]), current_score, None)], reasons,
+                       message=f"{key}: not compared with the baseline: " + "; ".join(reasons))
+    checks = [_check_score(record, entry, tolerances.get("score"), seed)]
+    checks += _fidelity_checks(record, entry, seed)
+    for tolerance in tolerances:
+        if tolerance.metric == "latency":
+            checks.append(_check_latency(record, entry, tolerance, seed))
+        elif tolerance.metric in ("kv_bytes", "peak_bytes"):
+            checks.append(_check_memory(tolerance.metric, record, entry, tolerance))
+    regressions = [c for c in checks if c.status == "regression"]
+    if regressions:
+        message = f"{key}: regression against the baseline: " + "; ".join(_regression_text(c) for c in regressions)
+        return Verdict(key, "regression", checks, message=message)
+    score = checks[0]
+    status = "improved" if score.status == "improved" else "ok"
+    message = (f"{key}: {status}: score baseline {fmt_value('score', score.baseline)}, current "
+               f"{fmt_value('score', score.current)}, difference {fmt_delta('score', score.delta)} "
+               f"(95% CI {fmt_interval('score', score.low, score.high)}, paired t-test p={fmt_p(score.p)})")
+    return Verdict(key, status, checks, message=message)
+
+
+# -- reporting ------------------------------------------------------------------------------------
+
+
+def comparison_table(verdicts: Sequence[Verdict], tablefmt: str = "simple") -> str:
+    """The comparison table for the terminal summary and ``kvbench compare``."""
+    rows = [row for verdict in verdicts for row in verdict.rows]
+    return tabulate(rows, headers=TABLE_HEADERS, tablefmt=tablefmt, disable_numparse=True)
+
+
+def comparison_summary(verdicts: Sequence[Verdict], unrun: Sequence[str] = ()) -> str:
+    """Counts per verdict, then what needs attention: mismatches (with reasons) and unrun entries."""
+    counts = {status: sum(v.status == status for v in verdicts) for status in STATUSES}
+    parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
+    if unrun:
+        parts.append(f"{len(unrun)} baseline entr{'y' if len(unrun) == 1 else 'ies'} not run")
+    lines = ["kvbench compare: " + (", ".join(parts) or "nothing compared")]
+    lines += [f"  mismatch {v.key}: {'; '.join(v.reasons)}" for v in verdicts if v.status == "mismatch"]
+    lines += [f"  not run: {key}" for key in unrun]
+    return "\n".join(lines)

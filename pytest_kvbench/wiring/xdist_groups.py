@@ -1,0 +1,56 @@
+"""Keeping the items that share a full-cache reference on one xdist worker (``--dist loadgroup``).
+
+``xdist_group_name`` names the ``xdist_group`` mark of a group of items (one model, task, length
+and seed: ``Case.reference_group``); ``reference_group_scheduler`` is xdist's ``loadgroup``
+scheduler told each item's group directly by the controller.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+_GROUP_UNSAFE = re.compile(r"[^A-Za-z0-9._/+=-]")
+
+
+def xdist_group_name(group: str) -> str:
+    """The ``xdist_group`` name for a group of items (``Case.reference_group``), so that
+    ``--dist loadgroup`` keeps them on one worker.
+
+    Grouping by model alone would send a one-model sweep to a single worker; grouping by the
+    reference a task's items share spreads tasks over workers while each full-cache reference
+    is still computed once per run, and each worker loads only the models of its groups.
+
+    xdist appends ``@<group>`` to node ids and splits on the last ``@`` after the last ``]``,
+    so the name must contain neither; anything outside a conservative set becomes ``_``.
+    """
+    return "kvbench_" + _GROUP_UNSAFE.sub("_", group)
+
+
+def parametrize_id(nodeid: str) -> str | None:
+    """``path::test_ruler[snapkv-128-vt-ctx2048]`` (with or without xdist's ``@group``) -> the id."""
+    if nodeid.rfind("@") > nodeid.rfind("]"):
+        nodeid = nodeid[: nodeid.rfind("@")]
+    start = nodeid.find("[", nodeid.rfind("::") + 2)
+    if start < 0 or not nodeid.endswith("]"):
+        return None
+    return nodeid[start + 1 : -1]
+
+
+def reference_group_scheduler(config, log, groups: Mapping[str, str]):
+    """xdist's ``loadgroup`` scheduler, told each kvbench item's group directly.
+
+    xdist passes ``xdist_group`` marks to the controller by appending ``@group`` to node ids in
+    the workers; from pytest 9.2 that rename no longer takes effect (pytest-xdist issue #1386),
+    and ``--dist loadgroup`` silently spreads a task's items over every worker. The controller
+    knows the grid, so it maps each item's parametrize id to its group (``groups``) instead;
+    items that are not kvbench cases keep xdist's own rule.
+    """
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ReferenceGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = groups.get(parametrize_id(nodeid) or "")
+            return group if group is not None else super()._split_scope(nodeid)
+
+    return ReferenceGroupScheduling(config, log)
