@@ -81,6 +81,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[GATE_KEY] = gate
     timeout = _positive_option(config, "kvbench_timeout", float, "a positive number of seconds")
     threads = _positive_option(config, "kvbench_torch_threads", int, "a positive integer")
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:
+        raise pytest.UsageError(f"--kvbench-torch-threads {threads}: more threads than the {cores} CPU cores here")
     if threads is not None:
         import torch
 

@@ -38,6 +38,7 @@ bad_hub_ids = st.sampled_from(["模型/x", "-bad-/x", "org/-x", "a" * 97 + "/b",
 # values that no positive-integer option may accept
 bad_counts = (st.sampled_from(["0", "-1", "nan", "inf", "-inf", "1e999", "2.5", "abc", "0x10", "1_0"])
               | st.integers(max_value=0).map(str))
+huge = st.integers(min_value=2**32, max_value=2**80).map(str)
 bad_durations = st.sampled_from(["0", "-1", "nan", "NaN", "inf", "-inf", "1e999", "abc", "-0.0"])
 empty_lists = st.sampled_from(["", ",", " , ", ",,"])
 unknown_names = st.text(alphabet="qxz", min_size=1, max_size=12)
@@ -59,7 +60,7 @@ NAME_OPTIONS = ["--kvbench-methods", "--kvbench-tasks", "--kvbench-protocol", "-
 @st.composite
 def bad_options(draw) -> list[str]:
     """One malformed option of any class, as command-line arguments."""
-    kind = draw(st.sampled_from(["path", "wrong kind", "hub id", "count", "duration", "empty", "name",
+    kind = draw(st.sampled_from(["path", "wrong kind", "hub id", "count", "out of range", "duration", "empty", "name",
                                  "duplicate tolerance", "context too small"]))
     if kind == "path":
         return [draw(st.sampled_from(PATH_OPTIONS)), draw(unusable_paths)]
@@ -70,6 +71,9 @@ def bad_options(draw) -> list[str]:
         return ["--kvbench-model", draw(bad_hub_ids)]
     if kind == "count":
         return [draw(st.sampled_from(COUNT_OPTIONS)), draw(bad_counts)]
+    if kind == "out of range":
+        return [draw(st.sampled_from(["--kvbench-seed", "--kvbench-seeds", "--kvbench-torch-threads"])),
+                draw(huge | st.sampled_from(["-1", "-7"]))]
     if kind == "duration":
         return ["--kvbench-timeout", draw(bad_durations)]
     if kind == "empty":
