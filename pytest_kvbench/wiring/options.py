@@ -54,6 +54,7 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
 
 TOML_KEYS = {"models", "model", "methods", "budgets", "tasks", "samples", "seed", "seeds",
              "context_lengths", "protocol", "dtype", "attn_implementation", "data", "max_prompt_tokens"}
+LIST_KEYS = {"models", "model", "methods", "budgets", "tasks", "seeds", "context_lengths"}  # may be arrays
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -149,10 +150,7 @@ def _check_toml_value(path: str, key: str, value: Any) -> None:
             continue
         if not _is_toml_scalar(entry):
             what = "a string or integer" + (", or an array of them" if key in LIST_KEYS else "")
-            raise GridError(f"grid file {path}: {key} must be {what}, got {_toml_type(value)}")
-
-
-LIST_KEYS = {"models", "model", "methods", "budgets", "tasks", "seeds", "context_lengths"}
+            raise GridError(f"grid file {path}: {key} must be {what}, got {_toml_type(entry)}")
 
 
 def _toml_methods(value: Any) -> list[Any]:
