@@ -59,5 +59,10 @@ class Budget:
         kept = math.floor(prompt_len * (1.0 - self.value) + 1e-9)
         return max(1, min(kept, prompt_len))
 
+    @property
+    def sort_key(self) -> tuple[int, float]:
+        """Token budgets ascending, then ratio budgets from the most removed to the least."""
+        return (0, float(self.value)) if self.kind == "tokens" else (1, -float(self.value))
+
     def as_record(self) -> dict:
         return {"spec": self.spec, "kind": self.kind, "value": self.value}

@@ -27,8 +27,9 @@ from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.export import FORMATS, ExportError, config_key, export_records, to_markdown
 from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.record import is_scored
 from pytest_kvbench.results.report import ReportError
-from pytest_kvbench.results.runs import Run, RunError, is_scored, list_runs, load_run
+from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 DEFAULT_RESULTS = "results"
@@ -373,11 +374,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (RunError, BaselineError, ExportError, ReportError, UsageError) as exc:
         print(f"kvbench {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("matplotlib"):
-            raise
-        print(f"kvbench {args.command}: error: plots need matplotlib (pip install matplotlib)", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `kvbench list | head`
         sys.stderr.close()

@@ -17,19 +17,22 @@ from pathlib import Path
 
 import pytest
 
+from pytest_kvbench.results import record as records
 from pytest_kvbench.results.environment import capture_environment
+from pytest_kvbench.results.run_writer import new_run_id
 from pytest_kvbench.wiring import hookspecs, options
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.gpu_slots import DeviceSlots
 from pytest_kvbench.wiring.grid import Case, GridError
 from pytest_kvbench.wiring.resume import check_resume
-from pytest_kvbench.wiring.session import RunSession, new_run_id
+from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_group_name
 
 SESSION_KEY = pytest.StashKey[RunSession]()
 RUNNER_KEY = pytest.StashKey[object]()
 GATE_KEY = pytest.StashKey[Gate]()
 RECORD_KEY = pytest.StashKey[dict]()
+VERDICT_KEY = pytest.StashKey[dict]()
 SLOTS_KEY = pytest.StashKey[DeviceSlots]()
 SUITES = ("longbench", "ruler")
 SLOW_CONTEXT = 8192  # RULER items from this context length on are marked slow
@@ -209,12 +212,11 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
         return
     run = config.stash[SESSION_KEY]
     worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
-    record = _bare_record(run, case, crashitem) | {
-        "status": "error", "crashed": True,
-        "message": f"worker {worker} crashed while running this item (the process died: killed, out of host "
-                   f"memory or a hard crash); run it again with --kvbench-resume {run.run_id}",
-    }
-    run.add(record)
+    message = (f"worker {worker} crashed while running this item (the process died: killed, out of host "
+               f"memory or a hard crash); run it again with --kvbench-resume {run.run_id}")
+    record = records.with_outcome(records.identity(case, run.run_id, run.grid.protocol), status="error",
+                                  nodeid=crashitem, message=message)
+    run.add(record | {"crashed": True})
 
 
 @functools.cache
@@ -290,7 +292,7 @@ class KvbenchFixture:
 
     def run(self, case) -> dict:
         from pytest_kvbench.engine.models import ModelLoadError
-        from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_of_memory
+        from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
         from pytest_kvbench.tasks import DataError, TaskError, TaskUnavailable
 
         runner = self.config.stash[RUNNER_KEY]
@@ -301,12 +303,8 @@ class KvbenchFixture:
         except (ModelLoadError, TaskError, DataError) as exc:
             # bad input found only now (a model that will not load, data too short): one paragraph
             pytest.fail(f"{case.id}: {exc}", pytrace=False)
-        except Exception as exc:
-            if is_out_of_memory(exc):
-                free_accelerator_memory()
-                pytest.fail(f"out of memory in {case.id}: {str(exc).splitlines()[0]}", pytrace=False)
-            raise
-        record["nodeid"] = self.item.nodeid
+        except ItemOutOfMemory as exc:  # the runner already freed the memory the item held
+            pytest.fail(str(exc), pytrace=False)
         self.item.stash[RECORD_KEY] = record
         for key in ("score", "metric"):
             self.item.user_properties.append((f"kvbench_{key}", record[key]))
@@ -317,8 +315,15 @@ class KvbenchFixture:
         return record
 
     def check(self, record: dict) -> None:
-        """Fail on a significant regression against the baseline (--kvbench-compare)."""
-        self.config.stash[GATE_KEY].check(record)
+        """Fail on a significant regression against the baseline (--kvbench-compare).
+
+        The verdict goes into the item's record (once: the controller's summary reads it back)."""
+        verdict = self.config.stash[GATE_KEY].judge(record)
+        if verdict is None:
+            return
+        self.item.stash[VERDICT_KEY] = verdict.as_dict()
+        if verdict.status in ("regression", "mismatch"):
+            pytest.fail(verdict.message, pytrace=False)
 
 
 @pytest.fixture
@@ -336,29 +341,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     final = report.when == "call" or (report.when == "setup" and not report.passed)
     if not final:
         return
-    record = item.stash.get(RECORD_KEY, None)
-    if record is None:
-        record = _bare_record(item.config.stash[SESSION_KEY], case, item.nodeid)
+    measured = item.stash.get(RECORD_KEY, None)
     if report.skipped:
-        record["status"] = "skipped"
+        status = "skipped"
     elif report.passed:
-        record["status"] = "passed"
+        status = "passed"
     else:
-        record["status"] = "failed" if RECORD_KEY in item.stash else "error"
-    if not report.passed:
-        record["message"] = _one_line(report)
+        status = "failed" if measured is not None else "error"
+    if measured is None:
+        session = item.config.stash[SESSION_KEY]
+        measured = records.identity(case, session.run_id, session.grid.protocol)
+    record = records.with_outcome(measured, status=status, nodeid=item.nodeid,
+                                  message=None if report.passed else _one_line(report),
+                                  verdict=item.stash.get(VERDICT_KEY, None))
     item.config.hook.pytest_kvbench_record(record=record, item=item)
-
-
-def _bare_record(session: RunSession, case: Case, nodeid: str) -> dict:
-    """The record of an item that produced no result (skipped, errored, crashed)."""
-    return {
-        "run_id": session.run_id, "nodeid": nodeid, "item_id": case.id, "key": case.key,
-        "model": {"name": case.model}, "method": {"name": case.method.name, "params": dict(case.method.params)},
-        "budget": {"spec": case.budget}, "protocol": session.grid.protocol, "seed": case.seed,
-        "task": {"name": case.task, "suite": case.suite, "context_length": case.context_length},
-        "metric": None, "score": None, "samples": [],
-    }
 
 
 def _one_line(report: pytest.TestReport) -> str:
@@ -388,7 +384,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     run = config.stash.get(SESSION_KEY, None)
     if run is None or not run.is_controller or not run.records_path.exists():
         return
-    from pytest_kvbench.results.tables import budget_tables
+    from pytest_kvbench.results.tables import budget_tables, zero_scores
 
     records = run.final_records if run.final_records is not None else run.all_records()
     terminalreporter.section("kvbench")
@@ -396,7 +392,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(heading)
         terminalreporter.write_line(table)
         terminalreporter.write_line("")
-    zeros = sorted(r["item_id"] for r in records if r.get("score") == 0)
+    zeros = zero_scores(records)
     if zeros:
         shown = ", ".join(zeros[:8]) + (", ... (list in RESULTS.md)" if len(zeros) > 8 else "")
         terminalreporter.write_line(f"{len(zeros)} item(s) scored exactly 0 (check these): {shown}", yellow=True)

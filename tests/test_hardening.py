@@ -13,7 +13,7 @@ from test_plugin_grid import collected_ids
 from pytest_kvbench.comparison.baseline_file import baseline_entry
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_table
-from pytest_kvbench.results.item_files import item_dir
+from pytest_kvbench.results.run_writer import item_dir
 from pytest_kvbench.results.merge import merge_runs
 from pytest_kvbench.results.runs import load_run
 

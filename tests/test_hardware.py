@@ -15,17 +15,13 @@ import pynvml
 import pytest
 import torch
 
-from pytest_kvbench.engine import hardware
-from pytest_kvbench.engine.hardware import (
-    ItemMeter,
-    PeriodicSampler,
-    describe_device,
-    integrate_energy_j,
-    kv_cache_figures,
-    latency_figures,
-    model_size_on_disk,
-    nvml_device_ref,
-)
+from pytest_kvbench.engine.hardware import cpu_peak_memory, device_description
+from pytest_kvbench.engine.hardware.device_description import describe_device
+from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures, model_size_on_disk
+from pytest_kvbench.engine.hardware.gpu_energy import integrate_energy_j
+from pytest_kvbench.engine.hardware.item_meter import ItemMeter
+from pytest_kvbench.engine.hardware.nvml import nvml_device_ref
+from pytest_kvbench.engine.hardware.sampler import PeriodicSampler
 
 MiB = 2**20
 GiB = 2**30
@@ -323,7 +319,7 @@ def test_describe_cuda_device_without_nvml_has_no_driver(fake_gpu):
 def test_describe_cpu_device():
     info = describe_device("cpu")
     assert info["type"] == "cpu"
-    assert info["name"] == info["cpu_model"] == hardware.cpu_model()
+    assert info["name"] == info["cpu_model"] == device_description.cpu_model()
     assert info["driver"] is None
     assert info["count"] >= 1
     assert info["threads"] == torch.get_num_threads()
@@ -332,14 +328,14 @@ def test_describe_cpu_device():
 def test_cpu_model_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7763 64-Core Processor\n")
-    assert hardware.cpu_model(cpuinfo) == "AMD EPYC 7763 64-Core Processor"
+    assert device_description.cpu_model(cpuinfo) == "AMD EPYC 7763 64-Core Processor"
 
 
 def test_cpu_model_falls_back_to_platform(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nBogoMIPS\t: 50.00\n")  # ARM: no model name
-    assert hardware.cpu_model(cpuinfo)
-    assert hardware.cpu_model(tmp_path / "missing")
+    assert device_description.cpu_model(cpuinfo)
+    assert device_description.cpu_model(tmp_path / "missing")
 
 
 # ---------------------------------------------------------------------------- CPU peak RSS
@@ -364,7 +360,7 @@ def test_cpu_peak_rss_grows_with_a_large_tensor_inside_the_meter():
     assert big.result["energy_j"] is None
 
 
-@pytest.mark.skipif(not hardware.reset_peak_rss(), reason="this kernel/sandbox cannot reset VmHWM")
+@pytest.mark.skipif(not cpu_peak_memory.reset_peak_rss(), reason="this kernel/sandbox cannot reset VmHWM")
 def test_cpu_peak_rss_is_reset_per_item():
     with ItemMeter("cpu") as big:
         tensor = _touch_big_tensor()
@@ -377,8 +373,8 @@ def test_cpu_peak_rss_is_reset_per_item():
 
 @linux_only
 def test_cpu_peak_falls_back_to_rss_sampling_when_vmhwm_cannot_be_reset(monkeypatch):
-    monkeypatch.setattr(hardware, "reset_peak_rss", lambda *a, **k: False)
-    baseline = hardware.current_rss_bytes()
+    monkeypatch.setattr(cpu_peak_memory, "reset_peak_rss", lambda *a, **k: False)
+    baseline = cpu_peak_memory.current_rss_bytes()
     with ItemMeter("cpu", rss_interval_s=3600) as meter:
         tensor = _touch_big_tensor()
     del tensor
@@ -390,8 +386,8 @@ def test_cpu_peak_falls_back_to_lifetime_maxrss_without_proc(monkeypatch):
     def no_proc(*args, **kwargs):
         raise FileNotFoundError("/proc/self/statm")
 
-    monkeypatch.setattr(hardware, "reset_peak_rss", lambda *a, **k: False)
-    monkeypatch.setattr(hardware, "current_rss_bytes", no_proc)
+    monkeypatch.setattr(cpu_peak_memory, "reset_peak_rss", lambda *a, **k: False)
+    monkeypatch.setattr(cpu_peak_memory, "current_rss_bytes", no_proc)
     with ItemMeter("cpu") as meter:
         pass
     assert meter.result["peak_method"] == "ru_maxrss_lifetime"
@@ -399,25 +395,25 @@ def test_cpu_peak_falls_back_to_lifetime_maxrss_without_proc(monkeypatch):
 
 
 def test_reset_peak_rss_reports_failure_without_proc(tmp_path):
-    assert hardware.reset_peak_rss(tmp_path) is False
-    assert hardware.peak_rss_bytes(tmp_path) is None
+    assert cpu_peak_memory.reset_peak_rss(tmp_path) is False
+    assert cpu_peak_memory.peak_rss_bytes(tmp_path) is None
 
 
 def test_reset_peak_rss_detects_a_write_the_kernel_ignored(tmp_path):
     (tmp_path / "clear_refs").write_text("")
     (tmp_path / "status").write_text("Name:\tpython\nVmHWM:\t  900000 kB\nVmRSS:\t  100000 kB\n")
-    assert hardware.reset_peak_rss(tmp_path) is False
+    assert cpu_peak_memory.reset_peak_rss(tmp_path) is False
     (tmp_path / "status").write_text("Name:\tpython\nVmHWM:\t  100000 kB\nVmRSS:\t  100000 kB\n")
-    assert hardware.reset_peak_rss(tmp_path) is True
-    assert hardware.peak_rss_bytes(tmp_path) == 100000 * 1024
+    assert cpu_peak_memory.reset_peak_rss(tmp_path) is True
+    assert cpu_peak_memory.peak_rss_bytes(tmp_path) == 100000 * 1024
 
 
 @linux_only
 def test_lifetime_max_rss_is_in_bytes():
     # ru_maxrss is in kB on Linux; left unconverted it would be ~1000x below the current RSS.
     # (Half, not all, of it: clear_refs also lowers ru_maxrss, and RSS moves between the reads.)
-    current = hardware.current_rss_bytes()
-    assert hardware.lifetime_max_rss_bytes() >= current // 2
+    current = cpu_peak_memory.current_rss_bytes()
+    assert cpu_peak_memory.lifetime_max_rss_bytes() >= current // 2
 
 
 # ---------------------------------------------------------------------------- model size
@@ -490,3 +486,15 @@ def test_latency_figures_without_decode_time():
     figures = latency_figures(prefill_s=[0.1], decode_s=[0.0], decode_tokens=[0])
     assert figures["decode_tokens_per_s"] is None
     assert figures["total_s"] is None
+
+
+def test_gpu_records_carry_the_gpu_name_and_driver_described_once_per_worker(fake_gpu):
+    """The runner puts describe_device into every record; NVML is asked once, not once per item."""
+    from pytest_kvbench.engine.runner import Runner
+    from pytest_kvbench.wiring.grid import Grid
+
+    runner = Runner(Grid(), "bench_run")
+    first = runner.device_description("cuda:0")
+    assert (first["type"], first["name"], first["driver"]) == ("cuda", "NVIDIA H100 80GB HBM3", "550.54.15")
+    assert runner.device_description("cuda:0") is first
+    assert fake_gpu.nvml.inits == 1

@@ -67,7 +67,7 @@ def test_plots_carry_the_data(results):
     for text in ("qasper", "hotpotqa", "niah_grid", "snapkv @128", "streamingllm @512", "62.5"):
         assert text in heatmap
     needle = page.split('data-plot="needle-1"')[1].split("</figure>")[0]
-    assert "snapkv @128" in needle and "needle depth" in needle and "2048" in needle
+    assert "niah_grid — snapkv @ 128" in needle and "needle depth" in needle and "2048" in needle
     budget = page.split('data-plot="budget-tokens"')[1].split("</figure>")[0]
     assert "full (no compression)" in budget and "streamingllm" in budget
 

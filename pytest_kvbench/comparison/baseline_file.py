@@ -7,8 +7,6 @@ entry, so a malformed file is a one-line ``BaselineError`` naming the file and t
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,7 +14,8 @@ from datetime import datetime
 from pathlib import Path
 
 from pytest_kvbench import user_paths
-from pytest_kvbench.results.runs import is_scored
+from pytest_kvbench.results.record import is_number, is_scored
+from pytest_kvbench.results.storage import read_json
 
 FORMAT = "kvbench-baseline"
 VERSION = 1
@@ -24,10 +23,6 @@ VERSION = 1
 
 class BaselineError(ValueError):
     """A baseline or tolerance that cannot be used; one line, naming the file and what is wrong."""
-
-
-def is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def baseline_entry(record: dict) -> dict:
@@ -156,16 +151,7 @@ def load_baseline(path: str | os.PathLike) -> Baseline:
         raise BaselineError(f"baseline {source} does not exist (write one with --kvbench-save {source})")
     if source.is_dir():
         raise BaselineError(f"baseline {source} is a directory, not a file")
-    try:
-        text = source.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise BaselineError(f"baseline {source} is not UTF-8 text") from None
-    except OSError as exc:
-        raise BaselineError(f"cannot read baseline {source}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BaselineError(f"baseline {source}: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
+    data = read_json(source, f"baseline {source}", BaselineError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BaselineError(f"baseline {source} is not a kvbench baseline (no \"format\": \"{FORMAT}\")")
     version = data.get("version")

@@ -9,28 +9,26 @@ MiB = 2**20
 TABLE_HEADERS = ["item", "metric", "baseline", "current", "delta", "95% CI", "p (t-test)", "verdict"]
 
 
-def fmt_value(metric: str, value: float | None) -> str:
+def _fmt(metric: str, value: float | None, sign: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if metric == "score":
-        return f"{value:.2f}"
+        return f"{value:{sign}.2f}"
     if metric == "latency":
-        return f"{value:.3f} s"
+        return f"{value:{sign}.3f} s"
     if metric in ("kl", "agreement"):
-        return f"{value:.4f}"
-    return f"{value / MiB:.2f} MiB"
+        return f"{value:{sign}.4f}"
+    return f"{value / MiB:{sign}.2f} MiB"
+
+
+def fmt_value(metric: str, value: float | None) -> str:
+    """A metric's value in its unit: score points, seconds, nats / rates, MiB."""
+    return _fmt(metric, value, "")
 
 
 def fmt_delta(metric: str, value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if metric == "score":
-        return f"{value:+.2f}"
-    if metric == "latency":
-        return f"{value:+.3f} s"
-    if metric in ("kl", "agreement"):
-        return f"{value:+.4f}"
-    return f"{value / MiB:+.2f} MiB"
+    """A change of a metric, always signed."""
+    return _fmt(metric, value, "+")
 
 
 def fmt_interval(metric: str, low: float | None, high: float | None) -> str:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from pytest_kvbench.comparison.baseline_file import is_number
 from pytest_kvbench.comparison.stats import PairedResult, compare_paired
 from pytest_kvbench.comparison.tolerances import Tolerance, Tolerances
 from pytest_kvbench.comparison.verdict_format import (
@@ -35,7 +34,7 @@ from pytest_kvbench.comparison.verdict_format import (
     fmt_value,
     relative,
 )
-from pytest_kvbench.results.runs import is_scored
+from pytest_kvbench.results.record import is_number, is_scored
 
 SCORE_SCALE = 100.0  # record scores are 100 x the mean per-sample score (DEVELOPERS.md, tasks)
 STATUSES = ("ok", "regression", "improved", "new", "mismatch")
@@ -56,7 +55,7 @@ class MetricCheck:
     high: float | None = None
     p: float | None = None
     n: int = 0
-    tolerance: Tolerance | None = None
+    tolerance: Tolerance | str | None = None  # a str when read back from a record
     status: str = "ok"
     note: str = ""
 
@@ -90,7 +89,7 @@ class Verdict:
         return self.rows[0]
 
     def as_dict(self) -> dict:
-        """JSON-ready form, e.g. to attach to the item's record as ``comparison``."""
+        """JSON-ready form: the record's ``verdict`` (``from_dict`` reads it back)."""
         return {
             "key": self.key, "status": self.status, "message": self.message, "reasons": list(self.reasons),
             "checks": [{
@@ -99,6 +98,15 @@ class Verdict:
                 "tolerance": str(c.tolerance) if c.tolerance else None, "status": c.status, "note": c.note,
             } for c in self.checks],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Verdict:
+        """The verdict an item attached to its record, for the controller's comparison table."""
+        checks = [MetricCheck(c["metric"], c.get("baseline"), c.get("current"), c.get("delta"), c.get("ci_low"),
+                              c.get("ci_high"), c.get("p"), c.get("n") or 0, c.get("tolerance"),
+                              c.get("status", "ok"), c.get("note", ""))
+                  for c in data.get("checks") or []]
+        return cls(data["key"], data["status"], checks, list(data.get("reasons") or []), data.get("message", ""))
 
 
 def _json_number(value: float | None) -> float | None:

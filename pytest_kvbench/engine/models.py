@@ -100,7 +100,7 @@ class ModelCache:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from pytest_kvbench.engine.hardware import model_size_on_disk
+        from pytest_kvbench.engine.hardware.figures import model_size_on_disk
 
         source = resolve_source(name)
         device = pick_device()

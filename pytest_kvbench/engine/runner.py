@@ -11,11 +11,13 @@ import dataclasses
 import time
 from typing import Any
 
+from kvmethods import Budget
 from pytest_kvbench.engine.fidelity import ReferenceCache, compare, make_reference
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
+from pytest_kvbench.results import record as records
 from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
 
-NO_COMPRESSION = "r0"  # the budget the full-cache reference runs with: remove nothing
+NO_COMPRESSION = Budget("ratio", 0.0)  # the budget the full-cache reference runs with: remove nothing
 
 
 def _mean(values: list[float]) -> float | None:
@@ -34,6 +36,7 @@ class Runner:
         self.references = ReferenceCache()
         self._samples: dict[tuple, list] = {}
         self._prompts: dict[tuple, Any] = {}
+        self._devices: dict[str, dict] = {}
 
     # -- shared inputs -------------------------------------------------------------------------
     def _load_samples(self, case: Case, task, loaded: LoadedModel) -> list:
@@ -83,10 +86,17 @@ class Runner:
 
     # -- the item ------------------------------------------------------------------------------
     def run(self, case: Case) -> dict:
-        from kvmethods import Budget, get_method
+        """The item's record; out of memory raises ItemOutOfMemory after the memory is freed."""
+        from pytest_kvbench.engine.out_of_memory import fail_on_out_of_memory
+
+        with fail_on_out_of_memory(case.id):
+            return self._run(case)
+
+    def _run(self, case: Case) -> dict:
+        from kvmethods import get_method
         from kvmethods.generation import generate
         from pytest_kvbench.engine.finite_logits import check_logits_finite
-        from pytest_kvbench.engine.hardware import ItemMeter
+        from pytest_kvbench.engine.hardware.item_meter import ItemMeter
         from pytest_kvbench.engine.time_limit import item_time_limit
         from pytest_kvbench.tasks import get_task
 
@@ -96,7 +106,7 @@ class Runner:
         method = get_method(case.method.name, **params)
         if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
             method = dataclasses.replace(method, seed=case.seed)
-        budget = NO_COMPRESSION if case.budget == FULL_METHOD else Budget.parse(case.budget)
+        budget = NO_COMPRESSION if case.budget == records.FULL_CACHE else case.budget
         loaded, loaded_now = self.models.get(case.model, self.grid.dtype, self.grid.attn_implementation)
         samples = self._load_samples(case, task, loaded)
         rows: list[dict] = []
@@ -134,36 +144,40 @@ class Runner:
                     "fields": {k: v for k, v in sample.fields.items() if k in ("length", "depth", "context_length")},
                 })
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
-        return self._record(case, task, method, budget, loaded, loaded_now, rows, aggregate,
+        return self._record(case, task, method, loaded, loaded_now, rows, aggregate,
                             meter.result, time.perf_counter() - started)
 
-    def _record(self, case, task, method, budget, loaded, loaded_now, rows, aggregate, meter, total_s) -> dict:
-        from pytest_kvbench.engine.hardware import kv_cache_figures, latency_figures
+    def device_description(self, device: str) -> dict:
+        """What the items of this worker run on (GPU name and driver, or CPU model), described once."""
+        from pytest_kvbench.engine.hardware.device_description import describe_device
+
+        if device not in self._devices:
+            self._devices[device] = describe_device(device)
+        return self._devices[device]
+
+    def _record(self, case, task, method, loaded, loaded_now, rows, aggregate, meter, total_s) -> dict:
+        from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
 
         kv = kv_cache_figures([r["kv_bytes_before"] for r in rows], [r["kv_bytes_after"] for r in rows])
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
                                   [r["new_tokens"] for r in rows], total_s)
         model_info = loaded.info() | {"loaded_by_this_item": loaded_now}
-        return {
-            "run_id": self.run_id,
-            "item_id": case.id,
-            "key": case.key,
+        return records.identity(case, self.run_id, self.grid.protocol) | {
+            "device": self.device_description(loaded.device),
             "model": model_info,
             "method": {"name": method.name, "params": method.params()},
-            "budget": {"spec": case.budget, "kind": "none" if case.budget == FULL_METHOD else budget.kind,
-                       "value": None if case.budget == FULL_METHOD else budget.value},
-            "protocol": self.grid.protocol,
-            "max_prompt_tokens": self.grid.max_prompt_tokens,
-            "seed": case.seed,
             "task": {"name": task.name, "suite": task.suite, "metric": task.metric_name,
                      "context_length": case.context_length},
+            "max_prompt_tokens": self.grid.max_prompt_tokens,
             "metric": task.metric_name,
             "score": aggregate.get("score"),
             "aggregate": aggregate,
             "n_samples": len(rows),
             "samples": rows,
             "latency": latency,
-            "memory": {"peak_bytes": meter.get("peak_bytes"), "kind": meter.get("memory_kind")} | kv,
+            "memory": {"peak_bytes": meter.get("peak_bytes"), "kind": meter.get("memory_kind"),
+                       "peak_method": meter.get("peak_method"),
+                       "peak_reserved_bytes": meter.get("peak_reserved_bytes")} | kv,
             "fidelity": {"kl": _mean([r["kl"] for r in rows]), "agreement": _mean([r["agreement"] for r in rows])},
             "energy_j": meter.get("energy_j"),
             "energy_source": meter.get("energy_source"),

@@ -1,6 +1,6 @@
-"""Score tables of a run and their export formats: Markdown, CSV, LaTeX (for a paper) and JSON.
+"""``kvbench export``: a run's score tables as Markdown, LaTeX (for a paper) or JSON, and CSV.
 
-The tables follow RESULTS.md (tables.py): one Method x Task table per model and budget, the
+The tables are RESULTS.md's (table_model.py): one Method x Task table per model and budget, the
 uncompressed ``full`` row first as the reference, an Avg column, the best compressed result of
 each column in bold. Several seeds of one cell are averaged and shown with the half-width of
 their 95% confidence interval. CSV and JSON add a tidy one-row-per-record view for analysis.
@@ -12,47 +12,19 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from statistics import fmean
+from collections.abc import Sequence
 
 from tabulate import tabulate
 
 from pytest_kvbench.comparison.stats import seed_summary
-from pytest_kvbench.results.runs import is_scored
+from pytest_kvbench.results.record import FULL
+from pytest_kvbench.results.table_model import ScoreTable, cell_text, score_tables
 
-FULL = "full"
 FORMATS = ("md", "csv", "latex", "json")
 
 
 class ExportError(ValueError):
     """Nothing exportable (for example a run whose items all errored)."""
-
-
-# -- labels -----------------------------------------------------------------------------------
-
-
-def _key_parts(record: dict) -> list[str]:
-    parts = str(record.get("key", "")).split("|")
-    return parts if len(parts) == 5 else []
-
-
-def method_label(record: dict) -> str:
-    """The method as the grid named it, with the parameters the user set: ``snapkv(window=64)``."""
-    parts = _key_parts(record)
-    if parts:
-        return parts[1]
-    return (record.get("item_id") or "").split("-")[0] or record["method"]["name"]
-
-
-def task_label(record: dict) -> str:
-    task = record["task"]
-    ctx = task.get("context_length")
-    return f"{task['name']}@{ctx}" if ctx else task["name"]
-
-
-def budget_label(record: dict) -> str:
-    return str(record["budget"].get("spec"))
 
 
 def config_key(record: dict) -> str:
@@ -62,122 +34,11 @@ def config_key(record: dict) -> str:
     return key.removesuffix(suffix)
 
 
-# -- the score tables -------------------------------------------------------------------------
-
-
-@dataclass
-class Cell:
-    """One (method, task) cell: a score per seed, summarised as mean and 95% interval."""
-
-    values: list[float]
-
-    @property
-    def mean(self) -> float:
-        return fmean(self.values)
-
-    @property
-    def half_width(self) -> float | None:
-        if len(self.values) < 2:
-            return None
-        _, low, high = seed_summary(self.values)
-        return (high - low) / 2
-
-
-@dataclass
-class ScoreTable:
-    """Method x Task for one model and budget."""
-
-    model: str
-    budget: str
-    tasks: list[str]
-    methods: list[str]
-    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
-
-    def value(self, method: str, column: str) -> float | None:
-        """Mean score of a cell, or the method's average over all tasks for the ``Avg`` column."""
-        if column == "Avg":
-            means = [self.cells[(method, t)].mean for t in self.tasks if (method, t) in self.cells]
-            return fmean(means) if means and len(means) == len(self.tasks) else None
-        cell = self.cells.get((method, column))
-        return cell.mean if cell else None
-
-    @property
-    def columns(self) -> list[str]:
-        return self.tasks + ["Avg"]
-
-    def best(self, column: str) -> float | None:
-        """Best compressed value of a column; None when there is no contest (fewer than two
-        compressed methods, or all of them equal: bold on every row would say nothing)."""
-        compressed = [m for m in self.methods if m != FULL]
-        values = [v for m in compressed if (v := self.value(m, column)) is not None]
-        if len(values) < 2 or max(values) == min(values):
-            return None
-        return max(values)
-
-    def is_best(self, method: str, column: str) -> bool:
-        value, best = self.value(method, column), self.best(column)
-        return method != FULL and value is not None and best is not None and math.isclose(value, best)
-
-    @property
-    def seeds_per_cell(self) -> int:
-        return max((len(c.values) for c in self.cells.values()), default=0)
-
-
-def _budget_order(spec: str) -> tuple[int, float, str]:
-    try:
-        return (1, -float(spec[1:]), spec) if spec.startswith("r") else (0, float(spec), spec)
-    except ValueError:
-        return (2, 0.0, spec)
-
-
-def _task_order(records: list[dict]) -> list[str]:
-    seen: dict[str, tuple] = {}
-    for r in records:
-        seen.setdefault(task_label(r), (r["task"].get("suite") or "", r["task"]["name"], r["task"].get("context_length") or 0))
-    return sorted(seen, key=lambda label: seen[label])
-
-
-def score_tables(records: Iterable[dict]) -> list[ScoreTable]:
-    """One table per (model, budget) from the scored records; ``full`` rows join every budget."""
-    scored = [r for r in records if is_scored(r)]
-    models: list[str] = []
-    for r in scored:
-        if r["model"]["name"] not in models:
-            models.append(r["model"]["name"])
-    tables = []
-    for model in models:
-        mine = [r for r in scored if r["model"]["name"] == model]
-        budgets = sorted({budget_label(r) for r in mine if budget_label(r) != FULL}, key=_budget_order) or [FULL]
-        for budget in budgets:
-            rows = [r for r in mine if budget_label(r) in (budget, FULL)]
-            methods = sorted({method_label(r) for r in rows}, key=lambda m: (m != FULL, m))
-            table = ScoreTable(model, budget, _task_order(rows), methods)
-            for r in rows:
-                table.cells.setdefault((method_label(r), task_label(r)), Cell([])).values.append(float(r["score"]))
-            tables.append(table)
-    return tables
-
-
 def _require_tables(records: Sequence[dict]) -> list[ScoreTable]:
     tables = score_tables(records)
     if not tables:
         raise ExportError("nothing to export: no item of the run has a score")
     return tables
-
-
-def cell_text(table: ScoreTable, method: str, column: str, pm: str = " ± ") -> str:
-    value = table.value(method, column)
-    if value is None:
-        return "-"
-    text = f"{value:.2f}"
-    cell = table.cells.get((method, column))
-    if cell is not None and cell.half_width is not None:
-        text += f"{pm}{cell.half_width:.2f}"
-    return text
-
-
-def table_heading(table: ScoreTable) -> str:
-    return f"{table.model} — " + ("full cache" if table.budget == FULL else f"budget {table.budget}")
 
 
 # -- formats ----------------------------------------------------------------------------------
@@ -193,7 +54,7 @@ def to_markdown(records: Sequence[dict], title: str | None = None) -> str:
                 text = cell_text(table, method, column)
                 cells.append(f"**{text}**" if table.is_best(method, column) else text)
             rows.append([method] + cells)
-        lines += [f"## {table_heading(table)}", "",
+        lines += [f"## {table.heading}", "",
                   tabulate(rows, headers=["Method"] + table.columns, tablefmt="github", disable_numparse=True), ""]
         if table.seeds_per_cell > 1:
             lines += [f"Mean over {table.seeds_per_cell} seeds ± half-width of the 95% confidence interval.", ""]

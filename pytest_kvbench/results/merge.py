@@ -13,8 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_kvbench.results import storage
-from pytest_kvbench.results.item_files import ItemPathError, write_item_files
+from pytest_kvbench.results import run_writer, storage
 from pytest_kvbench.results.runs import Run, RunError, load_run, runs_dir
 
 # Grid settings that change what an item measures without appearing in its key: runs that
@@ -71,32 +70,22 @@ def _plan_merge(runs: list[Run]) -> _MergePlan:
 
 
 def _merged_run_json(run_id: str, plan: _MergePlan, records: list[dict]) -> dict:
-    from pytest_kvbench.wiring.session import summarize
-
     starts = [r.info.get("start_ts") for r in plan.runs if isinstance(r.info.get("start_ts"), (int, float))]
     ends = [r.info.get("end") for r in plan.runs if isinstance(r.info.get("end"), str)]
     first_start = min(plan.runs, key=lambda r: r.info.get("start_ts") or float("inf"))
-    return {
-        "schema": 1,
-        "run_id": run_id,
-        "start": first_start.info.get("start"),
-        "start_ts": min(starts) if starts else None,
-        "end": max(ends) if ends else None,
+    return run_writer.run_document(
+        run_id=run_id, start=first_start.info.get("start"), start_ts=min(starts) if starts else None,
+        end=max(ends) if ends else None,
         # machine time spent on the merged results, not wall time (the runs may not overlap)
-        "duration_s": round(sum(float(r.info.get("duration_s") or 0) for r in plan.runs), 3),
-        "complete": all(r.complete for r in plan.runs),
-        "resumed": False,
-        "grid": plan.grid,
-        "environment": plan.runs[0].environment,
-        "merged_from": [
+        duration_s=round(sum(float(r.info.get("duration_s") or 0) for r in plan.runs), 3),
+        complete=all(r.complete for r in plan.runs), resumed=False, grid=plan.grid,
+        environment=plan.runs[0].environment, records=records,
+        merged_from=[
             {"run_id": r.run_id, "path": str(r.path), "start": r.info.get("start"),
              "duration_s": r.info.get("duration_s"), "complete": r.complete,
              "records": len(r.records), "environment": r.environment}
             for r in plan.runs
-        ],
-        "summary": summarize(records),
-        "records": records,
-    }
+        ])
 
 
 def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.PathLike = "results",
@@ -109,20 +98,16 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
     Records keep their content; ``run_id`` becomes the merged id and ``merged_from_run`` names
     the run each came from. Returns the new run id.
     """
-    from pytest_kvbench.results.tables import results_markdown
-    from pytest_kvbench.wiring.session import new_run_id
-
     lookup = results_dir if results_dir is not None else out_results_dir
     runs = [load_run(p, lookup) for p in paths]
     if len(runs) < 2:
         raise RunError("merge needs at least two runs")
     plan = _plan_merge(runs)
-    run_id = new_run_id()
+    run_id = run_writer.new_run_id()
     records = []
     for run in runs:
         for record in run.records:
             records.append(record | {"run_id": run_id, "merged_from_run": run.run_id})
-    show_seed = len({r.get("seed") for r in records}) > 1
     run = _merged_run_json(run_id, plan, records)
 
     parent = runs_dir(out_results_dir)
@@ -134,15 +119,12 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
         raise RunError(f"cannot create the merged run under {parent}: {exc.strerror or exc}") from None
     try:
         storage.write_jsonl(staging / storage.RECORDS_FILE, records)
-        for record in records:
-            write_item_files(staging, record, show_seed)
-        storage.atomic_write_json(staging / storage.RUN_FILE, run)
-        storage.atomic_write_text(staging / "RESULTS.md", results_markdown(run, records))
+        run_writer.write_run(staging, run)
         os.rename(staging, parent / run_id)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise RunError(f"cannot write the merged run under {parent}: {exc.strerror or exc}") from None
-    except ItemPathError as exc:
+    except run_writer.ItemPathError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise RunError(f"cannot merge: {exc}") from None
     except BaseException:

@@ -26,23 +26,15 @@ from string import Template
 from typing import TYPE_CHECKING
 
 from pytest_kvbench.comparison.stats import VariationCurve, seed_summary
-from pytest_kvbench.results.export import (
-    FULL,
-    ScoreTable,
-    budget_label,
-    cell_text,
-    method_label,
-    score_tables,
-    table_heading,
-    task_label,
-)
-from pytest_kvbench.results.runs import Run, is_scored
+from pytest_kvbench.results.needle_grid import needle_grids
+from pytest_kvbench.results.record import FULL, is_scored, labels
+from pytest_kvbench.results.runs import Run
+from pytest_kvbench.results.table_model import ScoreTable, cell_text, score_tables
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 MiB = 2**20
-NEEDLE_FAMILY = "niah_grid"
 
 
 class ReportError(ValueError):
@@ -85,7 +77,7 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> None:
 
 
 def _series_label(record: dict, several_models: bool) -> str:
-    label = method_label(record)
+    label = labels(record).method
     return f"{record['model']['name']}: {label}" if several_models else label
 
 
@@ -125,9 +117,9 @@ def score_budget_figure(records: Sequence[dict], kind: str) -> Figure | None:
     for r in scored:
         x = _budget_x(r)
         if x is None:
-            references[task_label(r)][_series_label(r, several_models)].append(float(r["score"]))
+            references[labels(r).task][_series_label(r, several_models)].append(float(r["score"]))
         elif x[0] == kind:
-            points[task_label(r)][_series_label(r, several_models)][x[1]].append(float(r["score"]))
+            points[labels(r).task][_series_label(r, several_models)][x[1]].append(float(r["score"]))
     tasks = [t for t in sorted(points)]
     if not tasks:
         return None
@@ -160,10 +152,10 @@ def score_budget_figure(records: Sequence[dict], kind: str) -> Figure | None:
         axes[index // columns][index % columns].set_visible(False)
     legend: dict[str, object] = {}
     for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            legend.setdefault(label, handle)
-    handles, labels = list(legend.values()), list(legend)
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, max(1, len(labels))), fontsize="small")
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(text, handle)
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=min(4, max(1, len(legend))),
+               fontsize="small")
     return fig
 
 
@@ -174,14 +166,14 @@ def memory_figure(records: Sequence[dict]) -> Figure | None:
     for r in records:
         kv = (r.get("memory") or {}).get("kv_bytes_after")
         if is_scored(r) and isinstance(kv, (int, float)) and kv > 0:
-            by_config[(_series_label(r, several_models), budget_label(r))].append(r)
+            by_config[(_series_label(r, several_models), labels(r).budget)].append(r)
     if not by_config:
         return None
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for (label, _budget), group in by_config.items():
         per_task: dict[str, list[float]] = defaultdict(list)
         for r in group:
-            per_task[task_label(r)].append(float(r["score"]))
+            per_task[labels(r).task].append(float(r["score"]))
         average = fmean(fmean(v) for v in per_task.values())
         memory = fmean(float(r["memory"]["kv_bytes_after"]) for r in group) / MiB
         series[label].append((memory, average))
@@ -216,8 +208,8 @@ def heatmap_figure(records: Sequence[dict]) -> Figure | None:
         mine = [r for r in scored if r["model"]["name"] == model]
         cells: dict[tuple[str, str], list[float]] = defaultdict(list)
         for r in mine:
-            column = method_label(r) if budget_label(r) == FULL else f"{method_label(r)} @{budget_label(r)}"
-            cells[(task_label(r), column)].append(float(r["score"]))
+            column = labels(r).method if labels(r).budget == FULL else f"{labels(r).method} @{labels(r).budget}"
+            cells[(labels(r).task, column)].append(float(r["score"]))
         tasks = sorted({t for t, _ in cells})
         columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith(FULL), c))
         grids.append((model, tasks, columns, cells))
@@ -240,44 +232,22 @@ def heatmap_figure(records: Sequence[dict]) -> Figure | None:
     return fig
 
 
-def _sample_field(sample: dict, name: str):
-    fields = sample.get("fields") if isinstance(sample.get("fields"), dict) else {}
-    return sample.get(name, fields.get(name))
-
-
-def is_needle_record(record: dict) -> bool:
-    task = record.get("task") or {}
-    return task.get("family") == NEEDLE_FAMILY or str(task.get("name", "")).startswith(NEEDLE_FAMILY)
-
-
 def needle_figures(records: Sequence[dict]) -> list[tuple[str, Figure]]:
-    """Depth x context length retrieval heatmap per model, method and budget (niah_grid records)."""
-    groups: dict[str, dict[tuple[float, int], list[float]]] = defaultdict(lambda: defaultdict(list))
-    several_models = len({r["model"]["name"] for r in records}) > 1
-    for r in records:
-        if not is_needle_record(r):
-            continue
-        label = _series_label(r, several_models) + ("" if budget_label(r) == FULL else f" @{budget_label(r)}")
-        for sample in r.get("samples") or []:
-            depth, length = _sample_field(sample, "depth"), _sample_field(sample, "context_length")
-            score = sample.get("score")
-            if isinstance(depth, (int, float)) and isinstance(length, (int, float)) and isinstance(score, (int, float)):
-                groups[label][(float(depth), int(length))].append(100.0 * float(score))
+    """Depth x context length retrieval heatmap per model, task, method and budget (niah_grid records)."""
     figures = []
-    for label, cells in sorted(groups.items()):
-        depths = sorted({d for d, _ in cells})
-        lengths = sorted({n for _, n in cells})
-        matrix = [[fmean(cells[(d, n)]) if (d, n) in cells else math.nan for n in lengths] for d in depths]
-        fig = _new_figure(1.8 + 0.7 * len(lengths), 1.4 + 0.35 * len(depths))
+    for grid in needle_grids(records):
+        matrix = [[grid.score(d, n) if grid.score(d, n) is not None else math.nan for n in grid.lengths]
+                  for d in grid.depths]
+        fig = _new_figure(1.8 + 0.7 * len(grid.lengths), 1.4 + 0.35 * len(grid.depths))
         ax = fig.subplots()
         image = ax.imshow(matrix, cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
-        ax.set_xticks(range(len(lengths)), labels=[str(n) for n in lengths], rotation=40, ha="right")
-        ax.set_yticks(range(len(depths)), labels=[f"{d:g}%" for d in depths])
+        ax.set_xticks(range(len(grid.lengths)), labels=[str(n) for n in grid.lengths], rotation=40, ha="right")
+        ax.set_yticks(range(len(grid.depths)), labels=[f"{d:g}%" for d in grid.depths])
         ax.set_xlabel("context length (tokens)")
         ax.set_ylabel("needle depth")
-        ax.set_title(label)
+        ax.set_title(grid.title)
         fig.colorbar(image, ax=ax, label="retrieval score", shrink=0.8)
-        figures.append((label, fig))
+        figures.append((grid.title, fig))
     return figures
 
 
@@ -329,7 +299,7 @@ def _score_table_html(table: ScoreTable) -> str:
             text = _e(cell_text(table, method, column))
             cells.append(f"<strong>{text}</strong>" if table.is_best(method, column) else text)
         rows.append(cells)
-    return f"<h3>{_e(table_heading(table))}</h3>" + _table_html(["Method"] + table.columns, rows, "scores")
+    return f"<h3>{_e(table.heading)}</h3>" + _table_html(["Method"] + table.columns, rows, "scores")
 
 
 def _figure_html(fig: Figure, caption: str, salt: str) -> str:
@@ -359,11 +329,10 @@ def _tag_runs(runs: Sequence[Run]) -> list[dict]:
     for run in runs:
         for r in run.records:
             if clash:
-                parts = str(r["key"]).split("|")
+                label = labels(r)
                 short = run.run_id.split("_")[1] if run.run_id.count("_") >= 2 else run.run_id
-                if len(parts) == 5:
-                    parts[1] = f"{parts[1]} [{short}]"
-                r = r | {"key": "|".join(parts), "item_id": f"{method_label(r)} [{short}]"}
+                method = f"{label.method} [{short}]"
+                r = r | {"key": "|".join([label.model, method, label.budget, label.task, label.seed]), "item_id": method}
             records.append(r)
     return records
 

@@ -9,8 +9,6 @@ publishes the merged run with a single directory rename, so a failed merge leave
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 from collections.abc import Iterable
@@ -20,6 +18,7 @@ from pathlib import Path
 
 from pytest_kvbench import user_paths
 from pytest_kvbench.results import storage
+from pytest_kvbench.results.record import is_scored
 
 RUNS_SUBDIR = "runs"
 LATEST = "latest"
@@ -88,12 +87,6 @@ class RunInfo:
     problem: str | None = None
 
 
-def is_scored(record: dict) -> bool:
-    """A record with a finite numeric score: only these can be tabulated, saved or compared."""
-    score = record.get("score")
-    return isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)
-
-
 # -- finding a run --------------------------------------------------------------------------------
 
 
@@ -152,16 +145,7 @@ def resolve_run_dir(run_id_or_path: str | os.PathLike, results_dir: str | os.Pat
 
 
 def _read_json_object(path: Path, what: str) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise RunError(f"{path}: {what} is not UTF-8 text") from None
-    except OSError as exc:
-        raise RunError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
+    data = storage.read_json(path, str(path), RunError)
     if not isinstance(data, dict):
         raise RunError(f"{path}: {what} must be a JSON object, found {type(data).__name__}")
     return data

@@ -72,6 +72,21 @@ def append_record(records_path: str | os.PathLike, record: dict) -> None:
             os.fsync(handle.fileno())
 
 
+def read_json(path: Path, label: str, error: type[Exception]) -> Any:
+    """The JSON in ``path``; an unreadable or malformed file raises ``error`` with one line
+    naming ``label`` (say ``baseline x.json``) and what is wrong."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{label} is not UTF-8 text") from None
+    except OSError as exc:
+        raise error(f"cannot read {label}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{label}: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
+
+
 class RecordsError(ValueError):
     """A records file that cannot be read back (named, with the line that is wrong)."""
 

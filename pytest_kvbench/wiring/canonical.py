@@ -1,9 +1,9 @@
 """One spelling per grid value, so that one measurement is one item.
 
 ``--kvbench-methods snapkv,snapkv`` or budgets ``128,0128`` used to make identical items with
-suffixed ids, run twice and tabulated twice. Here every value is brought to its canonical
-spelling (the budget's ``Budget.spec``, method parameters as the method coerces them, the task's
-registered name) and repeats are dropped, the first spelling winning. Models whose item-id
+suffixed ids, run twice and tabulated twice. Every value is brought to its canonical spelling
+(options.py keeps parsed Budgets, whose ``spec`` is canonical; here method parameters as the
+method coerces them) and repeats are dropped, the first spelling winning. Models whose item-id
 labels would collide are refused instead: they are different models that ids could not tell apart.
 """
 
@@ -28,13 +28,6 @@ def unique(values: Iterable[T], key: Callable[[T], Hashable] = lambda v: v) -> l
             seen.add(k)
             out.append(value)
     return out
-
-
-def budget(spec: str) -> str:
-    """``0128`` -> ``128``, ``r0.50`` -> ``r0.5`` (kvmethods' canonical spelling)."""
-    from kvmethods import Budget
-
-    return Budget.parse(spec).spec
 
 
 def method(spec: MethodSpec, params: dict) -> tuple[MethodSpec, Hashable]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_kvbench.results.record import is_finished
 from pytest_kvbench.wiring.grid import GridError
 
 
@@ -42,26 +43,27 @@ class Gate:
             raise GridError(str(exc)) from None
         return cls(baseline, tolerances, save, force)
 
-    def check(self, record: dict) -> None:
+    def judge(self, record: dict):
+        """The item's Verdict against its baseline entry; None without --kvbench-compare."""
         if self.baseline is None:
-            return
+            return None
         from pytest_kvbench.comparison.verdicts import compare_record
 
-        verdict = compare_record(record, self.baseline.entry(record), self.tolerances)
-        record["verdict"] = verdict.status
-        if verdict.status in ("regression", "mismatch"):
-            pytest.fail(verdict.message, pytrace=False)
+        return compare_record(record, self.baseline.entry(record), self.tolerances)
 
     def finish(self, records: list[dict], environment: dict) -> None:
         """Controller, end of run: comparison over all records and the optional new baseline."""
         if self.baseline is None and not self.save_path:
             return
         from pytest_kvbench.comparison.baseline_file import write_baseline
-        from pytest_kvbench.comparison.verdicts import compare_record
+        from pytest_kvbench.comparison.verdicts import Verdict
 
-        finished = [r for r in records if r.get("status") in ("passed", "failed") and r.get("samples")]
+        finished = [r for r in records if is_finished(r) and r.get("samples")]
         if self.baseline is not None:
-            self._verdicts = [compare_record(r, self.baseline.entry(r), self.tolerances) for r in finished]
+            # each item attached its verdict when it ran (KvbenchFixture.check); an item whose test
+            # never asked is judged now
+            self._verdicts = [Verdict.from_dict(r["verdict"]) if r.get("verdict") else self.judge(r)
+                              for r in finished]
             self._unrun = self.baseline.unrun({r["key"] for r in records})
         if self.save_path:
             write_baseline(self.save_path, finished, environment, force=self.save_force)

@@ -8,12 +8,14 @@ a crash an hour into a sweep. Each Case knows its pytest id, which must stay sta
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvmethods import Budget
+from pytest_kvbench.results.record import FULL, FULL_CACHE, CaseBudget, model_label
+
 DEFAULT_MODEL = "default"
-FULL_METHOD = "full"
+FULL_METHOD = FULL
 
 
 class GridError(ValueError):
@@ -47,23 +49,13 @@ class MethodSpec:
         return cls(name.strip(), tuple(sorted(params)))
 
 
-def model_label(model: str) -> str:
-    """A short, path- and id-safe name for a model id or path."""
-    tail = model.rstrip("/").split("/")[-1] or model
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", tail)
-
-
-def path_safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "_"
-
-
 @dataclass(frozen=True)
 class Case:
     """One pytest item: everything needed to run and to name it."""
 
     model: str
     method: MethodSpec
-    budget: str  # budget spec ("1024", "r0.5") or "full" for the uncompressed reference
+    budget: CaseBudget  # a parsed Budget, or FULL_CACHE for the uncompressed reference
     task: str
     suite: str
     context_length: int | None
@@ -76,8 +68,8 @@ class Case:
     @property
     def id(self) -> str:
         parts = [self.method.label]
-        if self.budget != FULL_METHOD:
-            parts.append(self.budget)
+        if self.budget != FULL_CACHE:
+            parts.append(self.budget.spec)
         parts.append(self.task)
         if self.context_length is not None:
             parts.append(f"ctx{self.context_length}")
@@ -100,14 +92,14 @@ class Case:
     def key(self) -> str:
         """The comparison key of baselines: one entry per model/method/budget/task/length/seed."""
         ctx = f"@{self.context_length}" if self.context_length is not None else ""
-        return f"{self.model}|{self.method.label}|{self.budget}|{self.task}{ctx}|seed{self.seed}"
+        return f"{self.model}|{self.method.label}|{self.budget.spec}|{self.task}{ctx}|seed{self.seed}"
 
 
 @dataclass
 class Grid:
     models: list[str] = field(default_factory=lambda: [DEFAULT_MODEL])
     methods: list[MethodSpec] = field(default_factory=list)
-    budgets: list[str] = field(default_factory=list)
+    budgets: list[Budget] = field(default_factory=list)  # parsed once, by options.py
     tasks: list[str] = field(default_factory=list)
     smoke_tasks: list[str] = field(default_factory=list)
     context_lengths: list[int] = field(default_factory=list)
@@ -123,7 +115,7 @@ class Grid:
         """All cases of one suite, in a stable order (model, task, method, budget, length, seed)."""
         show_model = len(self.models) > 1
         show_seed = len(self.seeds) > 1
-        smallest = min(self.budgets, key=_budget_sort_key) if self.budgets else None
+        smallest = min(self.budgets, key=lambda budget: budget.sort_key) if self.budgets else None
         out: list[Case] = []
         for model in self.models:
             for task in self.tasks:
@@ -131,13 +123,13 @@ class Grid:
                     continue
                 lengths = self.context_lengths if suite == "ruler" else [None]
                 for method in self.methods:
-                    budgets = [FULL_METHOD] if method.name == FULL_METHOD else self.budgets
+                    budgets = [FULL_CACHE] if method.name == FULL_METHOD else self.budgets
                     for budget in budgets:
                         for length in lengths:
                             for seed in self.seeds:
                                 smoke = (
                                     task in self.smoke_tasks
-                                    and budget in (smallest, FULL_METHOD)
+                                    and budget in (smallest, FULL_CACHE)
                                     and length == (lengths[0] if lengths else None)
                                     and seed == self.seeds[0]
                                     and model == self.models[0]
@@ -150,7 +142,7 @@ class Grid:
         return {
             "models": list(self.models),
             "methods": [{"name": m.name, "params": dict(m.params)} for m in self.methods],
-            "budgets": list(self.budgets),
+            "budgets": [budget.spec for budget in self.budgets],
             "tasks": list(self.tasks),
             "context_lengths": list(self.context_lengths),
             "samples": self.samples,
@@ -161,12 +153,6 @@ class Grid:
             "data_dir": self.data_dir,
             "max_prompt_tokens": self.max_prompt_tokens,
         }
-
-
-def _budget_sort_key(spec: str) -> tuple[int, float]:
-    if spec.startswith("r"):
-        return (1, -float(spec[1:]))
-    return (0, float(spec))
 
 
 def parse_positive_int(text: Any, what: str) -> int:

@@ -253,7 +253,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 def _validate(grid: Grid) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py)."""
-    from kvmethods import MethodError, available_methods, get_method
+    from kvmethods import Budget, MethodError, available_methods, get_method
 
     from pytest_kvbench import tasks as task_registry
 
@@ -272,7 +272,7 @@ def _validate(grid: Grid) -> None:
         methods.append(canonical.method(spec, params))
     grid.methods = [spec for spec, _ in canonical.unique(methods, key=lambda pair: pair[1])]
     try:
-        grid.budgets = canonical.unique(canonical.budget(b) for b in grid.budgets)
+        grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
     grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)

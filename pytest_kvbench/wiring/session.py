@@ -8,26 +8,12 @@ per-task prediction files and RESULTS.md. A crash therefore loses at most the ru
 
 from __future__ import annotations
 
-import secrets
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from pytest_kvbench.results import storage
-from pytest_kvbench.results.item_files import write_item_files
-from pytest_kvbench.results.tables import results_markdown
+from pytest_kvbench.results import run_writer, storage
+from pytest_kvbench.results.record import is_finished
 from pytest_kvbench.wiring.grid import Grid
-
-FINISHED = ("passed", "failed")
-
-
-def new_run_id(now: datetime | None = None) -> str:
-    now = now or datetime.now()
-    return f"bench_{secrets.token_hex(4)}_{now.strftime('%Y%m%d_%H%M%S')}"
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
 class RunSession:
@@ -82,7 +68,7 @@ class RunSession:
         return storage.latest_per_key(storage.read_records(self.records_path))
 
     def finished_keys(self) -> set[str]:
-        return {r["key"] for r in self.all_records() if r.get("status") in FINISHED}
+        return {r["key"] for r in self.all_records() if is_finished(r)}
 
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
@@ -93,29 +79,13 @@ class RunSession:
         previous = self._previous_run()
         start = previous.get("start_ts", self.start) if previous else self.start
         end = time.time()
-        run = {
-            "schema": 1,
-            "run_id": self.run_id,
-            "start": _iso(start),
-            "start_ts": start,
-            "end": _iso(end),
-            "duration_s": round(end - start, 3),
-            "complete": complete,
-            "unfinished": self.unfinished,
-            "resume_command": None if complete else self.resume_command(),
-            "resumed": self.resumed or bool(previous),
-            "grid": self.grid.as_dict(),
-            "environment": self.environment,
-            "summary": summarize(records),
-            "records": records,
-        }
-        show_seed = len(self.grid.seeds) > 1
-        for record in records:
-            write_item_files(self.run_dir, record, show_seed)
-        storage.atomic_write_json(self.run_dir / storage.RUN_FILE, run)
-        markdown = results_markdown(run, records)
-        storage.atomic_write_text(self.run_dir / "RESULTS.md", markdown)
-        storage.atomic_write_text(self.results_dir / "RESULTS.md", markdown)
+        run = run_writer.run_document(
+            run_id=self.run_id, start=run_writer.iso_time(start), start_ts=start, end=run_writer.iso_time(end),
+            duration_s=round(end - start, 3), complete=complete, resumed=self.resumed or bool(previous),
+            grid=self.grid.as_dict(), environment=self.environment, records=records,
+            unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
+        markdown = run_writer.write_run(self.run_dir, run)
+        storage.atomic_write_text(self.results_dir / run_writer.RESULTS_FILE, markdown)
         return run
 
     def _previous_run(self) -> dict | None:
@@ -128,17 +98,3 @@ class RunSession:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-
-
-def summarize(records: list[dict]) -> dict:
-    by_status: dict[str, int] = {}
-    for r in records:
-        by_status[r.get("status", "unknown")] = by_status.get(r.get("status", "unknown"), 0) + 1
-    scored = [r for r in records if r.get("score") is not None]
-    return {
-        "items": len(records),
-        "by_status": by_status,
-        "zero_scores": sorted(r["item_id"] for r in scored if r["score"] == 0),
-        "mean_score": round(sum(r["score"] for r in scored) / len(scored), 2) if scored else None,
-        "total_item_s": round(sum((r.get("latency") or {}).get("total_s") or 0 for r in records), 3),
-    }

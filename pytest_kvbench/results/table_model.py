@@ -1,0 +1,142 @@
+"""The one table model every view renders: Method x Task per model and budget, as papers print them.
+
+RESULTS.md, the terminal summary, ``kvbench show`` and ``export`` (Markdown, LaTeX, JSON) and the
+HTML report all draw ``score_tables``: one table per (model, budget), the uncompressed ``full``
+row first as the reference of every budget, an Avg column over tasks, the best compressed result
+of each column marked, several seeds of a cell averaged with the half-width of their 95%
+interval, and per method the mean fidelity (KL, greedy agreement) and KV memory kept. Rows,
+columns and budgets are named from each record's key (results/record.py) and ordered one way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from statistics import fmean
+
+from pytest_kvbench.results.record import FULL, budget_sort_key, is_number, is_scored, labels
+
+AVG = "Avg"
+MiB = 2**20
+
+
+@dataclass
+class Cell:
+    """One (method, task) cell: a score per seed, summarised as mean and 95% interval."""
+
+    values: list[float]
+
+    @property
+    def mean(self) -> float:
+        return fmean(self.values)
+
+    @property
+    def half_width(self) -> float | None:
+        if len(self.values) < 2:
+            return None
+        from pytest_kvbench.comparison.stats import seed_summary  # scipy: only where seeds repeat
+
+        _, low, high = seed_summary(self.values)
+        return (high - low) / 2
+
+
+def _mean_of(values: Iterable[object]) -> float | None:
+    present = [float(v) for v in values if is_number(v)]
+    return fmean(present) if present else None
+
+
+@dataclass
+class ScoreTable:
+    """Method x Task for one model and budget."""
+
+    model: str
+    budget: str
+    tasks: list[str]
+    methods: list[str]
+    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    records: dict[str, list[dict]] = field(default_factory=dict)  # per method, every record of its row
+
+    def value(self, method: str, column: str) -> float | None:
+        """Mean score of a cell, or the method's average over all tasks for the ``Avg`` column."""
+        if column == AVG:
+            means = [self.cells[(method, t)].mean for t in self.tasks if (method, t) in self.cells]
+            return fmean(means) if means and len(means) == len(self.tasks) else None
+        cell = self.cells.get((method, column))
+        return cell.mean if cell else None
+
+    @property
+    def columns(self) -> list[str]:
+        return self.tasks + [AVG]
+
+    def best(self, column: str) -> float | None:
+        """Best compressed value of a column; None when there is no contest (fewer than two
+        compressed methods, or all of them equal: bold on every row would say nothing)."""
+        compressed = [m for m in self.methods if m != FULL]
+        values = [v for m in compressed if (v := self.value(m, column)) is not None]
+        if len(values) < 2 or max(values) == min(values):
+            return None
+        return max(values)
+
+    def is_best(self, method: str, column: str) -> bool:
+        value, best = self.value(method, column), self.best(column)
+        return method != FULL and value is not None and best is not None and math.isclose(value, best)
+
+    @property
+    def seeds_per_cell(self) -> int:
+        return max((len(c.values) for c in self.cells.values()), default=0)
+
+    def mean_kl(self, method: str) -> float | None:
+        """Mean KL(full || method) over the row's records (nats)."""
+        return _mean_of((r.get("fidelity") or {}).get("kl") for r in self.records[method])
+
+    def mean_agreement(self, method: str) -> float | None:
+        return _mean_of((r.get("fidelity") or {}).get("agreement") for r in self.records[method])
+
+    def mean_kv_mib(self, method: str) -> float | None:
+        """Mean KV cache kept after compression, MiB; None when not measured (or zero)."""
+        kv = _mean_of((r.get("memory") or {}).get("kv_bytes_after") for r in self.records[method])
+        return kv / MiB if kv else None
+
+    @property
+    def heading(self) -> str:
+        return f"{self.model} — " + ("full cache" if self.budget == FULL else f"budget {self.budget}")
+
+
+def cell_text(table: ScoreTable, method: str, column: str, pm: str | None = " ± ") -> str:
+    """A cell as printed: the mean to two decimals, ``± half-width`` when several seeds ran
+    (``pm=None``: the mean alone, as RESULTS.md prints it)."""
+    value = table.value(method, column)
+    if value is None:
+        return "-"
+    text = f"{value:.2f}"
+    cell = table.cells.get((method, column))
+    if pm is not None and cell is not None and cell.half_width is not None:
+        text += f"{pm}{cell.half_width:.2f}"
+    return text
+
+
+def _task_order(label: str) -> tuple[str, int]:
+    """Tasks by name, then context length as a number (niah@4096 before niah@16384)."""
+    name, _, ctx = label.partition("@")
+    return (name, int(ctx) if ctx.isdigit() else 0)
+
+
+def score_tables(records: Iterable[dict]) -> list[ScoreTable]:
+    """One table per (model, budget) from the scored records; ``full`` rows join every budget."""
+    scored = [(labels(r), r) for r in records if is_scored(r)]
+    models = list(dict.fromkeys(label.model for label, _ in scored))
+    tables = []
+    for model in models:
+        mine = [(label, r) for label, r in scored if label.model == model]
+        budgets = sorted({label.budget for label, _ in mine if label.budget != FULL}, key=budget_sort_key) or [FULL]
+        for budget in budgets:
+            rows = [(label, r) for label, r in mine if label.budget in (budget, FULL)]
+            methods = sorted({label.method for label, _ in rows}, key=lambda m: (m != FULL, m))
+            tasks = sorted({label.task for label, _ in rows}, key=_task_order)
+            table = ScoreTable(model, budget, tasks, methods)
+            for label, r in rows:
+                table.cells.setdefault((label.method, label.task), Cell([])).values.append(float(r["score"]))
+                table.records.setdefault(label.method, []).append(r)
+            tables.append(table)
+    return tables
