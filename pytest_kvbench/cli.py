@@ -109,6 +109,24 @@ def _commands(env: dict, run_id: str | None) -> list[str]:
     return lines
 
 
+def _device_line(records: list[dict]) -> str:
+    """What the run's items ran on: GPU name and driver, or CPU model and threads (from the records)."""
+    described = []
+    for r in records:
+        device = r.get("device") or {}
+        if not device.get("name"):
+            continue
+        details = [str(device["type"])] if device.get("type") else []
+        if device.get("driver"):
+            details.append(f"driver {device['driver']}")
+        elif device.get("threads"):
+            details.append(f"{device['threads']} thread(s)")
+        text = device["name"] + (f" ({', '.join(details)})" if details else "")
+        if text not in described:
+            described.append(text)
+    return "; ".join(described) or "-"
+
+
 def cmd_show(args) -> int:
     run = load_run(args.run, args.results)
     if args.reproduce:
@@ -123,6 +141,7 @@ def cmd_show(args) -> int:
     print(f"date: {run.started or '-'}   duration: {_fmt(info.get('duration_s'), 1)} s")
     print(f"commit: {run.commit or '-'}{' (dirty)' if run.dirty else ''}")
     print(f"command: {run.command or '-'}")
+    print(f"device: {_device_line(run.records)}")
     print("items: " + str(len(run.records)) + (" (" + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + ")" if statuses else ""))
     if run.scored_records:
         print()

@@ -76,6 +76,7 @@ def test_show_prints_tables_items_and_environment(capsys, results):
     assert "## default — budget 128" in out and "## default — budget 512" in out
     assert "| full" in out and "| snapkv" in out and "Avg" in out
     assert "snapkv-128-qasper" in out  # per-item table
+    assert "device: NVIDIA H100 (cuda, driver 550.54.15)" in out  # from the records
     assert f"git_commit: {ENVIRONMENT['git_commit']}" in out
     assert "torch=2.13.0" in out
 

@@ -1,9 +1,9 @@
 """Builders of realistic records and run directories for the baseline, CLI and report tests.
 
 Records have exactly the fields of DEVELOPERS.md ("Contract: records") and the key/item id
-spelling of grid.Case; run directories are written the way session.py writes them (records
-appended with storage.append_record, run.json with the same fields). The test at the bottom
-keeps these builders honest against the contract.
+spelling of grid.Case; run directories are written the way the session (results/run_writer.py)
+writes them (records appended with storage.append_record, run.json with the same fields). The
+test at the bottom keeps these builders honest against the contract.
 """
 
 from __future__ import annotations
@@ -99,14 +99,14 @@ def make_record(scores=(1, 0, 1, 1), *, model="default", method="snapkv", params
                    "kv_bytes_after": kv_bytes if budget != "full" else before,
                    "compression_ratio": before / kv_bytes if budget != "full" else 1.0},
         "fidelity": {"kl": 0.02, "agreement": 0.97},
-        "device": {"name": "NVIDIA H100", "count": 1},
+        "device": {"type": "cuda", "name": "NVIDIA H100", "driver": "550.54.15", "count": 1},
         "energy_j": 12.5,
     }
 
 
 def write_run(results_dir, records, *, run_id=RUN_ID, environment=None, complete=True, with_run_json=True,
               grid=None):
-    """A run directory as session.py leaves it: records.jsonl appended item by item, then run.json."""
+    """A run directory as the session leaves it: records.jsonl appended item by item, then run.json."""
     run_dir = Path(results_dir) / "runs" / run_id
     records = [r | {"run_id": run_id} for r in records]
     for record in records:

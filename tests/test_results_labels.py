@@ -13,6 +13,7 @@ from helpers import HOOK_CONFTEST, hook_records, run_bench
 from pytest_kvbench.engine.hardware.device_description import cpu_model
 from pytest_kvbench.results.export import to_markdown
 from pytest_kvbench.results.table_model import score_tables
+from pytest_kvbench.results.tables import results_markdown
 
 HYPHEN_CONFTEST = HOOK_CONFTEST + '''
 from dataclasses import dataclass
@@ -86,11 +87,13 @@ def _record(method: str, score: float) -> dict:
             "budget": {"spec": "16"}, "task": {"name": "trec"}, "seed": 0, "samples": []}
 
 
-def test_table_model_labels_rows_from_the_key_not_the_item_id():
-    """The issue's numbers: my-a scores 10 and my-b 50; one row ``my`` showed their mean, 30."""
+def test_every_view_labels_rows_from_the_key_not_the_item_id():
+    """The issue's numbers: my-a scores 10 and my-b 50; RESULTS.md showed one row ``my`` at 30."""
     records = [_record("my-a", 10.0), _record("my-b", 50.0)]
     (table,) = score_tables(records)
     assert table.methods == ["my-a", "my-b"]
     assert (table.value("my-a", "trec"), table.value("my-b", "trec")) == (10.0, 50.0)
-    markdown = to_markdown(records)
-    assert "| my-a " in markdown and "| my-b " in markdown and "30.00" not in markdown
+    for markdown in (results_markdown({"run_id": "r"}, records), to_markdown(records)):
+        rows = {line.split("|")[1].strip(): line.split("|")[2].strip(" *") for line in markdown.splitlines()
+                if line.startswith("| my")}
+        assert rows == {"my-a": "10.00", "my-b": "50.00"}
