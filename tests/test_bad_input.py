@@ -107,6 +107,13 @@ INI_CASES = st.sampled_from([
     "kvbench_attn_implementation = fastest", "kvbench_seeds = ,", "kvbench_seed = -2",
 ])
 
+PYPROJECT_CASES = st.sampled_from([
+    "[tool.pytest.ini_options]\nkvbench_samples = \"0\"", "[tool.pytest.ini_options]\nkvbench_budgets = []",
+    '[tool.pytest.ini_options]\nkvbench_results = "a_file.txt"', "[tool.pytest]\nkvbench_samples = 5",
+    "[tool.pytest]\nkvbench_budgets = [128]", '[tool.pytest]\nkvbench_seed = "-1"',
+    '[tool.pytest]\nkvbench_max_prompt_tokens = "0"', '[tool.pytest]\nkvbench_model = ["模型/x"]',
+])
+
 
 # -- the pytest side --------------------------------------------------------------------------
 
@@ -161,6 +168,16 @@ def test_malformed_toml_grid_files_are_one_line_usage_errors(workdir, case):
 def test_malformed_ini_keys_are_one_line_usage_errors(workdir, case):
     workdir.makeini("[pytest]\n" + case + "\n")
     assert_one_line_usage_error(workdir)
+
+
+@FAST
+@given(case=PYPROJECT_CASES)
+def test_malformed_pyproject_ini_keys_are_one_line_usage_errors(workdir, case):
+    (workdir.path / "pyproject.toml").write_text(case + "\n", encoding="utf-8")
+    try:
+        assert_one_line_usage_error(workdir)
+    finally:
+        (workdir.path / "pyproject.toml").unlink()
 
 
 def test_a_baseline_with_no_entries_is_refused_before_the_run(workdir):
