@@ -301,10 +301,11 @@ class KvbenchFixture:
         except TaskUnavailable as exc:
             pytest.skip(str(exc))
         except (ModelLoadError, TaskError, DataError) as exc:
-            # bad input found only now (a model that will not load, data too short): one paragraph
-            pytest.fail(f"{case.id}: {exc}", pytrace=False)
+            # bad input found only now (a model that will not load, data too short): one paragraph,
+            # without the chain of exceptions behind it (pytest prints a chain even with pytrace=False)
+            raise pytest.fail.Exception(f"{case.id}: {exc}", pytrace=False) from None
         except ItemOutOfMemory as exc:  # the runner already freed the memory the item held
-            pytest.fail(str(exc), pytrace=False)
+            raise pytest.fail.Exception(str(exc), pytrace=False) from None
         self.item.stash[RECORD_KEY] = record
         for key in ("score", "metric"):
             self.item.user_properties.append((f"kvbench_{key}", record[key]))

@@ -116,3 +116,17 @@ def test_an_unwritable_results_path_is_refused_before_any_model_loads(pytester, 
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"--kvbench-results {results_path}:" in result.stderr.str()
     assert loads == [] and (pytester.path / "a_file.txt").read_text() == "keep me\n"
+
+
+def test_a_model_that_cannot_load_fails_its_item_in_one_paragraph(tmp_path):
+    """A readable config.json passes configure; missing weights and tokenizer fail the item, briefly."""
+    model = tmp_path / "no_weights"
+    model.mkdir()
+    (model / "config.json").write_text((models.DEFAULT_MODEL_DIR / "config.json").read_text())
+    proc = run_bench(tmp_path / "work", "--kvbench-model", str(model), "--kvbench-data", "fixtures",
+                     "--kvbench-methods", "full", "--kvbench-tasks", "passage_retrieval_en", "--kvbench-samples", "1",
+                     "--kvbench-results", str(tmp_path / "res"), "-p", "no:cacheprovider")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    failures = proc.stdout.split("= FAILURES =")[1].split("short test summary")[0]
+    assert "could not load model" in failures and "Traceback" not in failures
+    assert len(failures.strip().splitlines()) < 8, failures

@@ -112,8 +112,9 @@ class ModelCache:
                 source, dtype=torch_dtype, attn_implementation=attn_implementation
             )
         except Exception as exc:  # a corrupt config.json raises KeyError, TypeError, ... besides OSError
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelLoadError(f"could not load model {name!r}: {first}") from exc
+            text = " ".join(str(exc).split()) or type(exc).__name__  # one line, however long the original
+            text = text if len(text) <= 300 else text[:297] + "..."
+            raise ModelLoadError(f"could not load model {name!r}: {text}") from exc
         model.to(device).eval()
         torch.set_grad_enabled(False)
         load_s = time.perf_counter() - start
