@@ -273,11 +273,13 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def _validate(grid: Grid) -> None:
-    """Names, budgets and paths checked against the registries, still without loading a model."""
+    """Names, budgets and paths checked against the registries, still without loading a model;
+    repeated values are reduced to one canonical spelling (canonical.py)."""
     from kvmethods import Budget, MethodError, get_method
 
     from pytest_kvbench import tasks as task_registry
 
+    methods = []
     for spec in grid.methods:  # get_method names the valid methods for an unknown one
         try:
             params = get_method(spec.name, **dict(spec.params)).params()
