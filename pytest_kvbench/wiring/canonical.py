@@ -37,9 +37,18 @@ def method(spec: MethodSpec, params: dict) -> tuple[MethodSpec, Hashable]:
     ``snapkv:window=32`` when 32 is the default), unless one pins the seed that the other
     takes from the run.
     """
-    canonical = MethodSpec(spec.name, tuple(sorted((k, _spelling(params[k])) for k, _ in spec.params)))
+    canonical = MethodSpec(spec.name, tuple(sorted((k, _spelling(_coerced(params, k, v))) for k, v in spec.params)))
     pins_seed = any(k == "seed" for k, _ in spec.params)
     return canonical, (spec.name, tuple(sorted((k, repr(v)) for k, v in params.items())), pins_seed)
+
+
+def _coerced(params: dict, name: str, given: object) -> object:
+    """The method's own value of a parameter the grid set: at the top, or a wrapper's base parameter
+    (``adakv:base=snapkv:window=16`` -> ``base_params``); parameters a method passes on unparsed
+    (a kvpress press's ``press.window_size``) keep the grid's spelling."""
+    if name in params:
+        return params[name]
+    return (params.get("base_params") or {}).get(name, given)
 
 
 def _spelling(value: object) -> str:
