@@ -4,8 +4,10 @@ A prefill-time method shrinks a layer's cache only after that layer's attention 
 keys, so the hidden states, and with them every later layer's inputs, do not depend on what earlier
 layers kept: the M x B compressed prefills of a sweep are the same forward. This module runs that
 forward once, with the full cache (the reference's), and a forward hook per attention module hands
-each selection the layer's inputs and gathers its kept positions into the selection's own cache
-(hooks.store_selection). Only budget-sized copies are made; the full layer is shared, never copied.
+each selection the layer's inputs (its own copy of the layer's keys and values, freed once its kept
+positions are gathered, so a method that writes into them harms only itself) and stores its
+selection in the selection's own cache (hooks.store_selection). What a selection's method raises is
+handed back with it (`errors`); the others go on.
 
 Methods that change the forward itself (KVzip's reconstruction pass, kvpress presses, anything with
 `shares_prefill = False`) cannot share it; `can_share_prefill` says which. The results equal
@@ -42,6 +44,7 @@ class SharedPrefill:
     selections: list[PrefilledPrompt]  # one compressed cache per requested (method, budget)
     forward_s: float  # the shared forward, the selections' own work excluded
     own_s: list[float] = field(default_factory=list)  # per selection: its compression (+ its question pass)
+    errors: list[BaseException | None] = field(default_factory=list)  # per selection: what its method raised
 
 
 @dataclass
@@ -51,6 +54,7 @@ class _Selection:
     cache: DynamicCache = field(default_factory=DynamicCache)
     kept: list = field(default_factory=list)
     seconds: float = 0.0
+    error: BaseException | None = None  # what the method raised: the others go on without it
 
 
 def _plan(model, method: Method, budget, compressed_len: int, n_layers: int) -> _Selection:
@@ -89,15 +93,23 @@ def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
             projected = queries.pop(layer_idx, None)
             if projected is not None and projected.shape[:2] != hidden.shape[:2]:
                 projected = None
-            for selection in selections:
-                _adopt(selection.cache, layer_idx, keys, values)
+            for selection in (s for s in selections if s.error is None):
                 n_keep = selection.layer_budgets[layer_idx]
                 if n_keep >= keys.shape[-2]:
+                    _adopt(selection.cache, layer_idx, keys, values)
                     continue
                 started = time.perf_counter()
-                inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, keys, values, projected, rotary)
-                kept = selection.method.kept_indices(inputs, n_keep)
-                selection.kept[layer_idx] = store_selection(selection.cache, layer_idx, selection.method, kept, n_keep)
+                # its own copy of the layer: a method that writes into what it reads harms only itself
+                own_keys, own_values = keys.clone(), values.clone()
+                _adopt(selection.cache, layer_idx, own_keys, own_values)
+                inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, own_keys, own_values,
+                                     projected, rotary)
+                try:
+                    kept = selection.method.kept_indices(inputs, n_keep)
+                    selection.kept[layer_idx] = store_selection(selection.cache, layer_idx, selection.method, kept,
+                                                                n_keep)
+                except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
+                    selection.error, selection.cache = exc, DynamicCache()
                 selection.seconds += time.perf_counter() - started
 
         return select
@@ -137,7 +149,8 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
         started = time.perf_counter()
         plain = [prefill(model, full_method, Budget("ratio", 0.0), input_ids, context_len, protocol)]
         plain += [prefill(model, m, b, input_ids, context_len, protocol, total_tokens) for m, b in requests]
-        return SharedPrefill(plain[0], plain[1:], time.perf_counter() - started, [0.0] * len(requests))
+        return SharedPrefill(plain[0], plain[1:], time.perf_counter() - started, [0.0] * len(requests),
+                             [None] * len(requests))
     n_layers = len(decoder_layers(model))
     selections = [_plan(model, method, budget, compressed_len, n_layers) for method, budget in requests]
     full = DynamicCache()
@@ -152,6 +165,9 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
         forward_s += time.perf_counter() - started
     states = []
     for selection in selections:
+        if selection.error is not None:
+            states.append(None)
+            continue
         uneven = _is_uneven(selection.cache)
         next_logits = logits
         if compressed_len < len(input_ids):
@@ -160,4 +176,5 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
             selection.seconds += time.perf_counter() - started
         states.append(PrefilledPrompt(selection.cache, next_logits[-1], len(input_ids), uneven, selection.kept))
     reference = PrefilledPrompt(full, reference_logits[-1], len(input_ids), False, [None] * n_layers)
-    return SharedPrefill(reference, states, forward_s, [s.seconds for s in selections])
+    return SharedPrefill(reference, states, forward_s, [s.seconds for s in selections],
+                         [s.error for s in selections])

@@ -125,19 +125,13 @@ class Runner:
     def _share_prefill(self, case: Case, task, sample, prompt, loaded: LoadedModel):
         """One prefill of the sample for the reference and every planned item of the group still to
         run; their caches wait in self.shared. Returns the reference, made from the full cache."""
-        from kvmethods import MethodError
-
         members = [c for c in self.shared.members(case, sample.id, self._shares) if self._shares(c)]
-        try:
-            shared = self._prefill_for(members, task, prompt, loaded)
-        except MethodError:  # another item's method failed: it fails as its own item; this one goes on
-            alone = [c for c in members[:1] if c == case]
-            if alone == members:
-                raise
-            members = alone
-            shared = self._prefill_for(members, task, prompt, loaded)
-        for member, state, own_s in zip(members, shared.selections, shared.own_s):
-            self.shared.keep(member, sample.id, PreparedPrompt(state, shared.forward_s, own_s))
+        shared = self._prefill_for(members, task, prompt, loaded)
+        for member, state, own_s, error in zip(members, shared.selections, shared.own_s, shared.errors):
+            if error is not None and member == case:
+                raise error
+            if error is None:  # a failing method fails as its own item, when it prefills alone
+                self.shared.keep(member, sample.id, PreparedPrompt(state, shared.forward_s, own_s))
         full, forward_s, shared = shared.reference, shared.forward_s, None  # the selections live in self.shared
         return self._decode_reference(case, task, sample, prompt, loaded, full, forward_s)
 
