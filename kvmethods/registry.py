@@ -21,6 +21,7 @@ from .errors import MethodError
 from .expected_attention import ExpectedAttention
 from .full import Full
 from .h2o import H2O
+from .hf_quantized import HFQuantized
 from .kivi import KIVI
 from .knorm import KNorm
 from .kvzip import KVzip
@@ -33,7 +34,7 @@ from .tova import TOVA
 ENTRY_POINT_GROUP = "kvbench.methods"
 BUILTIN_METHODS: dict[str, type[Method]] = {
     cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV, CriticalKV, ExpectedAttention, KVzip,
-                KIVI)
+                KIVI, HFQuantized)
 }
 _registered: dict[str, type[Method]] = {}
 
