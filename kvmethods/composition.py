@@ -19,53 +19,23 @@ from typing import Any
 import torch
 
 from .base import Method
+from .delegation import Delegating
 from .errors import MethodError
 
 SEPARATOR = "+"
 
 
-class Composition(Method):
-    """Delegates selection to `evictor` (None: every token is kept) and storage to `quantizer`."""
+class Composition(Delegating):
+    """Selection is the evictor's (`inner`); storage and its byte count are the quantizer's."""
 
-    def __init__(self, evictor: Method | None, quantizer: Method, name: str):
-        self.name = name
-        self.evictor, self.quantizer = evictor, quantizer
-        self.compresses = evictor is not None and evictor.compresses
-        self.scores_whole_prompt = evictor is not None and evictor.scores_whole_prompt
-        self.runs_prefill = evictor is not None and evictor.runs_prefill
-        self.shares_across_layers = evictor is not None and evictor.shares_across_layers
+    def __init__(self, evictor: Method, quantizer: Method, name: str):
+        super().__init__(evictor, name)
+        self.quantizer = quantizer
         self.quantizes = True
 
-    def __repr__(self) -> str:
-        return f"Composition({self.name}, {self.params()})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Composition) and (self.name, self.params()) == (other.name, other.params())
-
-    @property
-    def parts(self) -> list[Method]:
-        return [part for part in (self.evictor, self.quantizer) if part is not None]
-
     def params(self) -> dict:
-        return {f"{part.name}.{key}": value for part in self.parts for key, value in part.params().items()}
-
-    def layer_budgets(self, budget_tokens: int, num_layers: int, prompt_len: int) -> list[int]:
-        return self.evictor.layer_budgets(budget_tokens, num_layers, prompt_len)
-
-    def kept_indices(self, layer, n_keep: int) -> torch.Tensor:
-        return self.evictor.kept_indices(layer, n_keep)
-
-    def select_layers(self, scores: list[torch.Tensor], layer_budgets: list[int]) -> list[torch.Tensor]:
-        return self.evictor.select_layers(scores, layer_budgets)
-
-    def prefill_scores(self, model, cache, input_ids: torch.Tensor) -> list[torch.Tensor]:
-        return self.evictor.prefill_scores(model, cache, input_ids)
-
-    def prefill_context(self, model, budget_tokens: int, prompt_len: int, ratio: float | None):
-        return self.evictor.prefill_context(model, budget_tokens, prompt_len, ratio)
-
-    def masked_tokens_per_head(self, model, cache):
-        return None if self.evictor is None else self.evictor.masked_tokens_per_head(model, cache)
+        return {f"{part.name}.{key}": value for part in (self.inner, self.quantizer)
+                for key, value in part.params().items()}
 
     def storage_layer(self, keys: torch.Tensor, values: torch.Tensor):
         return self.quantizer.storage_layer(keys, values)
