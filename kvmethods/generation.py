@@ -145,18 +145,26 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
             started = time.perf_counter()
             kept_indices = _compress_from_whole_prompt(model, method, layer_budgets, cache, input_ids[:compressed_len])
             scoring_s = time.perf_counter() - started
-        else:
+        else:  # a chunked prefill (chunked.py) compresses after each chunk; otherwise one chunk
+            chunk = getattr(method, "prefill_chunk", 0) or compressed_len
             with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
-                logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+                for start in range(0, compressed_len, chunk):
+                    end = min(start + chunk, compressed_len)
+                    logits = _forward(model, cache, input_ids[start:end], start, _uneven(cache), 1)
     elif compressed_len > 0:
         logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
     if method.quantizes and compressed_len > 0:
         _store_quantized(method, cache)
-    lengths = {cache.get_seq_length(i) for i in range(n_layers)}
-    uneven = len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
+    uneven = _uneven(cache)
     if compressed_len < len(input_ids):
         logits = _forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
     return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices), scoring_s)
+
+
+def _uneven(cache: DynamicCache) -> bool:
+    """Layers hold different lengths or are ragged: forwards need per-layer masks."""
+    lengths = {layer.get_seq_length() for layer in cache.layers}
+    return len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
 
 
 def _store_quantized(method: Method, cache: DynamicCache) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 
 from .adakv import AdaKV
 from .base import Method
+from .chunked import PARAMETER as PREFILL_CHUNK
+from .chunked import chunked
 from .composition import SEPARATOR, compose
 from .criticalkv import CriticalKV
 from .errors import MethodError
@@ -105,6 +107,9 @@ def get_method(name: str, **params: Any) -> Method:
     if not isinstance(name, str):
         raise MethodError(f"method name must be a string, got {name!r}")
     name = name.strip()
+    if PREFILL_CHUNK in params:  # any evicting method: snapkv:prefill_chunk=512 (chunked.py)
+        rest = {key: value for key, value in params.items() if key != PREFILL_CHUNK}
+        return chunked(get_method(name, **rest), params[PREFILL_CHUNK])
     if SEPARATOR in name:  # snapkv+kivi: one eviction method and one quantizer
         return compose(name, params, _load)
     if name.startswith(KVPRESS_PREFIX):
