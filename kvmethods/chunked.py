@@ -13,7 +13,7 @@ ragged cache (adakv) cannot be chunked: a MethodError, hence a usage error at co
 
 from __future__ import annotations
 
-from .base import Method
+from .base import Method, _coerce
 from .delegation import Delegating
 from .errors import MethodError
 
@@ -33,10 +33,7 @@ class Chunked(Delegating):
 
 def chunked(method: Method, value) -> Method:
     """The method with a chunked prefill (`value` tokens per chunk; 0 leaves it unchanged)."""
-    try:
-        chunk = int(str(value).strip())
-    except ValueError:
-        raise MethodError(f"{method.name}: parameter {PARAMETER!r} must be int, got {value!r}") from None
+    chunk = _coerce(method.name, PARAMETER, int, value)
     if chunk < 0:
         raise MethodError(f"{method.name}: parameter {PARAMETER!r} must be >= 0, got {chunk}")
     if chunk == 0:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,7 +28,7 @@ from tabulate import tabulate
 from kvmethods import get_method
 from kvmethods.generation import generate
 from kvmethods.testing import tiny_model
-from measure_methods import _status_kib, prompt_ids
+from measure_methods import _status_kib, prompt_ids, run_child
 
 MODEL = dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
              intermediate_size=2816, vocab_size=32000, max_position_embeddings=32768)
@@ -59,11 +57,8 @@ def child(label: str, length: int, new_tokens: int) -> dict:
 
 
 def measure(label: str, args) -> dict:
-    command = [sys.executable, __file__, "--child", label, "--prompt", str(args.prompt),
-               "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)]
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
-    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(__file__, ["--child", label, "--prompt", str(args.prompt), "--new-tokens", str(args.new_tokens),
+                                "--threads", str(args.threads)])
 
 
 def main() -> None:

@@ -61,18 +61,6 @@ def test_small_chunks_keep_the_cache_within_budget_plus_chunk(model):
     assert max(seen) <= 32 + 48 and len(seen) > model.config.num_hidden_layers  # compressed after several chunks
 
 
-@pytest.mark.parametrize("spec, fragment", [
-    ("kvzip:prefill_chunk=64", "kvzip: cannot prefill in chunks"),
-    ("adakv:prefill_chunk=64", "adakv: cannot prefill in chunks"),
-    ("snapkv:prefill_chunk=-1", "'prefill_chunk' must be >= 0"),
-    ("snapkv:prefill_chunk=big", "'prefill_chunk' must be int"),
-])
-def test_methods_that_cannot_be_chunked_are_usage_errors(bench, spec, fragment):
-    result = bench.runpytest(*GRID, "--kvbench-methods", spec)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert fragment in result.stderr.str()
-
-
 def test_the_chunk_is_in_the_item_id(bench):
     result = bench.runpytest(*GRID, "--kvbench-methods", "snapkv:prefill_chunk=512,snapkv")
     assert sorted(collected_ids(result)) == ["snapkv(prefill_chunk=512)-64-passage_retrieval_en",

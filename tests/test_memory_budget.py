@@ -77,8 +77,12 @@ def test_a_composition_is_one_method_with_prefixed_parameters():
     ("snapkv+kivi:h2o.bits=2", "'h2o.bits' names no part"),
     ("snapkv+kivi:bits=3", "'bits' must be 2 or 4"),
     ("snapkv+kivi+h2o", "one eviction method and one quantizer"),
+    ("kvzip:prefill_chunk=64", "kvzip: cannot prefill in chunks"),  # chunked prefill (test_chunked_prefill.py)
+    ("adakv:prefill_chunk=64", "adakv: cannot prefill in chunks"),
+    ("snapkv:prefill_chunk=-1", "'prefill_chunk' must be >= 0"),
+    ("snapkv:prefill_chunk=big", "'prefill_chunk' must be int"),
 ])
-def test_bad_compositions_are_one_line_usage_errors_at_collection(bench, spec, fragment):
+def test_bad_compositions_and_chunks_are_one_line_usage_errors_at_collection(bench, spec, fragment):
     result = bench.runpytest(*GRID, "--kvbench-methods", spec)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
