@@ -91,6 +91,7 @@ class Method:
     # True for methods that change how the kept tokens are stored (KIVI): storage_layer() replaces each
     # layer of the cache once the prompt is compressed, and stored_bytes() gives its analytic size.
     quantizes: ClassVar[bool] = False
+    query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -153,9 +154,10 @@ class Method:
         evicting, as kvpress' head-wise presses do); None when every cached token is attended."""
         return None
 
-    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor):
+    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor | None = None):
         """A transformers cache layer holding a compressed layer's keys/values [batch, heads, n, dim], or
-        None to keep them as they are (every method but the quantizers)."""
+        None to keep them as they are (every method but the quantizers). `queries`: with query_window,
+        the layer's last prompt queries [batch, q_heads, w, dim]."""
         return None
 
     def stored_bytes(self, tokens: int, heads: int, head_dim: int, element_size: int) -> int:

@@ -1,4 +1,5 @@
 """Composition: one eviction method and one quantizer as a single method, `snapkv+kivi:bits=4`.
+(ThinK, think.py, counts as the storage part too: `snapkv+think`.)
 
 The eviction method chooses the kept tokens during the prefill exactly as it does alone; the quantizer
 then stores them (KIVI: keys per channel, values per token, a full-precision window). The grid names the
@@ -32,13 +33,14 @@ class Composition(Delegating):
         super().__init__(evictor, name)
         self.quantizer = quantizer
         self.quantizes = True
+        self.query_window = quantizer.query_window
 
     def params(self) -> dict:
         return {f"{part.name}.{key}": value for part in (self.inner, self.quantizer)
                 for key, value in part.params().items()}
 
-    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor):
-        return self.quantizer.storage_layer(keys, values)
+    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor | None = None):
+        return self.quantizer.storage_layer(keys, values, queries)
 
     def stored_bytes(self, tokens: int, heads: int, head_dim: int, element_size: int) -> int:
         return self.quantizer.stored_bytes(tokens, heads, head_dim, element_size)

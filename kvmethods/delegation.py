@@ -22,6 +22,7 @@ class Delegating(Method):
         self.runs_prefill = inner.runs_prefill
         self.shares_across_layers = inner.shares_across_layers
         self.quantizes = inner.quantizes
+        self.query_window = inner.query_window
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name}, {self.params()})"
@@ -50,8 +51,8 @@ class Delegating(Method):
     def masked_tokens_per_head(self, model, cache):
         return self.inner.masked_tokens_per_head(model, cache)
 
-    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor):
-        return self.inner.storage_layer(keys, values)
+    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor | None = None):
+        return self.inner.storage_layer(keys, values, queries)
 
     def stored_bytes(self, tokens: int, heads: int, head_dim: int, element_size: int) -> int:
         return self.inner.stored_bytes(tokens, heads, head_dim, element_size)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import torch
@@ -26,7 +27,7 @@ from .base import Method
 from .budget import Budget
 from .errors import MethodError
 from .families import check_family, decoder_layers
-from .hooks import compressing_prefill, per_layer_causal_masks, store_selection
+from .hooks import capturing_window_queries, compressing_prefill, per_layer_causal_masks, store_selection
 from .memory_budget import CacheGeometry, operating_point
 from .ragged import KERNEL, RaggedLayer, cache_bytes, kept_tokens_per_head
 
@@ -123,8 +124,8 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
     n_layers = len(decoder_layers(model))
     if budget.kind == "memory":  # the whole prompt's bytes count, the uncompressed question included
-        fitting = operating_point(method, budget, len(input_ids), CacheGeometry.of(model))
-        budget_tokens = max(1, fitting - (len(input_ids) - compressed_len))
+        budget_tokens = operating_point(method, budget, len(input_ids), CacheGeometry.of(model),
+                                        len(input_ids) - compressed_len)
     else:
         budget_tokens = budget.tokens_for(compressed_len)
     layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
@@ -133,28 +134,31 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     kept_indices: list = [None] * n_layers
     logits = None
     scoring_s = 0.0
-    if active:
-        if len(layer_budgets) != n_layers or min(layer_budgets) < 1:
-            raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
-        if method.runs_prefill:
-            ratio = budget.value if budget.kind == "ratio" else None
-            with method.prefill_context(model, budget_tokens, compressed_len, ratio):
+    with ExitStack() as stack:  # a channel-pruning storage (ThinK) scores with the last queries
+        window = method.query_window
+        queries = stack.enter_context(capturing_window_queries(model, cache, window)) if window else {}
+        if active:
+            if len(layer_budgets) != n_layers or min(layer_budgets) < 1:
+                raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
+            if method.runs_prefill:
+                ratio = budget.value if budget.kind == "ratio" else None
+                with method.prefill_context(model, budget_tokens, compressed_len, ratio):
+                    logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+            elif method.scores_whole_prompt:
                 logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
-        elif method.scores_whole_prompt:
+                started = time.perf_counter()
+                kept_indices = _compress_from_whole_prompt(model, method, layer_budgets, cache, input_ids[:compressed_len])
+                scoring_s = time.perf_counter() - started
+            else:  # a chunked prefill (chunked.py) compresses after each chunk; otherwise one chunk
+                chunk = getattr(method, "prefill_chunk", 0) or compressed_len
+                with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
+                    for start in range(0, compressed_len, chunk):
+                        end = min(start + chunk, compressed_len)
+                        logits = _forward(model, cache, input_ids[start:end], start, _uneven(cache), 1)
+        elif compressed_len > 0:
             logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
-            started = time.perf_counter()
-            kept_indices = _compress_from_whole_prompt(model, method, layer_budgets, cache, input_ids[:compressed_len])
-            scoring_s = time.perf_counter() - started
-        else:  # a chunked prefill (chunked.py) compresses after each chunk; otherwise one chunk
-            chunk = getattr(method, "prefill_chunk", 0) or compressed_len
-            with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
-                for start in range(0, compressed_len, chunk):
-                    end = min(start + chunk, compressed_len)
-                    logits = _forward(model, cache, input_ids[start:end], start, _uneven(cache), 1)
-    elif compressed_len > 0:
-        logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
-    if method.quantizes and compressed_len > 0:
-        _store_quantized(method, cache)
+        if method.quantizes and compressed_len > 0:
+            _store_quantized(method, cache, queries)
     uneven = _uneven(cache)
     if compressed_len < len(input_ids):
         logits = _forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
@@ -167,12 +171,12 @@ def _uneven(cache: DynamicCache) -> bool:
     return len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
 
 
-def _store_quantized(method: Method, cache: DynamicCache) -> None:
+def _store_quantized(method: Method, cache: DynamicCache, queries: dict) -> None:
     """Hand every layer's kept keys/values to the method's own storage (KIVI: quantized, window in full)."""
     for i, layer in enumerate(cache.layers):
         if isinstance(layer, RaggedLayer):
             raise MethodError(f"{method.name}: a ragged (head-adaptive) cache layer cannot be quantized")
-        cache.layers[i] = method.storage_layer(layer.keys, layer.values)
+        cache.layers[i] = method.storage_layer(layer.keys, layer.values, queries.get(i))
 
 
 def _compress_from_whole_prompt(model, method: Method, layer_budgets: list[int], cache: DynamicCache,

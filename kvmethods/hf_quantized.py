@@ -85,7 +85,7 @@ class HFQuantized(Method):
             raise MethodError(f"hf_quantized: backend {self.backend!r} supports bits {', '.join(map(str, bits))}, "
                               f"got {self.bits}")
 
-    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor):
+    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries=None):
         import transformers.cache_utils
 
         base = getattr(transformers.cache_utils, BACKENDS[self.backend][0])

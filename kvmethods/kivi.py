@@ -45,7 +45,7 @@ class KIVI(Method):
             raise MethodError(f"kivi: parameter 'residual' ({self.residual}) must be a multiple of group_size "
                               f"({self.group_size}): keys are quantized a whole window at a time")
 
-    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor) -> KIVILayer:
+    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries=None) -> KIVILayer:
         if keys.shape[-1] % self.group_size:
             raise MethodError(f"kivi: group_size {self.group_size} does not divide the model's head_dim "
                               f"{keys.shape[-1]} (values are grouped along channels)")

@@ -10,7 +10,7 @@ it stores for a number of kept tokens, and the operating point is the most token
 - eviction composed with a quantizer (snapkv+kivi): the most tokens whose quantized storage (codes, scales,
   zero points, full-precision window) fits, i.e. fewer tokens at fewer bits.
 The budget is a fraction of the whole prompt's full cache; under the query_agnostic protocol the question,
-appended uncompressed, counts against it, so the context keeps that many tokens fewer.
+appended uncompressed, counts against it at full precision, so the context keeps fewer tokens.
 Records hold the bytes really stored and their distance to the budget (generation.record_fields).
 """
 
@@ -46,13 +46,14 @@ def allowed_bytes(budget: Budget, prompt_len: int, geometry: CacheGeometry) -> i
     return int(budget.value * geometry.full_bytes(prompt_len))
 
 
-def operating_point(method: Method, budget: Budget, prompt_len: int, geometry: CacheGeometry) -> int:
-    """Tokens per layer the method keeps under a byte budget (at least 1, at most the prompt)."""
+def operating_point(method: Method, budget: Budget, prompt_len: int, geometry: CacheGeometry,
+                    uncompressed: int = 0) -> int:
+    """Tokens per layer the method keeps of the compressed part of a prompt under a byte budget (at least 1):
+    the last `uncompressed` tokens (query_agnostic's question) are stored in full and count against it."""
+    compressed = prompt_len - uncompressed
     if not method.compresses:
-        return prompt_len
-    allowed = allowed_bytes(budget, prompt_len, geometry)
+        return compressed
+    allowed = allowed_bytes(budget, prompt_len, geometry) - geometry.full_bytes(uncompressed)
     stored = lambda n: method.stored_bytes(n, geometry.heads, geometry.head_dim, geometry.element_size)  # noqa: E731
-    if stored(prompt_len) <= allowed:
-        return prompt_len
     # stored() is not monotone under KIVI (it dips when a window of keys gets quantized): scan down
-    return next((n for n in range(prompt_len - 1, 0, -1) if stored(n) <= allowed), 1)
+    return next((n for n in range(compressed, 0, -1) if stored(n) <= allowed), 1)

@@ -31,12 +31,13 @@ from .pyramidkv import PyramidKV
 from .random import Random
 from .snapkv import SnapKV
 from .streamingllm import StreamingLLM
+from .think import ThinK
 from .tova import TOVA
 
 ENTRY_POINT_GROUP = "kvbench.methods"
 BUILTIN_METHODS: dict[str, type[Method]] = {
     cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV, CriticalKV, ExpectedAttention, KVzip,
-                KIVI, HFQuantized)
+                KIVI, HFQuantized, ThinK)
 }
 _registered: dict[str, type[Method]] = {}
 

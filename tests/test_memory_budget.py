@@ -33,6 +33,7 @@ def test_byte_budgets_parse_print_and_sort_after_the_other_kinds():
 @pytest.mark.parametrize("spec, params", [
     ("snapkv", {}), ("streamingllm", {}), ("kivi", {"bits": 2}), ("kivi", {"bits": 4}),
     ("snapkv+kivi", {"bits": 2}), ("snapkv+kivi", {"bits": 4}), ("h2o+kivi", {"bits": 4, "residual": 64}),
+    ("snapkv+think", {}),
 ])
 @pytest.mark.parametrize("protocol", ["question_in_window", "query_agnostic"])
 @pytest.mark.parametrize("fraction", ["m0.25", "m0.5"])
@@ -70,6 +71,8 @@ def test_a_composition_is_one_method_with_prefixed_parameters():
 
 @pytest.mark.parametrize("spec, fragment", [
     ("kivi+kivi", "a composition needs exactly one quantizer, got 2"),
+    ("think+kivi", "a composition needs exactly one quantizer, got 2"),
+    ("think:pruning_ratio=1", "'pruning_ratio' must be in [0, 1)"),
     ("snapkv+h2o", "a composition needs exactly one quantizer, got 0"),
     ("full+kivi", "full evicts nothing"),
     ("adakv+kivi", "adakv stores a ragged cache"),
