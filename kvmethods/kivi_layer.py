@@ -20,12 +20,12 @@ zero points and the full-precision window.
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
+from .compact_layer import CompactLayer
 from .quantization import QuantizedGroups, concatenated, quantize_groups, quantized_bytes
 
 
-class KIVILayer(DynamicLayer):
+class KIVILayer(CompactLayer):
     """`keys`/`values` hold the full-precision window; the quantized parts live beside them."""
 
     def __init__(self, bits: int, group_size: int, residual: int):
@@ -81,16 +81,6 @@ class KIVILayer(DynamicLayer):
     def get_seq_length(self) -> int:
         quantized = 0 if self.quantized_keys is None else self.quantized_keys.length
         return quantized + (self.keys.shape[-2] if self.is_initialized else 0)
-
-    def get_mask_sizes(self, query, *args, **kwargs) -> tuple[int, int]:
-        query_length = query if isinstance(query, int) else int(query.shape[0])  # as ragged.RaggedLayer
-        return self.get_seq_length() + query_length, 0
-
-    def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError("a KIVI cache layer cannot be cropped")
-
-    def tokens_per_head(self) -> list[int]:
-        return [self.get_seq_length()] * self.keys.shape[1]
 
     def stored_bytes(self) -> int:
         stores = [q.stored_bytes() for q in (self.quantized_keys, self.quantized_values) if q is not None]

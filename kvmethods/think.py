@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
 from .base import Method, param, top_positions
+from .compact_layer import CompactLayer
 from .errors import MethodError
 
 INDEX_BYTES = 8  # channel indices are stored as int64
 
 
-class ChannelPrunedLayer(DynamicLayer):
+class ChannelPrunedLayer(CompactLayer):
     """The prompt's keys with only `channels` kept per head; `keys` holds later tokens' full keys."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, channels: torch.Tensor):
@@ -54,16 +54,6 @@ class ChannelPrunedLayer(DynamicLayer):
 
     def get_seq_length(self) -> int:
         return self.values.shape[-2]
-
-    def get_mask_sizes(self, query, *args, **kwargs) -> tuple[int, int]:
-        query_length = query if isinstance(query, int) else int(query.shape[0])  # as ragged.RaggedLayer
-        return self.get_seq_length() + query_length, 0
-
-    def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError("a channel-pruned cache layer cannot be cropped")
-
-    def tokens_per_head(self) -> list[int]:
-        return [self.get_seq_length()] * self.values.shape[1]
 
     def stored_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.pruned_keys, self.channels, self.keys, self.values))
