@@ -91,6 +91,10 @@ class Method:
     # False for methods that change the prefill forward itself (chunked eviction, compression while
     # decoding): they cannot take their selection from a forward shared with others (shared_prefill.py).
     shares_prefill: ClassVar[bool] = True
+    # True for methods that change how the kept tokens are stored (KIVI): storage_layer() replaces each
+    # layer of the cache once the prompt is compressed, and stored_bytes() gives its analytic size.
+    quantizes: ClassVar[bool] = False
+    query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -152,6 +156,17 @@ class Method:
         """Per layer and KV head, cached tokens that attention is made to ignore (masking without
         evicting, as kvpress' head-wise presses do); None when every cached token is attended."""
         return None
+
+    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor | None = None):
+        """A transformers cache layer holding a compressed layer's keys/values [batch, heads, n, dim], or
+        None to keep them as they are (every method but the quantizers). `queries`: with query_window,
+        the layer's last prompt queries [batch, q_heads, w, dim]."""
+        return None
+
+    def stored_bytes(self, tokens: int, heads: int, head_dim: int, element_size: int) -> int:
+        """Bytes one layer stores for `tokens` kept tokens per KV head (batch 1): what byte budgets
+        (memory_budget.py) trade against tokens."""
+        return 2 * tokens * heads * head_dim * element_size
 
     def select(self, scores: torch.Tensor, n_keep: int) -> torch.Tensor:
         """What to keep given [batch, num_kv_heads, T] scores: the top n_keep of each KV head (ties go to

@@ -3,8 +3,11 @@
 An absolute budget ("1024") is the number of KV tokens kept per layer per KV head, observation window
 included; this is how the LongBench tables of SnapKV/PyramidKV are labelled (128/512/1024/2048).
 A ratio budget ("r0.5") is the fraction of the prompt removed, as in kvpress' `compression_ratio`.
-The two spellings differ so that item ids never confuse them. A budget at or above the prompt length
-means no compression.
+A byte budget ("m0.25") is the fraction of the full cache's bytes a method may store; each method turns
+it into its own operating point (memory_budget.py: eviction keeps fewer tokens, a quantizer stores every
+token at fewer bits, a composition keeps as many quantized tokens as fit), so one table compares
+methods at equal memory. The spellings differ so that item ids never confuse them. A budget at or
+above the prompt length means no compression.
 """
 
 from __future__ import annotations
@@ -17,18 +20,22 @@ from .errors import MethodError
 
 _TOKENS = re.compile(r"^[0-9]+$")
 _RATIO = re.compile(r"^r([0-9]*\.?[0-9]+)$")
-_HELP = "use a positive token count like '1024' or a removed fraction like 'r0.5' (0 <= r < 1)"
+_MEMORY = re.compile(r"^m([0-9]*\.?[0-9]+)$")
+_HELP = ("use a positive token count like '1024', a removed fraction like 'r0.5' (0 <= r < 1) or a fraction "
+         "of the full cache's bytes like 'm0.25' (0 < m <= 1)")
 
 
 @dataclass(frozen=True)
 class Budget:
-    kind: str  # "tokens" | "ratio"
+    kind: str  # "tokens" | "ratio" | "memory"
     value: float | int
 
     @property
     def spec(self) -> str:
         """Canonical spelling, used in item ids and records."""
-        return str(self.value) if self.kind == "tokens" else f"r{self.value:g}"
+        if self.kind == "tokens":
+            return str(self.value)
+        return f"{'m' if self.kind == 'memory' else 'r'}{self.value:g}"
 
     @classmethod
     def parse(cls, raw: Budget | int | str) -> Budget:
@@ -48,10 +55,19 @@ class Budget:
             if not 0.0 <= removed < 1.0:
                 raise MethodError(f"invalid budget {raw!r}: the removed fraction must be in [0, 1); {_HELP}")
             return cls("ratio", removed)
+        memory = _MEMORY.match(text)
+        if memory:
+            fraction = float(memory.group(1))
+            if not 0.0 < fraction <= 1.0:
+                raise MethodError(f"invalid budget {raw!r}: the fraction of the full cache's bytes must be in (0, 1]; {_HELP}")
+            return cls("memory", fraction)
         raise MethodError(f"invalid budget {raw!r}: {_HELP}")
 
     def tokens_for(self, prompt_len: int) -> int:
-        """KV tokens each layer keeps (on average, for per-layer schedules) for a prompt of this length."""
+        """KV tokens each layer keeps (on average, for per-layer schedules) for a prompt of this length.
+        A byte budget's tokens depend on the method and the model: memory_budget.operating_point."""
+        if self.kind == "memory":
+            raise MethodError("a byte budget has no token count of its own: use memory_budget.operating_point")
         if prompt_len <= 0:
             return 0
         if self.kind == "tokens":
@@ -61,7 +77,10 @@ class Budget:
 
     @property
     def sort_key(self) -> tuple[int, float]:
-        """Token budgets ascending, then ratio budgets from the most removed to the least."""
+        """Token budgets ascending, then ratio budgets from the most removed to the least, then byte budgets
+        from the smallest."""
+        if self.kind == "memory":
+            return (2, float(self.value))
         return (0, float(self.value)) if self.kind == "tokens" else (1, -float(self.value))
 
     def as_record(self) -> dict:

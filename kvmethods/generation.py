@@ -5,7 +5,9 @@ Two protocols, selectable per run:
   (how the SnapKV/PyramidKV LongBench tables were made);
 - "query_agnostic": compress input_ids[:context_len] only, then append the rest uncompressed.
 Methods that score from the whole prompt (KVzip) compress after a plain prefill instead of inside it.
-A head-adaptive method's cache is stored ragged (ragged.py) and reported per head.
+A head-adaptive method's cache is stored ragged (ragged.py) and reported per head. A quantizer (KIVI,
+alone or composed: `snapkv+kivi`) then stores each compressed layer its own way (method.storage_layer), and
+a byte budget ("m0.25") becomes each method's token count through memory_budget.operating_point.
 After compression, later tokens keep their original RoPE positions (position_ids = true positions),
 while the causal mask follows the actual cache lengths (hooks.per_layer_causal_masks when layers
 differ). The model is only called through its public forward with a DynamicCache.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import torch
@@ -24,7 +27,8 @@ from .base import Method
 from .budget import Budget
 from .errors import MethodError
 from .families import check_family, decoder_layers
-from .hooks import compressing_prefill, per_layer_causal_masks, store_selection
+from .hooks import capturing_window_queries, compressing_prefill, per_layer_causal_masks, store_selection
+from .memory_budget import CacheGeometry, operating_point
 from .ragged import KERNEL, RaggedLayer, cache_bytes, kept_tokens_per_head
 
 PROTOCOLS = ("question_in_window", "query_agnostic")
@@ -54,6 +58,7 @@ class GenerationOutput:
     ragged_kernel: str | None = None  # how attention ran over a ragged (head-adaptive) cache, else None
     scoring_s: float = 0.0  # part of prefill_s spent in a method's extra scoring forward (KVzip)
     masked_only: bool = False  # evicted keys are masked, not freed (kvpress head-wise presses): no memory saved
+    kv_bytes_budget: int | None = None  # a byte budget's allowance: its fraction of kv_bytes_before
 
 
 def record_fields(out: GenerationOutput) -> dict:
@@ -65,6 +70,9 @@ def record_fields(out: GenerationOutput) -> dict:
         "ragged_kernel": out.ragged_kernel,
         "scoring_ms": out.scoring_s * 1000.0,
         "kv_masked_only": out.masked_only,
+        "kv_bytes_budget": out.kv_bytes_budget,
+        # > 0: over the byte budget by that many bytes (a quantizer alone cannot trade tokens for bytes)
+        "kv_budget_distance_bytes": None if out.kv_bytes_budget is None else out.kv_bytes_physical - out.kv_bytes_budget,
     }
 
 
@@ -115,35 +123,60 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     budget = Budget.parse(budget)
     compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
     n_layers = len(decoder_layers(model))
-    budget_tokens = budget.tokens_for(compressed_len)
+    if budget.kind == "memory":  # the whole prompt's bytes count, the uncompressed question included
+        budget_tokens = operating_point(method, budget, len(input_ids), CacheGeometry.of(model),
+                                        len(input_ids) - compressed_len)
+    else:
+        budget_tokens = budget.tokens_for(compressed_len)
     layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
     active = method.compresses and compressed_len > 0 and min(layer_budgets) < compressed_len
     cache = DynamicCache()
     kept_indices: list = [None] * n_layers
     logits = None
     scoring_s = 0.0
-    if active:
-        if len(layer_budgets) != n_layers or min(layer_budgets) < 1:
-            raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
-        if method.runs_prefill:
-            ratio = budget.value if budget.kind == "ratio" else None
-            with method.prefill_context(model, budget_tokens, compressed_len, ratio):
+    with ExitStack() as stack:  # a channel-pruning storage (ThinK) scores with the last queries
+        window = method.query_window
+        queries = stack.enter_context(capturing_window_queries(model, cache, window)) if window else {}
+        if active:
+            if len(layer_budgets) != n_layers or min(layer_budgets) < 1:
+                raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
+            if method.runs_prefill:
+                ratio = budget.value if budget.kind == "ratio" else None
+                with method.prefill_context(model, budget_tokens, compressed_len, ratio):
+                    logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+            elif method.scores_whole_prompt:
                 logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
-        elif method.scores_whole_prompt:
+                started = time.perf_counter()
+                kept_indices = _compress_from_whole_prompt(model, method, layer_budgets, cache, input_ids[:compressed_len])
+                scoring_s = time.perf_counter() - started
+            else:  # a chunked prefill (chunked.py) compresses after each chunk; otherwise one chunk
+                chunk = getattr(method, "prefill_chunk", 0) or compressed_len
+                with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
+                    for start in range(0, compressed_len, chunk):
+                        end = min(start + chunk, compressed_len)
+                        logits = _forward(model, cache, input_ids[start:end], start, _uneven(cache), 1)
+        elif compressed_len > 0:
             logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
-            started = time.perf_counter()
-            kept_indices = _compress_from_whole_prompt(model, method, layer_budgets, cache, input_ids[:compressed_len])
-            scoring_s = time.perf_counter() - started
-        else:
-            with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
-                logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
-    elif compressed_len > 0:
-        logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
-    lengths = {cache.get_seq_length(i) for i in range(n_layers)}
-    uneven = len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
+        if method.quantizes and compressed_len > 0:
+            _store_quantized(method, cache, queries)
+    uneven = _uneven(cache)
     if compressed_len < len(input_ids):
         logits = _forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
     return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices), scoring_s)
+
+
+def _uneven(cache: DynamicCache) -> bool:
+    """Layers hold different lengths or are ragged: forwards need per-layer masks."""
+    lengths = {layer.get_seq_length() for layer in cache.layers}
+    return len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
+
+
+def _store_quantized(method: Method, cache: DynamicCache, queries: dict) -> None:
+    """Hand every layer's kept keys/values to the method's own storage (KIVI: quantized, window in full)."""
+    for i, layer in enumerate(cache.layers):
+        if isinstance(layer, RaggedLayer):
+            raise MethodError(f"{method.name}: a ragged (head-adaptive) cache layer cannot be quantized")
+        cache.layers[i] = method.storage_layer(layer.keys, layer.values, queries.get(i))
 
 
 def _compress_from_whole_prompt(model, method: Method, layer_budgets: list[int], cache: DynamicCache,
@@ -173,6 +206,7 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     cache from shared_prefill(), decoded instead of prefilling here (prefill_s is then 0).
     """
     input_ids = [int(token) for token in input_ids]
+    budget = Budget.parse(budget)
     eos = {int(token) for token in (eos_token_ids or ())}
     started = time.perf_counter()
     state = prefilled or prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
@@ -210,9 +244,11 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
         position += 1
     decode_s = time.perf_counter() - started
     logprobs = torch.stack(steps) if return_logprobs else None
-    return GenerationOutput(tokens, kept, _bytes_per_token(state.cache) * len(input_ids), physical, len(input_ids),
+    full_bytes = _bytes_per_token(state.cache) * len(input_ids)
+    allowed = int(budget.value * full_bytes) if budget.kind == "memory" else None
+    return GenerationOutput(tokens, kept, full_bytes, physical, len(input_ids),
                             prefill_s, decode_s, stop_token, logprobs, target_logprobs, per_head, logical, physical,
-                            KERNEL if ragged else None, state.scoring_s, masked is not None)
+                            KERNEL if ragged else None, state.scoring_s, masked is not None, allowed)
 
 
 def _teacher_force_prefilled(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:

@@ -120,6 +120,31 @@ def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: 
 
 
 @contextmanager
+def capturing_window_queries(model, cache: DynamicCache, window: int) -> Iterator[dict[int, torch.Tensor]]:
+    """While active, each attention forward records its last `window` queries (RoPE'd, [batch, q_heads, w,
+    head_dim]) per layer: what a channel-pruning storage (ThinK) scores with, after the prefill."""
+    layers = decoder_layers(model)
+    queries: dict[int, torch.Tensor] = {}
+
+    def hook_for(layer_idx: int):
+        def record(module, args, kwargs, output):
+            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            cos, sin = kwargs["position_embeddings"]
+            layer = cache.layers[layer_idx]
+            inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, layer.keys, layer.values)
+            queries[layer_idx] = inputs.queries(last=min(window, hidden.shape[1]))
+
+        return record
+
+    handles = [layer.self_attn.register_forward_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    try:
+        yield queries
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
 def per_layer_causal_masks(model, cache: DynamicCache) -> Iterator[None]:
     """While active, each attention module gets a causal mask sized to its own cache layer."""
     layers = decoder_layers(model)

@@ -101,10 +101,11 @@ def visibility_mask(kept: torch.Tensor, padded: int, tail: int, query_length: in
 
 
 def cache_bytes(cache) -> tuple[int, int]:
-    """(logical, physical) bytes of a cache: the kept tokens' keys and values, and what the tensors hold."""
+    """(logical, physical) bytes of a cache: the kept tokens' keys and values in the model's dtype, and what
+    the tensors hold (packed codes, scales and zero points included for a quantized layer)."""
     logical = physical = 0
     for layer in cache.layers:
-        if isinstance(layer, RaggedLayer):
+        if hasattr(layer, "stored_bytes"):  # ragged or quantized (kivi_layer.KIVILayer) storage
             row = 2 * layer.keys.shape[-1] * layer.keys.element_size()  # one token of one head, K and V
             logical += row * sum(layer.tokens_per_head())
             physical += layer.stored_bytes()
@@ -119,7 +120,7 @@ def kept_tokens_per_head(cache) -> list[list[int]]:
     """Per layer, the tokens each KV head holds."""
     out = []
     for layer in cache.layers:
-        if isinstance(layer, RaggedLayer):
+        if hasattr(layer, "tokens_per_head"):  # ragged or quantized storage
             out.append(layer.tokens_per_head())
         else:
             out.append([layer.keys.shape[-2]] * layer.keys.shape[1])

@@ -2,7 +2,8 @@
 
 Third-party methods appear in the grid like built-in ones, either by an entry point
 (`[project.entry-points."kvbench.methods"] mymethod = "mypkg.module:MyMethod"`) or by calling
-`register_method` (usable as a decorator) from a conftest. `kvpress:<PressName>` names any press of the
+`register_method` (usable as a decorator) from a conftest. `a+b` composes an eviction method with a
+quantizer (composition.py). `kvpress:<PressName>` names any press of the
 optional kvpress package (kvpress_adapter.py). Entry points are read on every lookup, so a
 package installed into the running environment is visible without restarting anything.
 """
@@ -14,22 +15,29 @@ from typing import Any
 
 from .adakv import AdaKV
 from .base import Method
+from .chunked import PARAMETER as PREFILL_CHUNK
+from .chunked import chunked
+from .composition import SEPARATOR, compose
 from .criticalkv import CriticalKV
 from .errors import MethodError
 from .expected_attention import ExpectedAttention
 from .full import Full
 from .h2o import H2O
+from .hf_quantized import HFQuantized
+from .kivi import KIVI
 from .knorm import KNorm
 from .kvzip import KVzip
 from .pyramidkv import PyramidKV
 from .random import Random
 from .snapkv import SnapKV
 from .streamingllm import StreamingLLM
+from .think import ThinK
 from .tova import TOVA
 
 ENTRY_POINT_GROUP = "kvbench.methods"
 BUILTIN_METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV, CriticalKV, ExpectedAttention, KVzip)
+    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV, CriticalKV, ExpectedAttention, KVzip,
+                KIVI, HFQuantized, ThinK)
 }
 _registered: dict[str, type[Method]] = {}
 
@@ -100,6 +108,11 @@ def get_method(name: str, **params: Any) -> Method:
     if not isinstance(name, str):
         raise MethodError(f"method name must be a string, got {name!r}")
     name = name.strip()
+    if PREFILL_CHUNK in params:  # any evicting method: snapkv:prefill_chunk=512 (chunked.py)
+        rest = {key: value for key, value in params.items() if key != PREFILL_CHUNK}
+        return chunked(get_method(name, **rest), params[PREFILL_CHUNK])
+    if SEPARATOR in name:  # snapkv+kivi: one eviction method and one quantizer
+        return compose(name, params, _load)
     if name.startswith(KVPRESS_PREFIX):
         from .kvpress_adapter import kvpress_method  # imports kvpress only when a press is named
 

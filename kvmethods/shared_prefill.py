@@ -34,8 +34,11 @@ from .ragged import RaggedLayer
 
 
 def can_share_prefill(method: Method) -> bool:
-    """Whether the method selects from a plain forward's layer inputs (and so can share one)."""
-    return method.shares_prefill and not method.scores_whole_prompt and not method.runs_prefill
+    """Whether the method selects from a plain forward's layer inputs (and so can share one). Methods that
+    prefill in chunks, store the kept tokens quantized or pruned (KIVI, ThinK) or read the prompt's last
+    queries for their storage run their own prefill (generation.prefill)."""
+    return (method.shares_prefill and not method.scores_whole_prompt and not method.runs_prefill
+            and not method.quantizes and not method.query_window and not getattr(method, "prefill_chunk", 0))
 
 
 @dataclass

@@ -82,12 +82,16 @@ def memory_child(method_name: str, budget: str, length: int) -> dict:
 
 
 def measure_memory(method_name: str, args) -> dict:
-    command = [sys.executable, __file__, "--memory-child", method_name, "--prompt", str(args.prompt),
-               "--budget", args.budget, "--threads", str(args.threads)]
+    return run_child(__file__, ["--memory-child", method_name, "--prompt", str(args.prompt),
+                                "--budget", args.budget, "--threads", str(args.threads)])
+
+
+def run_child(script: str, arguments: list[str]) -> dict:
+    """Run `script arguments` in a fresh Python and return the JSON of its last output line."""
     # a fixed mmap threshold makes every large tensor its own mapping, returned to the kernel when freed,
     # so the resident-set peak follows live tensor bytes instead of allocator caching
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
-    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    done = subprocess.run([sys.executable, script, *arguments], check=True, capture_output=True, text=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -61,3 +61,23 @@ def test_incomplete_runs_and_zero_scores_are_flagged():
     markdown = results_markdown({"run_id": "r", "complete": False}, RECORDS + [record("random", "128", "trec", 0.0)])
     assert "(incomplete)" in markdown
     assert "`random-128-trec`" in markdown
+
+
+def test_byte_budget_tables_show_measured_bytes_peak_memory_and_the_share_of_the_budget_used():
+    def at_bytes(method, stored, budget_bytes):
+        r = record(method, "m0.25", "trec", 10.0, samples=[
+            {"kv_bytes_physical": stored, "kv_bytes_budget": budget_bytes},
+            {"kv_bytes_physical": stored // 2, "kv_bytes_budget": budget_bytes}])
+        return r | {"memory": {"kv_bytes_after": stored, "peak_bytes": 3 * 2**20}}
+
+    rows = [record("full", "full", "trec", 10.0), at_bytes("snapkv", 2**20, 2**20), at_bytes("kivi", 2**21, 2**20)]
+    ((heading, table),) = budget_tables(rows)
+    assert heading == "m — budget m0.25"
+    header = [c.strip() for c in table.splitlines()[0].split("|")[1:-1]]
+    assert header[-3:] == ["KV MiB", "Peak MiB", "KV/budget"]
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines()[2:]}
+    assert cells["snapkv"][-3:] == ["1.00", "3.0", "0.750"]  # (1 + 0.5) / 2 of the budget
+    assert cells["kivi"][-3:] == ["2.00", "3.0", "1.500"]  # over budget, and the table says so
+    assert cells["full"][-1] == "-"
+    ((_, token_table),) = budget_tables(RECORDS)
+    assert "KV/budget" not in token_table and "Peak MiB" in token_table

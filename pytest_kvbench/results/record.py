@@ -63,7 +63,7 @@ def budget_sort_key(spec: str) -> tuple:
     try:
         return parse_budget(spec).sort_key + ("",)
     except MethodError:
-        return (2, 0.0, str(spec))  # a spec this version cannot parse (an old or hand-made file): last
+        return (3, 0.0, str(spec))  # a spec this version cannot parse (an old or hand-made file): last
 
 
 class Record(TypedDict, total=False):

@@ -4,7 +4,8 @@ RESULTS.md, the terminal summary, ``kvbench show`` and ``export`` (Markdown, LaT
 HTML report all draw ``score_tables``: one table per (model, budget), the uncompressed ``full``
 row first as the reference of every budget, an Avg column over tasks, the best compressed result
 of each column marked, several seeds of a cell averaged with the half-width of their 95%
-interval, and per method the mean fidelity (KL, greedy agreement) and KV memory kept. Rows,
+interval, and per method the mean fidelity (KL, greedy agreement), KV memory kept (bytes the stored
+tensors hold), peak memory and, under a byte budget, the share of the budget used. Rows,
 columns and budgets are named from each record's key (results/record.py) and ordered one way.
 """
 
@@ -97,6 +98,20 @@ class ScoreTable:
         """Mean KV cache kept after compression, MiB; None when not measured (or zero)."""
         kv = _mean_of((r.get("memory") or {}).get("kv_bytes_after") for r in self.records[method])
         return kv / MiB if kv else None
+
+    def mean_peak_mib(self, method: str) -> float | None:
+        """Mean peak memory of the row's items (CPU resident or CUDA allocated, reset per item), MiB."""
+        peak = _mean_of((r.get("memory") or {}).get("peak_bytes") for r in self.records[method])
+        return peak / MiB if peak else None
+
+    @property
+    def is_byte_budget(self) -> bool:
+        return self.budget.startswith("m")
+
+    def budget_use(self, method: str) -> float | None:
+        """Mean over samples of the bytes stored / the bytes a byte budget allows (above 1: over budget)."""
+        return _mean_of(s["kv_bytes_physical"] / s["kv_bytes_budget"] for r in self.records[method]
+                        for s in r.get("samples") or () if s.get("kv_bytes_budget") and s.get("kv_bytes_physical"))
 
     def records_by_task(self) -> dict[str, dict[str, list[dict]]]:
         """The table's records as ``{method: {task label: [records]}}``: what a suite's summary

@@ -1,7 +1,8 @@
 """RESULTS.md and the terminal summary: the table model (table_model.py) printed with tabulate.
 
 Each (model, budget) table shows the task columns and Avg, then the fidelity columns (mean KL,
-greedy agreement) and the mean KV memory kept; the best compressed score of each column is bold
+greedy agreement), the mean KV memory kept (measured from the stored tensors), the peak memory and,
+for a byte budget, the share of it used; the best compressed score of each column is bold
 in Markdown. Needle grids (needle_grid.py) follow as depth x context length tables.
 """
 
@@ -12,7 +13,8 @@ from tabulate import tabulate
 from pytest_kvbench.results.needle_grid import needle_grids
 from pytest_kvbench.results.table_model import ScoreTable, cell_text, score_tables
 
-HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB"]
+HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Peak MiB"]
+BUDGET_USE = "KV/budget"  # only in the tables of byte budgets ("m0.25")
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -27,7 +29,9 @@ def _rows(table: ScoreTable, bold: bool) -> list[list[str]]:
             text = cell_text(table, method, column, pm=None)
             cells.append(f"**{text}**" if bold and table.is_best(method, column) else text)
         cells += [_fmt(table.mean_kl(method), 4), _fmt(table.mean_agreement(method), 3),
-                  _fmt(table.mean_kv_mib(method), 2)]
+                  _fmt(table.mean_kv_mib(method), 2), _fmt(table.mean_peak_mib(method), 1)]
+        if table.is_byte_budget:
+            cells.append(_fmt(table.budget_use(method), 3))
         rows.append(cells)
     return rows
 
@@ -36,8 +40,8 @@ def budget_tables(records: list[dict], fmt: str = "github", bold: bool = True) -
     """[(heading, table text)] for every model and budget, each followed by its suite summaries."""
     tables = []
     for table in score_tables(records):
-        tables.append((table.heading, tabulate(_rows(table, bold), headers=["Method"] + table.columns + HEADERS_AFTER_TASKS,
-                                               tablefmt=fmt, disable_numparse=True)))
+        headers = ["Method"] + table.columns + HEADERS_AFTER_TASKS + ([BUDGET_USE] if table.is_byte_budget else [])
+        tables.append((table.heading, tabulate(_rows(table, bold), headers=headers, tablefmt=fmt, disable_numparse=True)))
         tables += [(f"{table.heading} — {summary.title}", summary_table(summary, table.methods, fmt))
                    for summary in table.summaries()]
     return tables
@@ -75,7 +79,10 @@ def results_markdown(run: dict, records: list[dict]) -> str:
         "",
         "Scores are the task's official metric x 100 (mean over samples; mean over seeds when several ran).",
         "KL: mean KL(full || method) over answer tokens (nats); Agree: greedy-token agreement with the full cache;",
-        "KV MiB: mean KV-cache size kept after compression. Best compressed score per column in bold.",
+        "KV MiB: mean KV-cache bytes the stored tensors hold after compression (quantized codes, scales, zero points",
+        "and full-precision window included); Peak MiB: the item's peak memory (CPU resident, or CUDA allocated);",
+        "KV/budget (byte budgets `mF`: F x the full cache's bytes): stored bytes over the budget's allowance.",
+        "Best compressed score per column in bold.",
         "",
     ]
     for heading, table in budget_tables(records):

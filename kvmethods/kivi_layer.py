@@ -1,0 +1,98 @@
+"""The KIVI cache layer: keys quantized per channel, values per token, recent tokens in full precision.
+
+A transformers cache layer (a `DynamicLayer` subclass plugged into `DynamicCache.layers`, the public
+Cache API; no attention forward is touched). What it stores follows the KIVI reference (Liu et al.
+2024, arXiv 2402.02750, github.com/jy-yuan/KIVI, models/llama_kivi.py):
+
+- keys: quantized in groups of `group_size` tokens per channel, `residual` tokens at a time: after the
+  prompt, the first T - T % residual keys are quantized and T % residual stay full precision; during
+  decoding the full-precision keys are quantized once `residual` of them have gathered;
+- values: quantized per token in groups of `group_size` channels; the last `residual` values stay full
+  precision and each older one is quantized as a new token pushes it out of the window.
+
+`update()` returns every key and value the layer holds, the quantized ones dequantized on read, so the
+model attends in its own dtype over the dequantized cache (the reference fuses that into its kernels;
+the values seen are the same). The new tokens are attended in full precision before they are
+quantized, as in the reference. `stored_bytes()` counts what the tensors hold: packed codes, scales,
+zero points and the full-precision window.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .compact_layer import CompactLayer
+from .quantization import QuantizedGroups, concatenated, quantize_groups, quantized_bytes
+
+
+class KIVILayer(CompactLayer):
+    """`keys`/`values` hold the full-precision window; the quantized parts live beside them."""
+
+    def __init__(self, bits: int, group_size: int, residual: int):
+        super().__init__()
+        self.bits, self.group_size, self.residual = bits, group_size, residual
+        self.quantized_keys: QuantizedGroups | None = None  # [batch, heads, head_dim, n]: groups along tokens
+        self.quantized_values: QuantizedGroups | None = None  # [batch, heads, n, head_dim]: groups along channels
+
+    @classmethod
+    def holding(cls, keys: torch.Tensor, values: torch.Tensor, bits: int, group_size: int, residual: int) -> KIVILayer:
+        """A layer storing these prompt keys/values ([batch, heads, T, head_dim]) the KIVI way."""
+        layer = cls(bits, group_size, residual)
+        layer._append(keys, values)
+        layer._flush()
+        return layer
+
+    def _append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        if not self.is_initialized:
+            self.lazy_initialization(keys, values)
+            self.keys = keys.new_empty(*keys.shape[:2], 0, keys.shape[-1])
+            self.values = values.new_empty(*values.shape[:2], 0, values.shape[-1])
+        self.keys = torch.cat([self.keys, keys], dim=-2)
+        self.values = torch.cat([self.values, values], dim=-2)
+
+    def _flush(self) -> None:
+        """Move what left the full-precision window into the quantized store."""
+        n_keys = self.keys.shape[-2] // self.residual * self.residual
+        if n_keys:
+            block = quantize_groups(self.keys[..., :n_keys, :].transpose(-1, -2), self.bits, self.group_size)
+            self.quantized_keys = concatenated(self.quantized_keys, block, dim=-1)
+            self.keys = self.keys[..., n_keys:, :].contiguous()
+        n_values = max(self.values.shape[-2] - self.residual, 0)
+        if n_values:
+            block = quantize_groups(self.values[..., :n_values, :], self.bits, self.group_size)
+            self.quantized_values = concatenated(self.quantized_values, block, dim=-2)
+            self.values = self.values[..., n_values:, :].contiguous()
+
+    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every key and value held, quantized ones dequantized, [batch, heads, tokens, head_dim]."""
+        keys, values = self.keys, self.values
+        if self.quantized_keys is not None:
+            keys = torch.cat([self.quantized_keys.dequantize().transpose(-1, -2), keys], dim=-2)
+        if self.quantized_values is not None:
+            values = torch.cat([self.quantized_values.dequantize(), values], dim=-2)
+        return keys, values
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        self._append(key_states, value_states)
+        keys, values = self.dequantized()
+        self._flush()
+        return keys, values
+
+    def get_seq_length(self) -> int:
+        quantized = 0 if self.quantized_keys is None else self.quantized_keys.length
+        return quantized + (self.keys.shape[-2] if self.is_initialized else 0)
+
+    def stored_bytes(self) -> int:
+        stores = [q.stored_bytes() for q in (self.quantized_keys, self.quantized_values) if q is not None]
+        return sum(stores) + sum(t.numel() * t.element_size() for t in (self.keys, self.values))
+
+
+def kivi_bytes(tokens: int, heads: int, head_dim: int, element_size: int, bits: int, group_size: int,
+               residual: int) -> int:
+    """Analytic bytes KIVILayer.holding() stores for `tokens` prompt tokens of one layer (batch 1)."""
+    quantized_keys = tokens // residual * residual
+    quantized_values = max(tokens - residual, 0)
+    full = (tokens - quantized_keys) + (tokens - quantized_values)
+    quantized = quantized_bytes(quantized_keys * head_dim, bits, group_size, element_size) + \
+        quantized_bytes(quantized_values * head_dim, bits, group_size, element_size)
+    return heads * (quantized + full * head_dim * element_size)
