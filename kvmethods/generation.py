@@ -1,9 +1,11 @@
 """Compressed prefill, greedy decoding and teacher forcing: what the harness runs per sample.
 
-Two protocols, selectable per run:
+Protocols, selectable per run:
 - "question_in_window": compress the whole prompt; the question sits in the observation window
   (how the SnapKV/PyramidKV LongBench tables were made);
-- "query_agnostic": compress input_ids[:context_len] only, then append the rest uncompressed.
+- "query_agnostic": compress input_ids[:context_len] only, then append the rest uncompressed;
+- "shared_context", "multi_turn": several questions on one compressed context (kvmethods/protocols/);
+  a single prompt under them is compressed as query_agnostic.
 Methods that score from the whole prompt (KVzip) compress after a plain prefill instead of inside it.
 A head-adaptive method's cache is stored ragged (ragged.py) and reported per head.
 After compression, later tokens keep their original RoPE positions (position_ids = true positions),
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -27,7 +30,10 @@ from .families import check_family, decoder_layers
 from .hooks import compressing_prefill, per_layer_causal_masks, store_selection
 from .ragged import KERNEL, RaggedLayer, cache_bytes, kept_tokens_per_head
 
-PROTOCOLS = ("question_in_window", "query_agnostic")
+PROTOCOLS = ("question_in_window", "query_agnostic", "shared_context", "multi_turn")
+# Protocols whose samples share a context and run as one group (kvmethods/protocols/); a single prompt
+# under them is compressed as query_agnostic does.
+GROUP_PROTOCOLS = ("shared_context", "multi_turn")
 
 
 @dataclass
@@ -176,6 +182,24 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     started = time.perf_counter()
     state = prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
     prefill_s = time.perf_counter() - started
+    out = measured_prefill(model, method, state, len(input_ids), prefill_s)
+    target_logprobs = None
+    if teacher_targets is not None:
+        forked = PrefilledPrompt(copy.deepcopy(state.cache), state.next_logits, state.next_position, state.uneven)
+        target_logprobs = _teacher_force_prefilled(model, forked, [int(t) for t in teacher_targets])
+
+    started = time.perf_counter()
+    out.tokens, out.stop_token, steps = decode_greedy(model, state, max_new_tokens, eos, return_logprobs)
+    out.decode_s = time.perf_counter() - started
+    out.logprobs = torch.stack(steps) if return_logprobs else None
+    out.target_logprobs = target_logprobs
+    return out
+
+
+def measured_prefill(model, method: Method, state: PrefilledPrompt, prompt_tokens: int,
+                     prefill_s: float) -> GenerationOutput:
+    """What a prefilled cache holds (kept tokens per layer and head, bytes), as an output with nothing
+    decoded yet: measure right after the prompt is in, before decoding adds to the cache."""
     per_head = kept_tokens_per_head(state.cache)
     logical, physical = cache_bytes(state.cache)
     masked = method.masked_tokens_per_head(model, state.cache)
@@ -184,34 +208,34 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
         logical -= sum(map(sum, masked)) * _bytes_per_token(state.cache) // sum(len(ms) for ms in masked)
     kept = [round(sum(heads) / len(heads)) for heads in per_head]
     ragged = any(isinstance(layer, RaggedLayer) for layer in state.cache.layers)
-    target_logprobs = None
-    if teacher_targets is not None:
-        forked = PrefilledPrompt(copy.deepcopy(state.cache), state.next_logits, state.next_position, state.uneven)
-        target_logprobs = _teacher_force_prefilled(model, forked, [int(t) for t in teacher_targets])
+    return GenerationOutput([], kept, _bytes_per_token(state.cache) * prompt_tokens, physical, prompt_tokens,
+                            prefill_s, 0.0, None, None, None, per_head, logical, physical,
+                            KERNEL if ragged else None, state.scoring_s, masked is not None)
 
-    started = time.perf_counter()
+
+def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[int], return_logprobs: bool = False,
+                  after_step: Callable[[PrefilledPrompt, int], None] | None = None
+                  ) -> tuple[list[int], int | None, list[torch.Tensor]]:
+    """Greedy decoding on a prefilled cache: (tokens without the stopping eos, that eos or None, each
+    step's log-probs when asked). The last token is not fed back, so the cache then holds the prompt and
+    all tokens but the last. ``after_step(state, n_new)`` runs after each token is in the cache
+    (decoding-time compression, kvmethods/decoding_compression.py); ``state.next_position`` follows."""
     tokens: list[int] = []
     steps: list[torch.Tensor] = []
-    stop_token = None
     logits = state.next_logits
-    position = state.next_position
     while True:
         if return_logprobs:
             steps.append(torch.log_softmax(logits.float(), dim=-1))
         next_token = int(logits.argmax())
         if next_token in eos:
-            stop_token = next_token
-            break
+            return tokens, next_token, steps
         tokens.append(next_token)
         if len(tokens) >= max_new_tokens:
-            break
-        logits = _forward(model, state.cache, [next_token], position, state.uneven, 1)[-1]
-        position += 1
-    decode_s = time.perf_counter() - started
-    logprobs = torch.stack(steps) if return_logprobs else None
-    return GenerationOutput(tokens, kept, _bytes_per_token(state.cache) * len(input_ids), physical, len(input_ids),
-                            prefill_s, decode_s, stop_token, logprobs, target_logprobs, per_head, logical, physical,
-                            KERNEL if ragged else None, state.scoring_s, masked is not None)
+            return tokens, None, steps
+        logits = _forward(model, state.cache, [next_token], state.next_position, state.uneven, 1)[-1]
+        state.next_position += 1
+        if after_step is not None:
+            after_step(state, len(tokens))
 
 
 def _teacher_force_prefilled(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:

@@ -296,7 +296,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         status = "failed" if measured is not None else "error"
     if measured is None:
         session = item.config.stash[SESSION_KEY]
-        measured = records.identity(case, session.run_id, session.grid.protocol)
+        measured = records.identity(case, session.run_id, case.protocol)
     record = records.with_outcome(measured, status=status, nodeid=item.nodeid,
                                   message=None if report.passed else _one_line(report),
                                   verdict=item.stash.get(VERDICT_KEY, None))

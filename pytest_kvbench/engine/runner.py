@@ -12,8 +12,9 @@ import time
 from typing import Any
 
 from kvmethods import Budget
-from pytest_kvbench.engine.fidelity import ReferenceCache, compare, make_reference
+from pytest_kvbench.engine.fidelity import ReferenceCache, make_reference
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
+from pytest_kvbench.engine.protocol_runs import by_context_and_turn, generations, group_position
 from pytest_kvbench.results import record as records
 from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
 
@@ -70,11 +71,11 @@ class Runner:
         from kvmethods.generation import generate
         from pytest_kvbench.engine.finite_logits import check_logits_finite
 
-        key = (case.model, case.task, case.seed, case.context_length, sample.id, self.grid.protocol)
+        key = (case.model, case.task, case.seed, case.context_length, sample.id, case.protocol)
 
         def compute():
             result = generate(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, prompt.input_ids,
-                              prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol,
+                              prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, case.protocol,
                               return_logprobs=True)
             # Methods are teacher-forced on the reference's whole output, the stopping eos included.
             target = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
@@ -94,8 +95,7 @@ class Runner:
 
     def _run(self, case: Case) -> dict:
         from kvmethods import get_method
-        from kvmethods.generation import generate, record_fields
-        from pytest_kvbench.engine.finite_logits import check_logits_finite
+        from kvmethods.generation import record_fields
         from pytest_kvbench.engine.hardware.item_meter import ItemMeter
         from pytest_kvbench.engine.time_limit import item_time_limit
         from pytest_kvbench.tasks import get_task
@@ -112,19 +112,10 @@ class Runner:
         rows: list[dict] = []
         scores: list[float] = []
         with item_time_limit(self.timeout_s), ItemMeter(loaded.device) as meter:
-            for sample in samples:
-                prompt = self._prompt(case, task, sample, loaded)
-                reference = self._reference(case, task, sample, prompt, loaded)
-                if case.method.name == FULL_METHOD:
-                    result, kl, agreement = reference.result, 0.0, 1.0
-                else:
-                    result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
-                                      task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol,
-                                      teacher_targets=reference.target_ids)
-                    check_logits_finite(result.target_logprobs, f"{case.id} sample {sample.id}")
-                    kl, agreement = compare(reference, result.target_logprobs)
+            for sample, result, kl, agreement, context, turn in generations(self, case, task, method, budget,
+                                                                             loaded, samples):
                 prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
-                answer = self._follow_up(task, sample, prediction, method, budget, loaded)
+                answer = self._follow_up(task, sample, prediction, method, budget, loaded, case.protocol)
                 first_output = {} if answer is None else {"first_output": prediction}
                 prediction = prediction if answer is None else answer
                 score = float(task.score(prediction, sample))
@@ -146,12 +137,13 @@ class Runner:
                     "kl": kl,
                     "agreement": agreement,
                     "fields": {k: v for k, v in sample.fields.items() if k in ("length", "depth", "context_length")},
-                } | first_output)
+                } | first_output | group_position(context, turn))
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
+        aggregate |= by_context_and_turn(rows)
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,
                             meter.result, time.perf_counter() - started)
 
-    def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel) -> str | None:
+    def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel, protocol: str) -> str | None:
         """The answer to a task's second question about its first output (LongBench v2's CoT: the
         letter is asked for in a second, context-free query), through the same method and budget;
         None when the task asks none."""
@@ -162,7 +154,7 @@ class Runner:
         from kvmethods.generation import generate
 
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
-                          task.follow_up_max_new_tokens, loaded.eos_token_ids, self.grid.protocol)
+                          task.follow_up_max_new_tokens, loaded.eos_token_ids, protocol)
         return loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
 
 
@@ -181,7 +173,7 @@ class Runner:
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
                                   [r["new_tokens"] for r in rows], total_s)
         model_info = loaded.info() | {"loaded_by_this_item": loaded_now}
-        return records.identity(case, self.run_id, self.grid.protocol) | {
+        return records.identity(case, self.run_id, case.protocol) | {
             "device": self.device_description(loaded.device),
             "model": model_info,
             "method": {"name": method.name, "params": method.params()},

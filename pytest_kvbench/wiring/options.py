@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_kvbench.wiring.protocols import check_tasks_serve_protocols, parse_protocols
 from pytest_kvbench.wiring.grid import (
     DEFAULT_MODEL,
     Grid,
@@ -31,7 +32,6 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 DEFAULT_METHODS = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "tova", "knorm", "random"]
 DEFAULT_BUDGETS = ["128", "256"]
 DEFAULT_SAMPLES = 20
-PROTOCOLS = ("question_in_window", "query_agnostic")
 
 # name -> (help, ini type); each becomes --kvbench-<name> and the ini key kvbench_<name>.
 GRID_OPTIONS: dict[str, tuple[str, str]] = {
@@ -43,7 +43,8 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
     "seed": ("seed of sample generation and of random methods", "string"),
     "seeds": ("several seeds, comma-separated: one item per seed, aggregated into mean and CI", "string"),
     "context-lengths": ("RULER context lengths in tokens, comma-separated", "linelist"),
-    "protocol": ("compression protocol: question_in_window or query_agnostic", "string"),
+    "protocol": ("compression protocols, comma-separated: question_in_window, query_agnostic, shared_context, "
+                 "multi_turn", "linelist"),
     "dtype": ("model dtype: auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16", "string"),
     "attn-implementation": ("attention implementation passed to from_pretrained (sdpa, eager, ...)", "string"),
     "data": ("directory of LongBench {task}.jsonl files in the official format ('fixtures' for the shipped ones)", "string"),
@@ -185,9 +186,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.context_lengths = [parse_positive_int(x, "--kvbench-context-lengths") for x in lengths]
     protocol = pick("protocol")
     if protocol is not None:
-        if protocol not in PROTOCOLS:
-            raise GridError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
-        grid.protocol = protocol
+        grid.protocols = parse_protocols(protocol)
     grid.dtype = str(pick("dtype") or "auto")
     if grid.dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise GridError(f"unknown dtype {grid.dtype!r}; valid: auto, float32, bfloat16, float16")
@@ -218,6 +217,7 @@ def _validate(grid: Grid) -> None:
         except MethodError as exc:
             raise GridError(f"--kvbench-budgets: {exc}") from None
     grid.budgets = parsed
+    tasks_named = bool(grid.tasks)
     if not grid.tasks:
         grid.tasks = list(task_registry.DEFAULT_TASKS)
         grid.smoke_tasks = list(task_registry.SMOKE_TASKS)
@@ -228,6 +228,7 @@ def _validate(grid: Grid) -> None:
             task_registry.get_task(task)
         except task_registry.TaskError as exc:
             raise GridError(str(exc)) from None
+    check_tasks_serve_protocols(grid, tasks_named)
     if not grid.context_lengths:
         grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
     for model in grid.models:
