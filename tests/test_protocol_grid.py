@@ -1,0 +1,93 @@
+"""Protocols in the grid: in item ids, keys and table titles; several per grid; tasks that cannot serve
+one are a usage error; `kvbench compare` refuses runs of different protocols; a real run records scores
+per context and per turn."""
+
+import json
+
+import pytest
+from test_cli_support import OTHER_ID, RUN_ID, assert_usage_error, make_record, run_cli, write_run
+
+from helpers import BENCH, SMALL_GRID, add_bench_files, hook_records, run_bench
+from pytest_kvbench.results.record import labels
+from pytest_kvbench.results.table_model import score_tables
+
+
+@pytest.fixture
+def bench(pytester):
+    add_bench_files(pytester)
+    return pytester
+
+
+def collected_ids(result) -> list[str]:
+    return [line.split("[", 1)[1].rstrip("]") for line in result.outlines if "::" in line and "[" in line]
+
+
+def test_a_grid_holds_several_protocols_named_in_the_item_ids(bench):
+    result = bench.runpytest("--collect-only", "-q", *SMALL_GRID, "--kvbench-protocol",
+                             "question_in_window,shared_context")
+    ids = collected_ids(result)
+    assert "snapkv-32-passage_retrieval_en" in ids and "snapkv-32-passage_retrieval_en-shared_context" in ids
+    assert len(ids) == 12
+
+
+def test_multi_turn_on_a_named_task_without_turns_is_a_one_line_usage_error(bench):
+    result = bench.runpytest("--collect-only", "-q", *SMALL_GRID, "--kvbench-protocol", "multi_turn")
+    assert result.ret == 4
+    errors = [line for line in result.errlines if "ERROR" in line]
+    assert len(errors) == 1 and "cannot run under protocol multi_turn" in errors[0]
+
+
+def test_an_unknown_protocol_is_a_usage_error(bench):
+    result = bench.runpytest("--collect-only", "-q", *SMALL_GRID, "--kvbench-protocol", "sharedcontext")
+    assert result.ret == 4
+    assert "unknown protocol 'sharedcontext'" in result.stderr.str()
+
+
+def test_multi_turn_leaves_default_tasks_without_turns_out(bench):
+    ids = collected_ids(bench.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-methods",
+                                        "full", "--kvbench-protocol", "multi_turn"))
+    assert ids and all("scbench" in i and i.endswith("-multi_turn") for i in ids)
+
+
+def test_the_protocol_is_in_the_key_labels_and_table_title():
+    default = make_record([1, 0])
+    shared = make_record([1, 1], protocol="shared_context")
+    shared["key"] += "|protocol=shared_context"
+    assert labels(shared).protocol == "shared_context" and labels(shared).task == labels(default).task
+    assert labels(default).protocol == "question_in_window"
+    headings = sorted(table.heading for table in score_tables([default, shared]))
+    assert headings == ["default — budget 128", "default — budget 128 — protocol shared_context"]
+
+
+def test_kvbench_compare_refuses_runs_of_different_protocols(capsys, tmp_path):
+    write_run(tmp_path, [make_record([1, 0, 1])])
+    write_run(tmp_path, [make_record([1, 0, 1], protocol="shared_context")], run_id=OTHER_ID)
+    code, _, err = run_cli(capsys, "compare", RUN_ID, OTHER_ID, "--results", tmp_path)
+    assert_usage_error(code, err, "cannot compare across protocols", "shared_context")
+
+
+@pytest.fixture(scope="module")
+def grouped_run(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("grouped")
+    (directory / "test_scbench.py").write_text((BENCH / "test_scbench.py").read_text())
+    result = run_bench(directory, "--kvbench-methods", "full,snapkv", "--kvbench-budgets", "64",
+                       "--kvbench-tasks", "scbench_kv", "--kvbench-samples", "3", "--kvbench-torch-threads", "1",
+                       "--kvbench-protocol", "shared_context,multi_turn", "test_scbench.py")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return directory, {r["record"]["item_id"]: r["record"] for r in hook_records(directory)}
+
+
+def test_a_grouped_run_scores_per_context_and_per_turn(grouped_run):
+    directory, records = grouped_run
+    assert set(records) == {"full-scbench_kv-shared_context", "snapkv-64-scbench_kv-shared_context",
+                            "full-scbench_kv-multi_turn", "snapkv-64-scbench_kv-multi_turn"}
+    turns = records["snapkv-64-scbench_kv-multi_turn"]
+    assert [(s["context"], s["turn"]) for s in turns["samples"]] == [(0, 0), (0, 1), (0, 2)]
+    prompts = [s["prompt_tokens"] for s in turns["samples"]]
+    assert prompts[0] < prompts[1] < prompts[2]  # earlier turns stay in the cache
+    assert set(turns["aggregate"]["turns"]) == {"1", "2", "3"} and turns["protocol"] == "multi_turn"
+    shared = records["snapkv-64-scbench_kv-shared_context"]
+    assert shared["aggregate"]["contexts"] == {"0": shared["score"]}
+    results = (directory / "results" / "RESULTS.md").read_text()
+    assert "protocol multi_turn — score by turn" in results and "| Turn 3" in results
+    assert "budget 64 — protocol shared_context" in results
