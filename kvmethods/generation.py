@@ -15,9 +15,9 @@ differ). The model is only called through its public forward with a DynamicCache
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -60,6 +60,9 @@ class GenerationOutput:
     ragged_kernel: str | None = None  # how attention ran over a ragged (head-adaptive) cache, else None
     scoring_s: float = 0.0  # part of prefill_s spent in a method's extra scoring forward (KVzip)
     masked_only: bool = False  # evicted keys are masked, not freed (kvpress head-wise presses): no memory saved
+    # Methods compressing while decoding (decoding_compression.py): the cache length (longest layer) after
+    # each decoding step; empty for the others, whose cache grows by one token a step.
+    decode_cache_lengths: list[int] = field(default_factory=list)
 
 
 def record_fields(out: GenerationOutput) -> dict:
@@ -71,7 +74,7 @@ def record_fields(out: GenerationOutput) -> dict:
         "ragged_kernel": out.ragged_kernel,
         "scoring_ms": out.scoring_s * 1000.0,
         "kv_masked_only": out.masked_only,
-    }
+    } | ({"decode_cache_lengths": out.decode_cache_lengths} if out.decode_cache_lengths else {})
 
 
 @dataclass
@@ -82,6 +85,9 @@ class PrefilledPrompt:
     uneven: bool  # layers hold different lengths or are ragged: later forwards need per-layer masks
     kept_indices: list = field(default_factory=list)  # per layer [batch, kv_heads, n], a bool mask, or None
     scoring_s: float = 0.0  # seconds of a whole-prompt scoring pass (KVzip), included in the prefill
+    # Tokens each layer keeps when a method compresses while decoding: the budget itself for token budgets
+    # (not capped at the prompt length, which decoding outgrows), the prompt's share for ratio budgets.
+    decode_layer_budgets: list[int] = field(default_factory=list)
 
 
 def _device(model) -> torch.device:
@@ -149,7 +155,9 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     uneven = len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
     if compressed_len < len(input_ids):
         logits = _forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
-    return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices), scoring_s)
+    decode_target = int(budget.value) if budget.kind == "tokens" else budget_tokens
+    decode_budgets = method.layer_budgets(decode_target, n_layers, max(decode_target, compressed_len))
+    return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices), scoring_s, decode_budgets)
 
 
 def _compress_from_whole_prompt(model, method: Method, layer_budgets: list[int], cache: DynamicCache,
@@ -189,7 +197,8 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
         target_logprobs = _teacher_force_prefilled(model, forked, [int(t) for t in teacher_targets])
 
     started = time.perf_counter()
-    out.tokens, out.stop_token, steps = decode_greedy(model, state, max_new_tokens, eos, return_logprobs)
+    out.tokens, out.stop_token, steps, out.decode_cache_lengths = decode_greedy(model, state, max_new_tokens, eos,
+                                                                               return_logprobs, method)
     out.decode_s = time.perf_counter() - started
     out.logprobs = torch.stack(steps) if return_logprobs else None
     out.target_logprobs = target_logprobs
@@ -214,28 +223,26 @@ def measured_prefill(model, method: Method, state: PrefilledPrompt, prompt_token
 
 
 def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[int], return_logprobs: bool = False,
-                  after_step: Callable[[PrefilledPrompt, int], None] | None = None
-                  ) -> tuple[list[int], int | None, list[torch.Tensor]]:
+                  method: Method | None = None) -> tuple[list[int], int | None, list[torch.Tensor], list[int]]:
     """Greedy decoding on a prefilled cache: (tokens without the stopping eos, that eos or None, each
-    step's log-probs when asked). The last token is not fed back, so the cache then holds the prompt and
-    all tokens but the last. ``after_step(state, n_new)`` runs after each token is in the cache
-    (decoding-time compression, kvmethods/decoding_compression.py); ``state.next_position`` follows."""
+    step's log-probs when asked, the cache length after each step for methods compressing while decoding).
+    The last token is not fed back, so the cache then holds the prompt and all tokens but the last;
+    ``state.next_position`` follows. `method.while_decoding` wraps the loop (decoding_compression.py)."""
     tokens: list[int] = []
     steps: list[torch.Tensor] = []
     logits = state.next_logits
-    while True:
-        if return_logprobs:
-            steps.append(torch.log_softmax(logits.float(), dim=-1))
-        next_token = int(logits.argmax())
-        if next_token in eos:
-            return tokens, next_token, steps
-        tokens.append(next_token)
-        if len(tokens) >= max_new_tokens:
-            return tokens, None, steps
-        logits = _forward(model, state.cache, [next_token], state.next_position, state.uneven, 1)[-1]
-        state.next_position += 1
-        if after_step is not None:
-            after_step(state, len(tokens))
+    with (method.while_decoding(model, state) if method is not None else contextlib.nullcontext([])) as lengths:
+        while True:
+            if return_logprobs:
+                steps.append(torch.log_softmax(logits.float(), dim=-1))
+            next_token = int(logits.argmax())
+            if next_token in eos:
+                return tokens, next_token, steps, lengths
+            tokens.append(next_token)
+            if len(tokens) >= max_new_tokens:
+                return tokens, None, steps, lengths
+            logits = _forward(model, state.cache, [next_token], state.next_position, state.uneven, 1)[-1]
+            state.next_position += 1
 
 
 def _teacher_force_prefilled(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:

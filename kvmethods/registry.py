@@ -15,6 +15,7 @@ from typing import Any
 from .adakv import AdaKV
 from .base import Method
 from .criticalkv import CriticalKV
+from .decoding_compression import DecodingCompression
 from .errors import MethodError
 from .expected_attention import ExpectedAttention
 from .full import Full
@@ -23,13 +24,15 @@ from .knorm import KNorm
 from .kvzip import KVzip
 from .pyramidkv import PyramidKV
 from .random import Random
+from .rkv import RKV
 from .snapkv import SnapKV
 from .streamingllm import StreamingLLM
 from .tova import TOVA
 
 ENTRY_POINT_GROUP = "kvbench.methods"
 BUILTIN_METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV, CriticalKV, ExpectedAttention, KVzip)
+    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV, CriticalKV, ExpectedAttention, KVzip,
+                DecodingCompression, RKV)
 }
 _registered: dict[str, type[Method]] = {}
 

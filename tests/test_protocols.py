@@ -84,3 +84,49 @@ def test_multi_turn_keeps_earlier_turns_in_the_cache(model):
     assert turns[0].tokens == alone[0].tokens
     assert turns[1].prompt_tokens == len(CONTEXT) + len(QUESTIONS[0]) + 7 + len(QUESTIONS[1])
     assert turns[1].kept_tokens_per_layer[0] == alone[1].kept_tokens_per_layer[0] + len(QUESTIONS[0]) + 7
+
+
+# -- compression while decoding (kvmethods/decoding_compression.py, kvmethods/rkv.py) -----------------------
+
+@pytest.mark.parametrize("spec", [dict(name="decoding", base="snapkv", interval=16, window=8),
+                                  dict(name="decoding", base="streamingllm", interval=10),
+                                  dict(name="decoding", base="knorm", interval=12),
+                                  dict(name="rkv", interval=16)])
+def test_decoding_compression_never_lets_the_cache_exceed_budget_plus_interval(model, spec):
+    params = dict(spec)
+    method = get_method(params.pop("name"), **params)
+    out = generate(model, method, "24", CONTEXT, len(CONTEXT), 60, set(), "question_in_window")
+    lengths = out.decode_cache_lengths
+    assert len(out.tokens) == 60 and len(lengths) == 59  # the last token is never fed back
+    assert max(lengths) <= 24 + spec["interval"] and max(lengths) == 24 + spec["interval"] - 1
+    assert min(lengths) == 24  # it was cut back to the budget at least once
+    assert out.kept_tokens_per_layer == [24] * len(out.kept_tokens_per_layer)
+
+
+@pytest.mark.parametrize("name", ["decoding", "rkv"])
+def test_decoding_compression_with_a_budget_above_the_final_length_is_no_compression(model, name):
+    method = get_method(name, interval=8, window=8)
+    out = generate(model, method, "1000", CONTEXT, len(CONTEXT), 30, set(), "question_in_window")
+    full = generate(model, get_method("full"), "1000", CONTEXT, len(CONTEXT), 30, set(), "question_in_window")
+    assert out.tokens == full.tokens
+    assert out.decode_cache_lengths == list(range(len(CONTEXT) + 1, len(CONTEXT) + 30))
+
+
+def test_decoding_compression_changes_what_is_generated_once_it_cuts(model):
+    """The cut is real: with a tight budget decoding goes differently than prefill-only compression."""
+    cut = generate(model, get_method("decoding", base="knorm", interval=4), "16", CONTEXT, len(CONTEXT), 40, set(),
+                   "question_in_window")
+    prefill_only = generate(model, get_method("knorm"), "16", CONTEXT, len(CONTEXT), 40, set(), "question_in_window")
+    assert prefill_only.decode_cache_lengths == [] and cut.tokens != prefill_only.tokens
+
+
+@pytest.mark.parametrize("spec", [dict(name="decoding", base="h2o"), dict(name="decoding", base="kvzip"),
+                                  dict(name="decoding", base="adakv"), dict(name="decoding", interval=16),
+                                  dict(name="rkv", interval=0), dict(name="decoding", interval=0)])
+def test_decoding_compression_refuses_scorers_and_intervals_it_cannot_use(spec):
+    from kvmethods import MethodError
+
+    params = dict(spec)
+    with pytest.raises(MethodError) as error:
+        get_method(params.pop("name"), **params)
+    assert "\n" not in str(error.value)

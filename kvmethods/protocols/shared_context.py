@@ -10,6 +10,7 @@ cut back to its compressed state (cache_snapshot.py), so no question sees anothe
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
@@ -23,9 +24,9 @@ from .cache_snapshot import CacheSnapshot
 def ask(model, context: PrefilledPrompt, question: list[int]) -> PrefilledPrompt:
     """The context's cache with `question` prefilled (uncompressed) on top, ready to decode."""
     if not question:
-        return PrefilledPrompt(context.cache, context.next_logits, context.next_position, context.uneven)
+        return dataclasses.replace(context)
     logits = _forward(model, context.cache, question, context.next_position, context.uneven, 1)[-1]
-    return PrefilledPrompt(context.cache, logits, context.next_position + len(question), context.uneven)
+    return dataclasses.replace(context, next_logits=logits, next_position=context.next_position + len(question))
 
 
 @torch.inference_mode()
@@ -48,7 +49,8 @@ def answer_questions(model, method: Method, budget: Budget | str, context: list[
         out = measured_prefill(model, method, asked, len(context) + len(question),
                                context_share + time.perf_counter() - started)
         started = time.perf_counter()
-        out.tokens, out.stop_token, _ = decode_greedy(model, asked, max_new_tokens, eos)
+        out.tokens, out.stop_token, _, out.decode_cache_lengths = decode_greedy(model, asked, max_new_tokens, eos,
+                                                                                 method=method)
         out.decode_s = time.perf_counter() - started
         compressed.restore(state.cache)
         outputs.append(out)
