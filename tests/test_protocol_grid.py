@@ -91,3 +91,32 @@ def test_a_grouped_run_scores_per_context_and_per_turn(grouped_run):
     results = (directory / "results" / "RESULTS.md").read_text()
     assert "protocol multi_turn — score by turn" in results and "| Turn 3" in results
     assert "budget 64 — protocol shared_context" in results
+
+
+@pytest.mark.parametrize("method, message", [
+    ("decoding:interval=0", "'interval' must be >= 1"),
+    ("decoding:base=snapkv:interval=64", "interval 64 exceeds the 32 tokens passage_retrieval_en generates"),
+])
+def test_a_decoding_interval_of_zero_or_beyond_the_generation_is_a_usage_error(bench, method, message):
+    result = bench.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-methods", method,
+                             "--kvbench-tasks", "passage_retrieval_en")
+    assert result.ret == 4
+    errors = [line for line in result.errlines if "ERROR" in line]
+    assert len(errors) == 1 and message in errors[0], result.errlines
+
+
+def test_a_decoding_method_runs_on_a_summarization_task_at_its_official_length(tmp_path):
+    """gov_report may generate 512 tokens (LongBench's official length); the item runs, records the cache
+    length of every decoding step within budget + interval. (The embedded model ends its summaries early;
+    the bound over long generations is tested on tiny models in test_protocols.py.)"""
+    result = run_bench(tmp_path, "--kvbench-methods", "decoding:base=snapkv:interval=64,snapkv",
+                       "--kvbench-budgets", "128", "--kvbench-tasks", "gov_report", "--kvbench-samples", "1",
+                       "--kvbench-torch-threads", "1", "test_longbench.py")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    records = {r["record"]["method"]["name"]: r["record"] for r in hook_records(tmp_path)}
+    assert records["decoding"]["method"]["params"]["interval"] == 64
+    assert records["decoding"]["task"]["name"] == "gov_report" and records["decoding"]["status"] == "passed"
+    sample = records["decoding"]["samples"][0]
+    lengths = sample.get("decode_cache_lengths", [])
+    assert len(lengths) == max(0, sample["new_tokens"] - 1) and all(n <= 128 + 64 for n in lengths)
+    assert "decode_cache_lengths" not in records["snapkv"]["samples"][0]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_kvbench.wiring.protocols import check_tasks_serve_protocols, parse_protocols
+from pytest_kvbench.wiring.protocols import check_decoding_intervals, check_tasks_serve_protocols, parse_protocols
 from pytest_kvbench.wiring.grid import (
     DEFAULT_MODEL,
     Grid,
@@ -229,6 +229,7 @@ def _validate(grid: Grid) -> None:
         except task_registry.TaskError as exc:
             raise GridError(str(exc)) from None
     check_tasks_serve_protocols(grid, tasks_named)
+    check_decoding_intervals(grid)
     if not grid.context_lengths:
         grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
     for model in grid.models:

@@ -42,3 +42,21 @@ def check_tasks_serve_protocols(grid: Grid, tasks_named: bool) -> None:
                 raise GridError(f"task {task_name} cannot run under protocol {protocol}: its samples have no "
                                 f"turns (multi_turn needs a multi-turn task such as SCBench's)")
             grid.unserved.add((task_name, protocol))
+
+
+def check_decoding_intervals(grid: Grid) -> None:
+    """GridError for a method that compresses every `interval` new tokens on a task generating fewer:
+    it would never compress while decoding, so its numbers would not be what its name says."""
+    from kvmethods import get_method
+
+    from pytest_kvbench.tasks import get_task
+
+    for spec in grid.methods:
+        interval = get_method(spec.name, **dict(spec.params)).params().get("interval")
+        if not isinstance(interval, int):
+            continue
+        for task_name in grid.tasks:
+            generated = get_task(task_name).max_new_tokens
+            if interval > generated:
+                raise GridError(f"method {spec.label}: interval {interval} exceeds the {generated} tokens {task_name} "
+                                f"generates, so it would never compress while decoding (lower the interval)")
