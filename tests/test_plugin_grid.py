@@ -2,17 +2,7 @@
 
 import pytest
 
-from helpers import SMALL_GRID, add_bench_files
-
-
-@pytest.fixture
-def bench(pytester):
-    add_bench_files(pytester)
-    return pytester
-
-
-def collected_ids(result) -> list[str]:
-    return [line.split("[", 1)[1].rstrip("]") for line in result.outlines if "::" in line and "[" in line]
+from helpers import SMALL_GRID, collected_ids
 
 
 def test_item_ids_are_readable_and_stable(bench):

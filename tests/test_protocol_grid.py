@@ -7,19 +7,9 @@ import json
 import pytest
 from test_cli_support import OTHER_ID, RUN_ID, assert_usage_error, make_record, run_cli, write_run
 
-from helpers import BENCH, SMALL_GRID, add_bench_files, hook_records, run_bench
+from helpers import BENCH, SMALL_GRID, collected_ids, hook_records, run_bench
 from pytest_kvbench.results.record import labels
 from pytest_kvbench.results.table_model import score_tables
-
-
-@pytest.fixture
-def bench(pytester):
-    add_bench_files(pytester)
-    return pytester
-
-
-def collected_ids(result) -> list[str]:
-    return [line.split("[", 1)[1].rstrip("]") for line in result.outlines if "::" in line and "[" in line]
 
 
 def test_a_grid_holds_several_protocols_named_in_the_item_ids(bench):
