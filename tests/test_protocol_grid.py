@@ -9,6 +9,8 @@ from test_cli_support import OTHER_ID, RUN_ID, assert_usage_error, make_record, 
 
 from helpers import BENCH, SMALL_GRID, collected_ids, hook_records, run_bench
 from pytest_kvbench.results.record import labels
+from pytest_kvbench.results.report import build_report
+from pytest_kvbench.results.runs import load_run
 from pytest_kvbench.results.table_model import score_tables
 
 
@@ -81,6 +83,9 @@ def test_a_grouped_run_scores_per_context_and_per_turn(grouped_run):
     results = (directory / "results" / "RESULTS.md").read_text()
     assert "protocol multi_turn — score by turn" in results and "| Turn 3" in results
     assert "budget 64 — protocol shared_context" in results
+    runs = sorted((directory / "results" / "runs").iterdir())
+    page = build_report([load_run(runs[-1])])
+    assert "<h4>score by turn</h4>" in page and "Turn 3" in page
 
 
 @pytest.mark.parametrize("method, message", [
