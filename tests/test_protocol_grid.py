@@ -115,3 +115,32 @@ def test_a_decoding_method_runs_on_a_summarization_task_at_its_official_length(t
     lengths = sample.get("decode_cache_lengths", [])
     assert len(lengths) == max(0, sample["new_tokens"] - 1) and all(n <= 128 + 64 for n in lengths)
     assert "decode_cache_lengths" not in records["snapkv"]["samples"][0]
+
+
+# -- RULER: several questions per haystack (the shared_context protocol's groups) -----------------------------
+
+def test_ruler_niah_puts_several_questions_on_one_haystack():
+    from test_tasks_support import tiny_tokenizer
+
+    from pytest_kvbench.engine.protocol_runs import context_groups
+    from pytest_kvbench.tasks import get_task
+
+    tokenizer = tiny_tokenizer()
+    task = get_task("niah_single_1:questions=3")
+    samples = task.load_samples(tokenizer, n=6, seed=0, data_dir="fixtures", context_length=512)
+    prompts = [task.build_prompt(sample, tokenizer, None) for sample in samples]
+    assert context_groups(samples, prompts) == [[0, 1, 2], [3, 4, 5]]
+    first = samples[:3]
+    assert len({s.answers[0] for s in first}) == 3  # each question asks its own needle
+    assert all(s.answers[0] in s.fields["input"] for s in first)  # ... hidden in the shared haystack
+    single = get_task("niah_single_1").load_samples(tokenizer, n=2, seed=0, data_dir="fixtures", context_length=512)
+    assert len({tuple(p.input_ids[: p.context_len]) for p in
+                (get_task("niah_single_1").build_prompt(s, tokenizer, None) for s in single)}) == 2
+
+
+@pytest.mark.parametrize("task, message", [("vt:questions=2", "needs a niah task"),
+                                           ("passkey:questions=2", "takes no questions setting")])
+def test_questions_on_a_task_without_a_haystack_of_needles_is_a_usage_error(bench, task, message):
+    result = bench.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-methods", "full",
+                             "--kvbench-tasks", task)
+    assert result.ret == 4 and message in result.stderr.str()
