@@ -143,7 +143,8 @@ class Runner:
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,
                             meter.result, time.perf_counter() - started)
 
-    def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel, protocol: str) -> str | None:
+    def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel,
+                   protocol: str = records.DEFAULT_PROTOCOL) -> str | None:
         """The answer to a task's second question about its first output (LongBench v2's CoT: the
         letter is asked for in a second, context-free query), through the same method and budget;
         None when the task asks none."""
