@@ -22,6 +22,7 @@ from tabulate import tabulate
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
+from pytest_kvbench import user_paths
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.export import FORMATS, ExportError, config_key, export_records, to_markdown
@@ -174,6 +175,12 @@ def cmd_show(args) -> int:
     problems = [r for r in run.records if r.get("status") in ("failed", "error") and r.get("message")]
     for r in problems:
         print(f"{r.get('status')}: {r.get('item_id') or r['key']}: {str(r['message']).splitlines()[0]}")
+    unfinished = info.get("unfinished") if isinstance(info.get("unfinished"), list) else []
+    for u in unfinished:
+        if isinstance(u, dict):
+            print(f"not finished: {u.get('item_id')}: {u.get('reason')}")
+    if unfinished and info.get("resume_command"):
+        print(f"finish the run with: {info['resume_command']}")
     print()
     print("environment:")
     for name, value in sorted(run.environment.items()):
@@ -185,6 +192,10 @@ def cmd_show(args) -> int:
 
 def _load_reference(spec: str, results: str) -> tuple[Baseline, str]:
     """``compare``'s first argument: a run (id, prefix or directory) or a saved baseline file."""
+    try:
+        user_paths.checked(spec, "baseline")
+    except user_paths.PathError as exc:
+        raise UsageError(str(exc)) from None
     path = Path(spec)
     if path.is_file() and path.name not in (storage.RUN_FILE, storage.RECORDS_FILE):
         baseline = load_baseline(path)
@@ -249,6 +260,10 @@ def cmd_report(args) -> int:
 
 def cmd_merge(args) -> int:
     out = args.into or args.results
+    try:
+        user_paths.writable_dir(out, "--into" if args.into else "--results")
+    except user_paths.PathError as exc:
+        raise UsageError(str(exc)) from None
     run_id = merge_runs(args.runs, out, results_dir=args.results)
     merged = load_run(run_id, out)
     print(f"merged {len(args.runs)} runs ({len(merged.records)} items) into {run_id} ({merged.path})")
@@ -378,6 +393,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_results_dir(path: str) -> None:
+    """--results may name a directory not made yet (no runs), but never a file or an unusable path."""
+    try:
+        _, info = user_paths.checked(path, "--results")
+        if info is not None:
+            user_paths.existing_dir(path, "--results")
+    except user_paths.PathError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -386,6 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     args.results = getattr(args, "results", DEFAULT_RESULTS)
     try:
+        _check_results_dir(args.results)
         return args.func(args)
     except (RunError, BaselineError, ExportError, ReportError, UsageError) as exc:
         print(f"kvbench {args.command}: error: {exc}", file=sys.stderr)
@@ -393,6 +419,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `kvbench list | head`
         sys.stderr.close()
         return EXIT_OK
+    except OSError as exc:  # a path the OS refuses that no check above foresaw: still one line
+        where = f" {user_paths.shown(exc.filename)}" if exc.filename else ""
+        print(f"kvbench {args.command}: error:{where} {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

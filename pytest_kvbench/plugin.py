@@ -11,6 +11,7 @@ baseline (wiring/gate.py).
 from __future__ import annotations
 
 import functools
+import math
 import os
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from pytest_kvbench.wiring import hookspecs, options
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.gpu_slots import DeviceSlots
 from pytest_kvbench.wiring.grid import Case, GridError
+from pytest_kvbench.wiring.resume import check_resume
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_group_name
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
@@ -62,24 +64,29 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         grid = options.resolve_grid(config)
         gate = Gate.from_config(config)
+        results = options.results_dir(config)
+        if _is_worker(config):
+            run_id = config.workerinput["kvbench_run_id"]
+        elif config.getoption("kvbench_resume") is not None:
+            run_id = check_resume(config.getoption("kvbench_resume"), results, grid)
+        else:
+            run_id = new_run_id()
     except GridError as exc:
         raise pytest.UsageError(str(exc)) from None
-    results = options.results_dir(config)
     if _is_worker(config):
         _pin_worker_device(config)
-        run_id = config.workerinput["kvbench_run_id"]
     else:
-        run_id = config.getoption("kvbench_resume") or new_run_id()
-        if config.getoption("kvbench_resume") and not (results / "runs" / run_id).is_dir():
-            raise pytest.UsageError(f"--kvbench-resume {run_id}: no run directory {results / 'runs' / run_id}")
         _check_worker_count(config)
     session = RunSession(grid, results, run_id, is_controller=not _is_worker(config),
                          environment=capture_environment(config.invocation_params.args),
-                         resumed=bool(config.getoption("kvbench_resume")))
+                         resumed=config.getoption("kvbench_resume") is not None)
     config.stash[SESSION_KEY] = session
     config.stash[GATE_KEY] = gate
     timeout = _positive_option(config, "kvbench_timeout", float, "a positive number of seconds")
     threads = _positive_option(config, "kvbench_torch_threads", int, "a positive integer")
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:
+        raise pytest.UsageError(f"--kvbench-torch-threads {threads}: more threads than the {cores} CPU cores here")
     if threads is not None:
         import torch
 
@@ -98,7 +105,7 @@ def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
         value = kind(raw)
     except ValueError:
         value = None
-    if value is None or value <= 0:
+    if value is None or not math.isfinite(value) or value <= 0:
         option = "--" + dest.replace("_", "-")
         raise pytest.UsageError(f"{option} must be {what}, got {raw!r}")
     return value
@@ -167,6 +174,49 @@ def pytest_xdist_make_scheduler(config, log):
     groups = {case.id: xdist_group_name(case.reference_group)
               for suite in SUITES for case in grid.cases(suite, _suite_of)}
     return reference_group_scheduler(config, log, groups)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """xdist controller: the items a worker will run are the items this run must finish."""
+    _expect(node.config, ids)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not _is_worker(session.config):
+        _expect(session.config, [item.nodeid for item in session.items])
+
+
+def _expect(config: pytest.Config, nodeids) -> None:
+    run = config.stash.get(SESSION_KEY, None)
+    if run is not None and run.is_controller:
+        run.expect((case, nodeid) for nodeid in nodeids if (case := _case_of_nodeid(config, nodeid)) is not None)
+
+
+def _case_of_nodeid(config: pytest.Config, nodeid: str) -> Case | None:
+    """The case behind a benchmark item's node id (``file::test[case id]``); None for other tests."""
+    if not nodeid.endswith("]") or "[" not in nodeid:
+        return None
+    run = config.stash[SESSION_KEY]
+    if run.cases_by_id is None:
+        run.cases_by_id = {case.id: case for suite in SUITES for case in run.grid.cases(suite, _suite_of)}
+    return run.cases_by_id.get(nodeid.rsplit("[", 1)[1][:-1])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
+    """xdist controller: a worker died inside an item. Its record says so, and the run is incomplete."""
+    config = getattr(sched, "config", None) or report.node.config
+    case = _case_of_nodeid(config, crashitem)
+    if case is None:
+        return
+    run = config.stash[SESSION_KEY]
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
+    message = (f"worker {worker} crashed while running this item (the process died: killed, out of host "
+               f"memory or a hard crash); run it again with --kvbench-resume {run.run_id}")
+    record = records.with_outcome(records.identity(case, run.run_id, case.protocol), status="error",
+                                  nodeid=crashitem, message=message)
+    run.add(record | {"crashed": True})
 
 
 @functools.cache
@@ -241,16 +291,21 @@ class KvbenchFixture:
         self.config = item.config
 
     def run(self, case) -> dict:
+        from pytest_kvbench.engine.models import ModelLoadError
         from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
-        from pytest_kvbench.tasks import TaskUnavailable
+        from pytest_kvbench.tasks import DataError, TaskError, TaskUnavailable
 
         runner = self.config.stash[RUNNER_KEY]
         try:
             record = runner.run(case)
         except TaskUnavailable as exc:
             pytest.skip(str(exc))
+        except (ModelLoadError, TaskError, DataError) as exc:
+            # bad input found only now (a model that will not load, data too short): one paragraph,
+            # without the chain of exceptions behind it (pytest prints a chain even with pytrace=False)
+            raise pytest.fail.Exception(f"{case.id}: {exc}", pytrace=False) from None
         except ItemOutOfMemory as exc:  # the runner already freed the memory the item held
-            pytest.fail(str(exc), pytrace=False)
+            raise pytest.fail.Exception(str(exc), pytrace=False) from None
         self.item.stash[RECORD_KEY] = record
         for key in ("score", "metric"):
             self.item.user_properties.append((f"kvbench_{key}", record[key]))
@@ -344,4 +399,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"{len(zeros)} item(s) scored exactly 0 (check these): {shown}", yellow=True)
     for line in config.stash[GATE_KEY].summary_lines():
         terminalreporter.write_line(line)
+    if run.unfinished:
+        shown = ", ".join(u["item_id"] for u in run.unfinished[:8]) + (" ..." if len(run.unfinished) > 8 else "")
+        terminalreporter.write_line(f"run {run.run_id} is incomplete: {len(run.unfinished)} item(s) not finished "
+                                    f"({shown}); finish them with: {run.resume_command()}", red=True)
     terminalreporter.write_line(f"run {run.run_id}: {run.run_dir} ; table: {Path(run.results_dir) / 'RESULTS.md'}")

@@ -39,7 +39,7 @@ HOOK_CONFTEST = (
 )
 
 
-def run_bench(directory, *args, timeout=900):
+def run_bench(directory, *args, timeout=900, env=None):
     """Run the benchmark suite in a fresh interpreter (as a user would) inside ``directory``.
 
     A subprocess keeps torch's global registrations out of the test process and lets one run
@@ -54,7 +54,7 @@ def run_bench(directory, *args, timeout=900):
         (directory / name).write_text((BENCH / name).read_text())
     if not (directory / "conftest.py").exists():
         (directory / "conftest.py").write_text(HOOK_CONFTEST)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONHASHSEED="0")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONHASHSEED="0", **(env or {}))
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
                           cwd=directory, env=env, capture_output=True, text=True, timeout=timeout)
 

@@ -3,6 +3,7 @@
 import pytest
 
 from helpers import SMALL_GRID, collected_ids
+from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
 
 
 def test_item_ids_are_readable_and_stable(bench):
@@ -26,7 +27,7 @@ def test_k_selects_exactly_the_matching_items(bench):
 def test_method_parameters_budget_ratio_seeds_and_models_appear_in_ids(bench, tmp_path):
     model_dir = tmp_path / "m2"
     model_dir.mkdir()
-    (model_dir / "config.json").write_text("{}")
+    (model_dir / "config.json").write_text((DEFAULT_MODEL_DIR / "config.json").read_text())
     args = ["--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-methods", "snapkv:window=8",
             "--kvbench-budgets", "r0.5", "--kvbench-tasks", "passage_retrieval_en", "--kvbench-seeds", "0,1",
             "--kvbench-model", "default", "--kvbench-model", str(model_dir)]
@@ -70,7 +71,7 @@ def test_ini_keys_configure_the_grid(bench):
         (["--kvbench-budgets", "lots"], "budget"),
         (["--kvbench-samples", "0"], "--kvbench-samples must be a positive integer"),
         (["--kvbench-samples", "2.5"], "--kvbench-samples must be a positive integer"),
-        (["--kvbench-model", "./no/such/model"], "no config.json"),
+        (["--kvbench-model", "./no/such/model"], "model path ./no/such/model: not found"),
         (["--kvbench-methods", "snapkv:windw=3"], "windw"),
         (["--kvbench-protocol", "sideways"], "unknown protocol"),
         (["--kvbench-timeout", "-1"], "--kvbench-timeout must be a positive number"),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from pytest_kvbench import user_paths
 from pytest_kvbench.results.record import DEFAULT_PROTOCOL, is_number, is_scored
 from pytest_kvbench.results.storage import read_json
 
@@ -34,6 +35,7 @@ def baseline_entry(record: dict) -> dict:
         "method": record.get("method"),
         "budget": record.get("budget"),
         "protocol": record.get("protocol"),
+        "max_prompt_tokens": record.get("max_prompt_tokens"),
         "seed": record.get("seed"),
         "task": record.get("task"),
         "metric": record.get("metric"),
@@ -92,11 +94,12 @@ class Baseline:
 
 def check_save_target(path: str | os.PathLike, force: bool) -> None:
     """Refuse a --kvbench-save target at configure time, before an hour of benchmarking is spent."""
-    target = Path(path)
-    if target.is_dir():
-        raise BaselineError(f"cannot save baseline {target}: it is a directory")
-    if target.exists() and not force:
-        raise BaselineError(f"baseline {target} already exists; pass --kvbench-save-force to replace it")
+    try:
+        target, exists = user_paths.writable_file(path, "cannot save baseline")
+    except user_paths.PathError as exc:
+        raise BaselineError(str(exc)) from None
+    if exists and not force:
+        raise BaselineError(f"baseline {user_paths.shown(target)} already exists; pass --kvbench-save-force to replace it")
 
 
 def write_baseline(path: str | os.PathLike, records: list[dict], environment: dict, force: bool) -> None:
@@ -152,6 +155,10 @@ def check_same_protocols(entries: Iterable[dict], records: Iterable[dict], basel
 def load_baseline(path: str | os.PathLike) -> Baseline:
     """Read and validate a baseline file; every problem is a one-line BaselineError naming it."""
     source = Path(path)
+    try:
+        user_paths.checked(source, "baseline")
+    except user_paths.PathError as exc:
+        raise BaselineError(str(exc)) from None
     if not source.exists():
         raise BaselineError(f"baseline {source} does not exist (write one with --kvbench-save {source})")
     if source.is_dir():
@@ -167,6 +174,8 @@ def load_baseline(path: str | os.PathLike) -> Baseline:
     entries = data.get("entries")
     if not isinstance(entries, dict):
         raise BaselineError(f"baseline {source}: 'entries' must be an object keyed by item key")
+    if not entries:
+        raise BaselineError(f"baseline {source} has no entries: nothing to compare against")
     for key, entry in entries.items():
         _check_entry(source, key, entry)
     environment = data.get("environment")

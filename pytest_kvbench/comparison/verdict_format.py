@@ -43,14 +43,18 @@ def fmt_p(p: float | None) -> str:
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
+RELATIVE_METRICS = ("latency", "kv_bytes", "peak_bytes")  # KL near 0 would print +25321829798.9%
+
+
 def relative(check) -> str:
-    if check.delta is None or not check.baseline:
+    """The change in % of the baseline, for the metrics where a ratio means something."""
+    if check.metric not in RELATIVE_METRICS or check.delta is None or not check.baseline:
         return ""
     return f" ({100.0 * check.delta / abs(check.baseline):+.1f}%)"
 
 
 def check_row(key: str, check) -> list[str]:
-    delta = fmt_delta(check.metric, check.delta) + ("" if check.metric == "score" else relative(check))
+    delta = fmt_delta(check.metric, check.delta) + relative(check)
     verdict = check.status + (f" ({check.note})" if check.note else "")
     return [key, check.metric, fmt_value(check.metric, check.baseline), fmt_value(check.metric, check.current),
             delta, fmt_interval(check.metric, check.low, check.high), fmt_p(check.p), verdict]

@@ -139,8 +139,14 @@ def _settings_mismatch(record: dict, entry: dict) -> list[str]:
         changed = sorted(k for k in set(base_params) | set(cur_params) if base_params.get(k) != cur_params.get(k))
         detail = ", ".join(f"{k}: {base_params.get(k)!r} -> {cur_params.get(k)!r}" for k in changed)
         reasons.append(f"method parameters differ ({detail})")
+    base_model, cur_model = entry.get("model") or {}, record.get("model") or {}
+    for name in ("dtype", "attn_implementation"):
+        if base_model.get(name) is not None and cur_model.get(name) is not None and base_model[name] != cur_model[name]:
+            reasons.append(f"model {name.replace('_', ' ')} differs (baseline {base_model[name]!r}, this run {cur_model[name]!r})")
     for name, base, cur in (
         ("protocol", entry.get("protocol"), record.get("protocol")),
+        # None is the model's maximum; baselines from before the field was recorded used it
+        ("max prompt tokens", entry.get("max_prompt_tokens"), record.get("max_prompt_tokens")),
         ("metric", entry.get("metric"), record.get("metric")),
         ("context length", (entry.get("task") or {}).get("context_length"), (record.get("task") or {}).get("context_length")),
     ):
@@ -268,7 +274,7 @@ def _regression_text(check: MetricCheck) -> str:
         stats.append(check.note)
     return (f"{check.metric} baseline {fmt_value(check.metric, check.baseline)}, current "
             f"{fmt_value(check.metric, check.current)}, difference {fmt_delta(check.metric, check.delta)}{unit}"
-            f"{relative(check) if check.metric != 'score' else ''}"
+            f"{relative(check)}"
             + (f" ({'; '.join(stats)})" if stats else "")
             + f", beyond the tolerance {check.tolerance}")
 

@@ -111,8 +111,10 @@ class ModelCache:
             model = AutoModelForCausalLM.from_pretrained(
                 source, dtype=torch_dtype, attn_implementation=attn_implementation
             )
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"could not load model {name!r}: {str(exc).splitlines()[0]}") from exc
+        except Exception as exc:  # a corrupt config.json raises KeyError, TypeError, ... besides OSError
+            text = " ".join(str(exc).split()) or type(exc).__name__  # one line, however long the original
+            text = text if len(text) <= 300 else text[:297] + "..."
+            raise ModelLoadError(f"could not load model {name!r}: {text}") from exc
         model.to(device).eval()
         torch.set_grad_enabled(False)
         load_s = time.perf_counter() - start

@@ -180,6 +180,7 @@ class Runner:
             "method": {"name": method.name, "params": method.params()},
             "task": {"name": task.name, "suite": task.suite, "metric": task.metric_name,
                      "context_length": case.context_length},
+            "max_prompt_tokens": self.grid.max_prompt_tokens,
             "metric": task.metric_name,
             "score": aggregate.get("score"),
             "aggregate": aggregate,

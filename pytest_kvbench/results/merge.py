@@ -124,6 +124,9 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise RunError(f"cannot write the merged run under {parent}: {exc.strerror or exc}") from None
+    except run_writer.ItemPathError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RunError(f"cannot merge: {exc}") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

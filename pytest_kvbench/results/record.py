@@ -81,6 +81,7 @@ class Record(TypedDict, total=False):
     method: dict  # {name, params}
     budget: dict  # {spec, kind, value}
     protocol: str
+    max_prompt_tokens: int | None  # --kvbench-max-prompt-tokens; None: the model's maximum
     seed: int
     task: dict  # {name, suite, metric, context_length}
     metric: str | None
@@ -94,6 +95,7 @@ class Record(TypedDict, total=False):
     energy_j: float | None
     energy_source: str | None
     merged_from_run: str  # set by ``kvbench merge``
+    crashed: bool  # set on the error record of an item whose xdist worker died
 
 
 DEFAULT_PROTOCOL = "question_in_window"

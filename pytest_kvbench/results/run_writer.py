@@ -4,7 +4,8 @@ The session (at the end of a run, and of a resumed one) and ``kvbench merge`` bo
 here, so a run directory has one layout whoever made it (DEVELOPERS.md, *Run directory*):
 ``{method}_{model}_{budget}/{task}[_{ctx}][_seed{N}]/`` with ``predictions.jsonl`` and
 ``metrics.json`` per item, ``run.json`` with every record, and the run's RESULTS.md. Folder
-names come from the record's labels (record.py), so methods ``my-a`` and ``my-b`` get two.
+names come from the record's labels (record.py), so methods ``my-a`` and ``my-b`` get two; they
+are reduced to safe characters and never ``..``, so a crafted record cannot write outside its run.
 """
 
 from __future__ import annotations
@@ -33,21 +34,30 @@ def iso_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
+class ItemPathError(ValueError):
+    """A record whose fields would place its files outside the run directory."""
+
+
 def path_safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "_"
+    """One safe path component: never empty, never ``.`` or ``..`` (records can be edited or crafted)."""
+    name = re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "_"
+    return name if name.strip(".") else name.replace(".", "_")
 
 
 def item_dir(run_dir: Path, record: dict, show_seed: bool) -> Path:
-    """The folder of one item's predictions and metrics."""
+    """The folder of one item's predictions and metrics, always two levels inside ``run_dir``."""
     label = labels(record)
     task = record["task"]
     config = path_safe(f"{label.method}_{model_label(label.model)}_{label.budget}")
-    task_name = task["name"] + (f"_{task['context_length']}" if task.get("context_length") else "")
+    task_name = str(task["name"]) + (f"_{task['context_length']}" if task.get("context_length") else "")
     if show_seed:
         task_name += f"_seed{record.get('seed')}"
     if label.protocol != DEFAULT_PROTOCOL:
         task_name += f"_{label.protocol}"
-    return run_dir / config / path_safe(task_name)
+    folder = run_dir / config / path_safe(task_name)
+    if folder.resolve().parent.parent != Path(run_dir).resolve():
+        raise ItemPathError(f"record {record.get('key')!r}: its item folder {folder} would lie outside the run {run_dir}")
+    return folder
 
 
 def write_item_files(run_dir: Path, record: dict, show_seed: bool) -> None:

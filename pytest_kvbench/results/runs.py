@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from pytest_kvbench import user_paths
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.record import is_scored
 
@@ -107,6 +108,11 @@ def _run_dirs(results_dir: str | os.PathLike) -> list[Path]:
 def resolve_run_dir(run_id_or_path: str | os.PathLike, results_dir: str | os.PathLike = "results") -> Path:
     """The directory of a run named by path, exact id, unique id prefix, hex part prefix or ``latest``."""
     text = str(run_id_or_path)
+    try:
+        user_paths.checked(text, "run")
+        user_paths.checked(results_dir, "results directory")
+    except user_paths.PathError as exc:
+        raise RunError(str(exc)) from None
     as_path = Path(text)
     if as_path.is_file() and as_path.name in (storage.RUN_FILE, storage.RECORDS_FILE):
         as_path = as_path.parent

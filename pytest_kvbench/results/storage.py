@@ -18,6 +18,7 @@ from filelock import FileLock
 
 RECORDS_FILE = "records.jsonl"
 RUN_FILE = "run.json"
+SETTINGS_FILE = "settings.json"  # the grid a run was made with; --kvbench-resume checks against it
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -88,7 +88,13 @@ def results_markdown(run: dict, records: list[dict]) -> str:
     zeros = zero_scores(records)
     if zeros:
         lines += ["## Items scoring exactly 0", "", ", ".join(f"`{z}`" for z in zeros), ""]
-    problems = [r for r in records if r.get("status") in ("failed", "error")]
+    unfinished = run.get("unfinished") or []
+    if unfinished:
+        lines += ["## Items not finished", "",
+                  f"The run is incomplete. Finish it with `{run.get('resume_command')}`.", ""]
+        lines += [f"- `{u['item_id']}`: {u.get('reason')}" for u in unfinished]
+        lines.append("")
+    problems = [r for r in records if r.get("status") in ("failed", "error") and not r.get("crashed")]
     if problems:
         lines += ["## Failed items", ""]
         lines += [f"- `{r['item_id']}`: {r.get('message') or r.get('status')}" for r in problems]

@@ -184,13 +184,16 @@ def parse_positive_int(text: Any, what: str) -> int:
     raise GridError(f"{what} must be a positive integer, got {text!r}")
 
 
+MAX_SEED = 2**32 - 1  # the largest seed numpy accepts; torch's limit is larger
+
+
 def parse_seed(text: Any) -> int:
     try:
         value = int(str(text).strip())
     except ValueError:
-        raise GridError(f"seed must be a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise GridError(f"seed must be a non-negative integer, got {text!r}")
+        value = -1
+    if not 0 <= value <= MAX_SEED:
+        raise GridError(f"seed must be an integer from 0 to {MAX_SEED}, got {text!r}")
     return value
 
 

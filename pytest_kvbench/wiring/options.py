@@ -7,12 +7,14 @@ time, so bad input stops pytest with a usage error before any model or dataset l
 
 from __future__ import annotations
 
-import os
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_kvbench import user_paths
+from pytest_kvbench.wiring import canonical, model_refs
 from pytest_kvbench.wiring.protocols import check_decoding_intervals, check_tasks_serve_protocols, parse_protocols
 from pytest_kvbench.wiring.grid import (
     DEFAULT_MODEL,
@@ -53,6 +55,7 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
 
 TOML_KEYS = {"models", "model", "methods", "budgets", "tasks", "samples", "seed", "seeds",
              "context_lengths", "protocol", "dtype", "attn_implementation", "data", "max_prompt_tokens"}
+LIST_KEYS = {"models", "model", "methods", "budgets", "tasks", "seeds", "context_lengths"}  # may be arrays
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -94,23 +97,34 @@ def _cli(config: pytest.Config, name: str) -> Any:
 
 
 def _ini(config: pytest.Config, name: str) -> Any:
-    value = config.getini("kvbench_" + name.replace("-", "_"))
-    return value or None
+    key = "kvbench_" + name.replace("-", "_")
+    try:
+        value = config.getini(key)
+    except (TypeError, ValueError) as exc:  # pytest 9's native TOML ini values are typed
+        raise GridError(f"ini key {key}: {exc}") from None
+    return value  # None when unset; [] or "" when set but empty (refused by _Sources)
 
 
 def load_grid_file(path: str) -> dict:
     """Read a TOML grid file; its keys may sit at top level or under [kvbench]."""
-    file = Path(path)
-    if not file.is_file():
-        raise GridError(f"grid file {path}: not found")
+    try:
+        file = user_paths.existing_file(path, "grid file")
+    except user_paths.PathError as exc:
+        raise GridError(str(exc)) from None
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GridError(f"grid file {path}: malformed TOML ({exc})") from None
+    except OSError as exc:
+        raise GridError(f"grid file {path}: cannot be read ({exc.strerror or exc})") from None
     data = data.get("kvbench", data)
+    if not isinstance(data, dict):
+        raise GridError(f"grid file {path}: 'kvbench' must be a table ([kvbench]), got {_toml_type(data)}")
     unknown = sorted(set(data) - TOML_KEYS)
     if unknown:
         raise GridError(f"grid file {path}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(TOML_KEYS))}")
+    for key, value in data.items():
+        _check_toml_value(path, key, value)
     return data
 
 
@@ -129,133 +143,204 @@ def _flat_params(params: dict, prefix: str = "") -> dict:
     return flat
 
 
+def _toml_type(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _is_toml_scalar(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _is_method_value(value: Any) -> bool:
+    """A method table's value: a string or number, or a nested method table (a wrapper's inner press)."""
+    if isinstance(value, dict):
+        return all(_is_method_value(v) for v in value.values())
+    return _is_toml_scalar(value) or isinstance(value, (bool, float))
+
+
+def _check_toml_value(path: str, key: str, value: Any) -> None:
+    """Strings and integers, or arrays of them where a key takes several (method tables too)."""
+    entries = value if isinstance(value, list) and key in LIST_KEYS else [value]
+    for entry in entries:
+        if key == "methods" and isinstance(entry, dict):
+            bad = {k: v for k, v in entry.items() if not _is_method_value(v)}
+            if bad:
+                raise GridError(f"grid file {path}: method table {entry} has a value that is not a string or number")
+            continue
+        if not _is_toml_scalar(entry):
+            what = "a string or integer" + (", or an array of them" if key in LIST_KEYS else "")
+            raise GridError(f"grid file {path}: {key} must be {what}, got {_toml_type(entry)}")
+
+
 def _toml_methods(value: Any) -> list[Any]:
     """TOML methods: strings, or tables like {name = "snapkv", window = 64}."""
     out: list[Any] = []
     for entry in value if isinstance(value, list) else [value]:
         if isinstance(entry, dict):
             params = _flat_params({k: v for k, v in entry.items() if k != "name"})
-            if "name" not in entry:
+            if not isinstance(entry.get("name"), str):
                 raise GridError(f"grid file: method table {entry} has no name")
-            out.append(MethodSpec(str(entry["name"]), tuple(sorted((k, str(v)) for k, v in params.items()))))
+            out.append(MethodSpec(entry["name"], tuple(sorted((k, str(v)) for k, v in params.items()))))
         else:
             out.extend(split_list(entry))
     return out
 
 
+class _Sources:
+    """Where each grid value comes from: command line, then the TOML file, then ini keys.
+
+    A value that is given but empty (``--kvbench-budgets ""``, ``budgets = []``, a blank ini
+    key) is refused: falling back to the default would run a grid nobody asked for.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.path = config.getoption("kvbench_config")
+        self.file = load_grid_file(self.path) if self.path else {}
+
+    def raw(self, name: str) -> tuple[Any, str]:
+        """(value, where it came from); (None, "") when unset."""
+        cli = _cli(self.config, name)
+        if cli is not None:
+            return cli, f"--kvbench-{name}"
+        key = name.replace("-", "_")
+        for file_key in (key, "models") if key == "model" else (key,):
+            if file_key in self.file:
+                return self.file[file_key], f"grid file {self.path}: {file_key}"
+        value = _ini(self.config, name)
+        return value, (f"ini key kvbench_{key}" if value is not None else "")
+
+    def listed(self, name: str, parse=None) -> list | None:
+        value, where = self.raw(name)
+        if value is None:
+            return None
+        if name == "methods" and where.startswith("grid file"):
+            values = _toml_methods(value)
+        else:
+            values = split_list(value)
+        if not values:
+            raise GridError(f"{where} is empty; give at least one value or leave it out for the default")
+        return [parse(v, where) if parse else v for v in values]
+
+    def scalar(self, name: str) -> tuple[Any, str]:
+        """(value, where it came from); a given but blank value is refused."""
+        value, where = self.raw(name)
+        if value is not None and not str(value).strip():
+            raise GridError(f"{where} is empty; give a value or leave it out for the default")
+        return value, where
+
+
 def resolve_grid(config: pytest.Config) -> Grid:
     """Merge the three sources and validate; GridError (one line) on anything unusable."""
-    file_values: dict = {}
-    config_path = config.getoption("kvbench_config")
-    if config_path:
-        file_values = load_grid_file(config_path)
-
-    def pick(name: str) -> Any:
-        cli = _cli(config, name)
-        if cli not in (None, []):
-            return cli
-        key = name.replace("-", "_")
-        if key in file_values:
-            return file_values[key]
-        if key == "model" and "models" in file_values:
-            return file_values["models"]
-        return _ini(config, name)
-
+    sources = _Sources(config)
     grid = Grid()
-    grid.models = [str(m) for m in split_list(pick("model"))] or [DEFAULT_MODEL]
-    if _cli(config, "methods"):
-        methods = split_list(_cli(config, "methods"))
-    elif "methods" in file_values:
-        methods = _toml_methods(file_values["methods"])
-    else:
-        methods = split_list(_ini(config, "methods"))
-    grid.methods = [m if isinstance(m, MethodSpec) else MethodSpec.parse(str(m)) for m in methods] or [
-        MethodSpec(name) for name in DEFAULT_METHODS
-    ]
-    grid.budgets = [str(b).strip() for b in split_list(pick("budgets"))] or list(DEFAULT_BUDGETS)
-    grid.tasks = [str(t) for t in split_list(pick("tasks"))]
-    samples = pick("samples")
-    grid.samples = parse_positive_int(samples, "--kvbench-samples") if samples is not None else DEFAULT_SAMPLES
-    seeds = pick("seeds")
-    if seeds is not None:
-        grid.seeds = [parse_seed(s) for s in split_list(seeds)] or [0]
-    else:
-        seed = pick("seed")
-        grid.seeds = [parse_seed(seed)] if seed is not None else [0]
-    lengths = split_list(pick("context-lengths"))
-    grid.context_lengths = [parse_positive_int(x, "--kvbench-context-lengths") for x in lengths]
-    protocol = pick("protocol")
-    if protocol is not None:
-        grid.protocols = parse_protocols(protocol)
-    grid.dtype = str(pick("dtype") or "auto")
-    if grid.dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise GridError(f"unknown dtype {grid.dtype!r}; valid: auto, float32, bfloat16, float16")
-    grid.attn_implementation = str(pick("attn-implementation") or "sdpa")
-    data = pick("data")
-    grid.data_dir = str(data) if data else None
-    max_prompt = pick("max-prompt-tokens")
-    grid.max_prompt_tokens = parse_positive_int(max_prompt, "--kvbench-max-prompt-tokens") if max_prompt else None
+    grid.models = [str(m).strip() for m in sources.listed("model") or [DEFAULT_MODEL]]
+    methods = sources.listed("methods") or DEFAULT_METHODS
+    grid.methods = [m if isinstance(m, MethodSpec) else MethodSpec.parse(str(m)) for m in methods]
+    grid.budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]
+    grid.tasks = [str(t).strip() for t in sources.listed("tasks") or []]
+    samples, where = sources.scalar("samples")
+    grid.samples = parse_positive_int(samples, where) if samples is not None else DEFAULT_SAMPLES
+    seeds = sources.listed("seeds", lambda s, _: parse_seed(s))
+    if seeds is None:
+        seed, _ = sources.scalar("seed")
+        seeds = [parse_seed(seed)] if seed is not None else [0]
+    grid.seeds = canonical.unique(seeds)
+    grid.context_lengths = canonical.unique(sources.listed("context-lengths", parse_positive_int) or [])
+    protocols = sources.listed("protocol")
+    if protocols is not None:
+        grid.protocols = parse_protocols(protocols)
+    dtype, where = sources.scalar("dtype")
+    grid.dtype = str(dtype or "auto")
+    if grid.dtype not in DTYPES:
+        raise GridError(f"{where}: unknown dtype {grid.dtype!r}; valid: {', '.join(DTYPES)}")
+    attn, _ = sources.scalar("attn-implementation")
+    grid.attn_implementation = str(attn or "sdpa").strip()
+    data, _ = sources.scalar("data")
+    grid.data_dir = str(data) if data is not None else None
+    max_prompt, where = sources.scalar("max-prompt-tokens")
+    grid.max_prompt_tokens = parse_positive_int(max_prompt, where) if max_prompt is not None else None
     _validate(grid)
     return grid
 
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
 def _validate(grid: Grid) -> None:
-    """Names, budgets and paths checked against the registries, still without loading a model."""
+    """Names, budgets and paths checked against the registries, still without loading a model;
+    repeated values are reduced to one canonical spelling (canonical.py)."""
     from kvmethods import Budget, MethodError, get_method
 
     from pytest_kvbench import tasks as task_registry
 
+    methods = []
     for spec in grid.methods:  # get_method names the valid methods for an unknown one
         try:
-            get_method(spec.name, **dict(spec.params))
+            params = get_method(spec.name, **dict(spec.params)).params()
         except MethodError as exc:
             raise GridError(str(exc)) from None
-    parsed = []
-    for budget in grid.budgets:
-        try:
-            parsed.append(Budget.parse(budget))
-        except MethodError as exc:
-            raise GridError(f"--kvbench-budgets: {exc}") from None
-    grid.budgets = parsed
+        for name, value in params.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise GridError(f"{spec.name}: parameter {name!r} must be a finite number, got {value!r}")
+        methods.append(canonical.method(spec, params))
+    grid.methods = [spec for spec, _ in canonical.unique(methods, key=lambda pair: pair[1])]
+    try:
+        grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
+    except MethodError as exc:
+        raise GridError(f"--kvbench-budgets: {exc}") from None
     tasks_named = bool(grid.tasks)
-    if not grid.tasks:
-        grid.tasks = list(task_registry.DEFAULT_TASKS)
-        grid.smoke_tasks = list(task_registry.SMOKE_TASKS)
-    else:
-        grid.smoke_tasks = [t for t in grid.tasks if t in task_registry.SMOKE_TASKS]
-    for task in grid.tasks:
-        try:
-            task_registry.get_task(task)
-        except task_registry.TaskError as exc:
-            raise GridError(str(exc)) from None
+    grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
+    try:
+        grid.tasks = canonical.unique(task_registry.get_task(task).name for task in grid.tasks)
+    except task_registry.TaskError as exc:
+        raise GridError(str(exc)) from None
+    grid.smoke_tasks = [t for t in grid.tasks if t in task_registry.SMOKE_TASKS]
     check_tasks_serve_protocols(grid, tasks_named)
     check_decoding_intervals(grid)
     if not grid.context_lengths:
         grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
-    for model in grid.models:
-        check_model_reference(model)
+    grid.models = canonical.models(grid.models)
+    limits = {model: model_refs.check_model_reference(model) for model in grid.models}
+    _check_context_lengths(grid, limits)
+    model_refs.check_attention_implementation(grid.attn_implementation)
     if grid.data_dir is None and grid.models == [DEFAULT_MODEL]:
         grid.data_dir = "fixtures"  # the embedded model runs on the shipped fixture data, never the hub
-    if grid.data_dir and grid.data_dir != "fixtures" and not Path(grid.data_dir).is_dir():
-        raise GridError(f"--kvbench-data {grid.data_dir}: not a directory")
+    if grid.data_dir and grid.data_dir != "fixtures":
+        try:
+            user_paths.existing_dir(grid.data_dir, "--kvbench-data")
+        except user_paths.PathError as exc:
+            raise GridError(str(exc)) from None
 
 
-def check_model_reference(model: str) -> None:
-    """A local path must exist; a hub id must be cached when the hub is offline."""
-    if model == DEFAULT_MODEL:
-        return
-    looks_local = model.startswith((".", "/", "~")) or os.path.exists(model) or model.count("/") > 1
-    if looks_local:
-        path = Path(model).expanduser()
-        if not (path / "config.json").is_file():
-            raise GridError(f"model path {model}: no config.json there (expected a Hugging Face model directory)")
-        return
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        from huggingface_hub import try_to_load_from_cache
+def _check_context_lengths(grid: Grid, limits: dict[str, int | None]) -> None:
+    """Each RULER context length leaves room for the task's answer and fits every model, where the
+    model's maximum is known from its config (a model's own check at load time covers the rest)."""
+    from pytest_kvbench.tasks import TaskError, check_context_length, get_task
 
-        if not isinstance(try_to_load_from_cache(model, "config.json"), str):
-            raise GridError(f"model {model}: not in the local Hugging Face cache and HF_HUB_OFFLINE=1 (download it first, or pass a local path)")
+    for name in grid.tasks:
+        task = get_task(name)
+        if task.suite != "ruler":
+            continue
+        for length in grid.context_lengths:
+            for limit in limits.values():
+                try:
+                    check_context_length(task, limit, length)
+                except TaskError as exc:
+                    raise GridError(f"--kvbench-context-lengths: {exc}") from None
 
 
 def results_dir(config: pytest.Config) -> Path:
-    return Path(config.getoption("kvbench_results") or config.getini("kvbench_results") or "results")
+    """The results directory, checked writable at configure (a file there would lose every record)."""
+    given = config.getoption("kvbench_results")
+    where = "--kvbench-results" if given is not None else "ini key kvbench_results"
+    if given is None:
+        given = config.getini("kvbench_results") or "results"
+    try:
+        return user_paths.writable_dir(given, where)
+    except user_paths.PathError as exc:
+        raise GridError(str(exc)) from None

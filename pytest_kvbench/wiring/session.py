@@ -29,10 +29,38 @@ class RunSession:
         self.resumed = resumed
         self.start = time.time()
         self.final_records: list[dict] | None = None  # what finish() wrote, for the terminal summary
+        self.expected: dict[str, tuple[str, str]] = {}  # key -> (item id, node id) of the selected items
+        self.unfinished: list[dict] = []  # what finish() found missing
+        self.cases_by_id: dict | None = None  # filled by the plugin on first use
+
+    # -- what this run must finish -------------------------------------------------------------
+    def expect(self, cases_and_nodeids) -> None:
+        """The controller learns the selected items (its own collection, or each xdist worker's)."""
+        for case, nodeid in cases_and_nodeids:
+            self.expected.setdefault(case.key, (case.id, nodeid))
+
+    def resume_command(self) -> str:
+        command = str(self.environment.get("command") or "pytest bench/")
+        return command if "--kvbench-resume" in command else f"{command} --kvbench-resume {self.run_id}"
+
+    def unfinished_items(self, records: list[dict]) -> list[dict]:
+        """Selected items with no record, or whose worker crashed: each with why and how to finish it."""
+        by_key = {r["key"]: r for r in records}
+        out = []
+        for key, (item_id, nodeid) in self.expected.items():
+            record = by_key.get(key)
+            if record is not None and not record.get("crashed"):
+                continue
+            reason = record.get("message") if record is not None else "no record: the run stopped before it finished"
+            out.append({"item_id": item_id, "nodeid": nodeid, "key": key, "reason": reason})
+        return out
 
     # -- records -----------------------------------------------------------------------------
     def add(self, record: dict) -> None:
-        """Persist one finished record now (crash safety)."""
+        """Persist one finished record now (crash safety), and the run's settings with the first one."""
+        settings = self.run_dir / storage.SETTINGS_FILE
+        if not settings.exists():
+            storage.atomic_write_json(settings, self.grid.as_dict())
         storage.append_record(self.records_path, record)
 
     def all_records(self) -> list[dict]:
@@ -46,13 +74,16 @@ class RunSession:
     def finish(self, *, complete: bool) -> dict:
         """Write run.json, per-task files and RESULTS.md from every record; return run.json."""
         records = self.final_records = self.all_records()
+        self.unfinished = self.unfinished_items(records)
+        complete = complete and not self.unfinished
         previous = self._previous_run()
         start = previous.get("start_ts", self.start) if previous else self.start
         end = time.time()
         run = run_writer.run_document(
             run_id=self.run_id, start=run_writer.iso_time(start), start_ts=start, end=run_writer.iso_time(end),
             duration_s=round(end - start, 3), complete=complete, resumed=self.resumed or bool(previous),
-            grid=self.grid.as_dict(), environment=self.environment, records=records)
+            grid=self.grid.as_dict(), environment=self.environment, records=records,
+            unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
         markdown = run_writer.write_run(self.run_dir, run)
         storage.atomic_write_text(self.results_dir / run_writer.RESULTS_FILE, markdown)
         return run

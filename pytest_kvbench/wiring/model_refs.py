@@ -1,0 +1,113 @@
+"""Whether a model reference and its loading settings can work, found out before any weights load.
+
+A sweep that names a model it cannot load should stop at once, not after the first item has
+spent minutes on the data: so a local path must be a directory with a ``config.json`` that
+transformers can read (a corrupt one is one line here, instead of a 600-line traceback in every
+item), a hub id must be one the hub accepts and, with ``HF_HUB_OFFLINE=1``, be in the local
+cache, and the attention implementation must be one transformers knows. Only ``config.json`` is
+ever read; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+from pytest_kvbench import user_paths
+from pytest_kvbench.wiring.grid import DEFAULT_MODEL, GridError
+
+EAGER = "eager"
+
+
+def is_local_reference(model: str) -> bool:
+    """Paths start with . / ~, exist, or have more than one slash; anything else is a hub id."""
+    try:
+        exists = os.path.exists(model)
+    except (OSError, ValueError):
+        exists = False
+    return model.startswith((".", "/", "~")) or exists or model.count("/") > 1
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _max_positions(config: object) -> int | None:
+    value = getattr(config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _check_config(model: str, location: str) -> int | None:
+    """transformers can read the model's config.json (no weights, no download); its maximum length."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(location, local_files_only=True)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, JSONDecodeError ...
+        raise GridError(f"model {user_paths.shown(model)}: config.json cannot be read ({_first_line(exc)})") from None
+    return _max_positions(config)
+
+
+def _default_model_max_positions() -> int | None:
+    """The embedded model's maximum length, from its config.json (without importing transformers)."""
+    from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
+
+    data = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text(encoding="utf-8"))
+    return _max_positions(SimpleNamespace(**data))
+
+
+def check_model_reference(model: str) -> int | None:
+    """A local path holds a readable model config; a hub id is valid (and cached when offline).
+
+    Returns the model's maximum number of positions when its config is at hand (None: unknown).
+    """
+    if model == DEFAULT_MODEL:
+        return _default_model_max_positions()
+    if not model.strip():
+        raise GridError("model name is empty")
+    if is_local_reference(model):
+        try:
+            path = user_paths.existing_dir(model, "model path")
+            user_paths.existing_file(path / "config.json", "model path")
+        except user_paths.PathError as exc:
+            raise GridError(f"{exc} (expected a Hugging Face model directory with a config.json)") from None
+        return _check_config(model, str(path))
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(model)
+    except HFValidationError as exc:
+        raise GridError(f"model {user_paths.shown(model)}: not a local directory and not a valid hub id "
+                        f"({_first_line(exc)})") from None
+    if hub_offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+        if not isinstance(cached, str):
+            raise GridError(f"model {model}: not in the local Hugging Face cache and HF_HUB_OFFLINE=1 "
+                            f"(download it first, or pass a local path)")
+        return _check_config(model, str(Path(cached).parent))
+    return None
+
+
+def known_attention_implementations() -> list[str]:
+    from transformers import AttentionInterface
+
+    return [EAGER, *AttentionInterface().valid_keys()]
+
+
+def check_attention_implementation(name: str) -> None:
+    """One transformers knows, or a hub kernel (``org/repo``), which transformers resolves itself."""
+    if name in ("sdpa", EAGER) or ("/" in name.strip("/") and not name.startswith("/")):
+        return  # the defaults need no transformers import at configure time
+    known = known_attention_implementations()
+    if name not in known:
+        raise GridError(f"unknown attention implementation {name!r}; valid: {', '.join(known)} "
+                        f"(or a hub kernel such as kernels-community/flash-attn)")

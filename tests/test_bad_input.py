@@ -1,0 +1,245 @@
+"""Malformed input of every class in issue 21 is a one-line error before any work starts.
+
+Hypothesis drives pytest options, ini keys, TOML grid keys and ``kvbench`` arguments with
+malformed values: paths the OS refuses (names over the length limit, NUL bytes, a file where a
+directory belongs and the reverse), hub ids the hub rejects, values of the wrong TOML type,
+non-finite and non-positive numbers, empty lists, unknown names, runs outside the results
+directory and empty baselines. Every one must end pytest with exit code 4 (``kvbench``: 2),
+print exactly one line, show no traceback and write nothing outside the results directory.
+pytest runs in this process and the pytester directory holds no test file, so no model can load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+# Imported here, outside pytester's runs: pytester drops the modules a run imports when it ends,
+# and transformers' lazy modules cannot be imported a second time into the same process.
+from transformers import AttentionInterface, AutoConfig  # noqa: F401
+
+from pytest_kvbench import cli
+
+FAST = settings(max_examples=60, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+# -- malformed values, by class ---------------------------------------------------------------
+
+long_names = st.integers(min_value=256, max_value=400).map(lambda n: "n" * n)
+with_nul = st.text(alphabet="abc/", min_size=1, max_size=8).map(lambda t: f"a\x00{t}")
+under_a_file = st.sampled_from(["a_file.txt/x", "a_file.txt/x/y.json"])
+unusable_paths = long_names | with_nul | under_a_file
+
+bad_hub_ids = st.sampled_from(["模型/x", "-bad-/x", "org/-x", "a" * 97 + "/b", "org/x..y", "org/ x"])
+# values that no positive-integer option may accept
+bad_counts = (st.sampled_from(["0", "-1", "nan", "inf", "-inf", "1e999", "2.5", "abc", "0x10", "1_0"])
+              | st.integers(max_value=0).map(str))
+huge = st.integers(min_value=2**32, max_value=2**80).map(str)
+bad_durations = st.sampled_from(["0", "-1", "nan", "NaN", "inf", "-inf", "1e999", "abc", "-0.0"])
+empty_lists = st.sampled_from(["", ",", " , ", ",,"])
+unknown_names = st.text(alphabet="qxz", min_size=1, max_size=12)
+
+PATH_OPTIONS = ["--kvbench-compare", "--kvbench-save", "--kvbench-config", "--kvbench-model",
+                "--kvbench-data", "--kvbench-results", "--kvbench-resume"]
+# a path of the wrong kind for each path option ("." is a directory, a_file.txt a file)
+WRONG_KIND = {"--kvbench-compare": ".", "--kvbench-save": ".", "--kvbench-config": ".",
+              "--kvbench-model": "a_file.txt", "--kvbench-data": "a_file.txt",
+              "--kvbench-results": "a_file.txt", "--kvbench-resume": "."}
+COUNT_OPTIONS = ["--kvbench-samples", "--kvbench-max-prompt-tokens", "--kvbench-context-lengths",
+                 "--kvbench-torch-threads"]
+LIST_OPTIONS = ["--kvbench-model", "--kvbench-methods", "--kvbench-budgets", "--kvbench-tasks",
+                "--kvbench-seeds", "--kvbench-context-lengths"]
+NAME_OPTIONS = ["--kvbench-methods", "--kvbench-tasks", "--kvbench-protocol", "--kvbench-dtype",
+                "--kvbench-attn-implementation"]
+
+
+@st.composite
+def bad_options(draw) -> list[str]:
+    """One malformed option of any class, as command-line arguments."""
+    kind = draw(st.sampled_from(["path", "wrong kind", "hub id", "count", "out of range", "duration", "empty", "name",
+                                 "duplicate tolerance", "context too small"]))
+    if kind == "path":
+        return [draw(st.sampled_from(PATH_OPTIONS)), draw(unusable_paths)]
+    if kind == "wrong kind":
+        option = draw(st.sampled_from(PATH_OPTIONS))
+        return [option, WRONG_KIND[option]]
+    if kind == "hub id":
+        return ["--kvbench-model", draw(bad_hub_ids)]
+    if kind == "count":
+        return [draw(st.sampled_from(COUNT_OPTIONS)), draw(bad_counts)]
+    if kind == "out of range":
+        return [draw(st.sampled_from(["--kvbench-seed", "--kvbench-seeds", "--kvbench-torch-threads"])),
+                draw(huge | st.sampled_from(["-1", "-7"]))]
+    if kind == "duration":
+        return ["--kvbench-timeout", draw(bad_durations)]
+    if kind == "empty":
+        return [draw(st.sampled_from(LIST_OPTIONS + ["--kvbench-data", "--kvbench-dtype",
+                                                     "--kvbench-max-prompt-tokens"])), draw(empty_lists)]
+    if kind == "name":
+        return [draw(st.sampled_from(NAME_OPTIONS)), draw(unknown_names)]
+    if kind == "duplicate tolerance":
+        return ["--kvbench-compare-fail", "score:1,score:2"]
+    return ["--kvbench-tasks", "niah_single_1", "--kvbench-context-lengths", str(draw(st.integers(1, 128)))]
+
+
+TOML_CASES = st.sampled_from([
+    "kvbench = 3", 'kvbench = "x"', "kvbench = [1]",
+    "samples = [1]", "samples = {a = 1}", "samples = true", "samples = 1.5", "samples = 0", "samples = -3",
+    "max_prompt_tokens = 0", "max_prompt_tokens = [320]", "seed = -1", "seed = 1.0",
+    "models = 3", "models = []", "models = [[1]]", 'models = [""]', 'models = ["模型/x"]',
+    "budgets = []", "budgets = [{a = 1}]", "budgets = 1.5", 'budgets = ["0128", "0"]',
+    "methods = [{window = 3}]", "methods = [1.5]", "methods = []", 'methods = [{name = "snapkv", window = "nan"}]',
+    "tasks = []", 'tasks = ["qaspr"]', "context_lengths = [0]", "context_lengths = []",
+    "protocol = 3", 'protocol = ""', 'dtype = "float64"', 'attn_implementation = "fast"',
+    'data = "a_file.txt"', "data = 1", "unknown_key = 1", "[kvbench]\nsamples = 0",
+    'models = ["' + "m" * 300 + '"]', 'data = "a\\u0000b"',
+])
+
+INI_CASES = st.sampled_from([
+    "kvbench_budgets = ,", "kvbench_methods =", "kvbench_model = ,", "kvbench_samples = 0",
+    "kvbench_samples = nan", "kvbench_tasks = qaspr", "kvbench_protocol = sideways",
+    "kvbench_max_prompt_tokens = 0", "kvbench_max_prompt_tokens =", "kvbench_results = a_file.txt",
+    "kvbench_results = " + "r" * 300, "kvbench_context_lengths = 0", "kvbench_dtype =",
+    "kvbench_attn_implementation = fastest", "kvbench_seeds = ,", "kvbench_seed = -2",
+])
+
+PYPROJECT_CASES = st.sampled_from([
+    "[tool.pytest.ini_options]\nkvbench_samples = \"0\"", "[tool.pytest.ini_options]\nkvbench_budgets = []",
+    '[tool.pytest.ini_options]\nkvbench_results = "a_file.txt"', "[tool.pytest]\nkvbench_samples = 5",
+    "[tool.pytest]\nkvbench_budgets = [128]", '[tool.pytest]\nkvbench_seed = "-1"',
+    '[tool.pytest]\nkvbench_max_prompt_tokens = "0"', '[tool.pytest]\nkvbench_model = ["模型/x"]',
+])
+
+
+# -- the pytest side --------------------------------------------------------------------------
+
+
+def _files(root: Path, skip: Path) -> dict[str, float]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if Path(dirpath, d) != skip]
+        for name in filenames:
+            path = Path(dirpath, name)
+            out[str(path)] = path.stat().st_mtime_ns
+    return out
+
+
+@pytest.fixture
+def workdir(pytester, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (pytester.path / "a_file.txt").write_text("not a directory\n")
+    return pytester
+
+
+def assert_one_line_usage_error(pytester, *args: str) -> str:
+    results = pytester.path / "results"
+    before = _files(pytester.path, results)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+    out, err = result.stdout.str(), result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, (args, out[-2000:], err[-2000:])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ERROR: "), (args, err)
+    assert "Traceback" not in out + err and "INTERNALERROR" not in out + err, (args, out, err)
+    assert _files(pytester.path, results) == before, f"{args}: a file was written outside the results directory"
+    return lines[0]
+
+
+@FAST
+@given(args=bad_options())
+def test_malformed_options_are_one_line_usage_errors(workdir, args):
+    # --option=value: a value starting with '-' would otherwise be read by argparse as an option
+    joined = [f"{args[i]}={args[i + 1]}" for i in range(0, len(args), 2)]
+    assert_one_line_usage_error(workdir, *joined)
+
+
+@FAST
+@given(case=TOML_CASES)
+def test_malformed_toml_grid_files_are_one_line_usage_errors(workdir, case):
+    (workdir.path / "grid.toml").write_text(case + "\n", encoding="utf-8")
+    assert_one_line_usage_error(workdir, "--kvbench-config", "grid.toml")
+
+
+@FAST
+@given(case=INI_CASES)
+def test_malformed_ini_keys_are_one_line_usage_errors(workdir, case):
+    workdir.makeini("[pytest]\n" + case + "\n")
+    assert_one_line_usage_error(workdir)
+
+
+@FAST
+@given(case=PYPROJECT_CASES)
+def test_malformed_pyproject_ini_keys_are_one_line_usage_errors(workdir, case):
+    (workdir.path / "pyproject.toml").write_text(case + "\n", encoding="utf-8")
+    try:
+        assert_one_line_usage_error(workdir)
+    finally:
+        (workdir.path / "pyproject.toml").unlink()
+
+
+def test_a_baseline_with_no_entries_is_refused_before_the_run(workdir):
+    (workdir.path / "empty.json").write_text(json.dumps({"format": "kvbench-baseline", "version": 1, "entries": {}}))
+    message = assert_one_line_usage_error(workdir, "--kvbench-compare", "empty.json")
+    assert "has no entries" in message
+
+
+def test_a_corrupt_model_config_is_refused_before_the_run(workdir):
+    model = workdir.path / "broken_model"
+    model.mkdir()
+    for text in ("{", "[]", '{"model_type": "no_such_architecture"}'):
+        (model / "config.json").write_text(text)
+        message = assert_one_line_usage_error(workdir, "--kvbench-model", str(model))
+        assert "config.json cannot be read" in message
+
+
+# -- the kvbench command ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli_dir(tmp_path_factory):
+    """A directory with one file and an empty results tree, shared by the examples (they write nothing)."""
+    root = tmp_path_factory.mktemp("cli")
+    (root / "a_file.txt").write_text("x\n")
+    (root / "results" / "runs").mkdir(parents=True)
+    return root
+
+
+@st.composite
+def bad_cli_arguments(draw) -> list[str]:
+    run = draw(unusable_paths | st.sampled_from(["a_file.txt", "..", "/", "no_such_run", "bench_", "latest"]))
+    verb = draw(st.sampled_from(["show", "export", "compare", "report", "merge", "variance", "options"]))
+    if verb == "show":
+        return ["show", run]
+    if verb == "export":
+        if draw(st.booleans()):
+            return ["export", run, "--format", "md"]
+        return ["export", run, "--format", draw(st.sampled_from(["pdf", "", "MD"]))]
+    if verb == "compare":
+        return ["compare", run, run]
+    if verb == "report":
+        return ["report", run]
+    if verb == "merge":
+        return ["merge", run, run, "--into", draw(unusable_paths | st.just("a_file.txt"))]
+    if verb == "variance":
+        return ["variance", run, "--threshold", draw(st.sampled_from(["nan", "inf", "-1%", "0", "x"]))]
+    return [draw(st.sampled_from(["list", "show"])), "--results", draw(unusable_paths | st.just("a_file.txt"))]
+
+
+@FAST
+@given(argv=bad_cli_arguments())
+def test_malformed_kvbench_arguments_exit_2_with_one_line(cli_dir, monkeypatch, capsys, argv):
+    monkeypatch.chdir(cli_dir)
+    before = _files(cli_dir, cli_dir / "results")
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == cli.EXIT_USAGE, (argv, out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error" in lines[0], (argv, err)
+    assert "Traceback" not in out + err
+    assert _files(cli_dir, cli_dir / "results") == before

@@ -1,0 +1,116 @@
+"""Issue 21 beyond usage errors: repeats make one item, the gate never compares different
+settings, and records cannot steer where a run's files are written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import add_bench_files
+from test_cli_support import OTHER_ID, RUN_ID, make_record, standard_records, write_run
+from test_plugin_grid import collected_ids
+
+from pytest_kvbench.comparison.baseline_file import baseline_entry
+from pytest_kvbench.comparison.tolerances import parse_tolerances
+from pytest_kvbench.comparison.verdicts import compare_record, comparison_table
+from pytest_kvbench.results.run_writer import item_dir
+from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.runs import load_run
+
+DEFAULT = parse_tolerances([])
+
+
+# -- one measurement, one item -----------------------------------------------------------------
+
+
+def test_repeated_values_make_one_item_with_the_canonical_spelling(pytester):
+    add_bench_files(pytester)
+    result = pytester.runpytest_inprocess(
+        "--collect-only", "-q", "-p", "no:cacheprovider",
+        "--kvbench-methods", "full,snapkv,snapkv,snapkv:window=32,full", "--kvbench-budgets", "128,0128,r0.50,r0.5",
+        "--kvbench-tasks", "passage_retrieval_en,passage_retrieval_en", "--kvbench-seeds", "0,00",
+        "--kvbench-model", "default,default")
+    assert result.ret == 0, result.stderr.str()
+    assert sorted(collected_ids(result)) == ["full-passage_retrieval_en", "snapkv-128-passage_retrieval_en",
+                                             "snapkv-r0.5-passage_retrieval_en"]
+
+
+def test_method_parameters_are_spelled_as_the_method_reads_them(pytester):
+    add_bench_files(pytester)
+    result = pytester.runpytest_inprocess(
+        "--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-methods", "snapkv:window=064,snapkv:window=64",
+        "--kvbench-budgets", "64", "--kvbench-tasks", "passage_retrieval_en")
+    assert collected_ids(result) == ["snapkv(window=64)-64-passage_retrieval_en"]
+
+
+# -- the gate compares only like with like ----------------------------------------------------
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"model": {"name": "default", "dtype": "bfloat16"}}, "model dtype differs (baseline 'float32', this run 'bfloat16')"),
+    ({"model": {"name": "default", "dtype": "float32", "attn_implementation": "eager"}},
+     "model attn implementation differs"),
+    ({"max_prompt_tokens": 320}, "max prompt tokens differs (baseline None, this run 320)"),
+])
+def test_a_settings_change_is_a_mismatch_not_a_regression(change, reason):
+    baseline = make_record([1.0] * 30) | {"model": {"name": "default", "dtype": "float32", "attn_implementation": "sdpa"}}
+    current = make_record([0.0] * 30) | change  # a collapse that would be a regression if compared
+    verdict = compare_record(current, baseline_entry(baseline), DEFAULT)
+    assert verdict.status == "mismatch"
+    assert any(reason in r for r in verdict.reasons), verdict.reasons
+
+
+def test_a_baseline_from_before_max_prompt_tokens_was_recorded_means_the_default():
+    entry = baseline_entry(make_record([1.0] * 10))
+    del entry["max_prompt_tokens"]
+    assert compare_record(make_record([1.0] * 10), entry, DEFAULT).status == "ok"
+    assert compare_record(make_record([1.0] * 10) | {"max_prompt_tokens": 100}, entry, DEFAULT).status == "mismatch"
+
+
+def test_kl_against_a_baseline_near_zero_is_shown_as_an_absolute_change():
+    base = make_record([1.0] * 10)
+    for s in base["samples"]:
+        s["kl"] = 1e-12
+    current = make_record([1.0] * 10)
+    for s in current["samples"]:
+        s["kl"] = 0.25
+    table = comparison_table([compare_record(current, baseline_entry(base), DEFAULT)])
+    kl_row = next(line for line in table.splitlines() if " kl " in line)
+    assert "+0.2500" in kl_row and "%" not in kl_row
+
+
+# -- files go only where the run lives -------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, value", [("budget", ".."), ("budget", "../.."), ("task", ".."), ("task", "."),
+                                          ("task", "../../x"), ("model", "..")])
+def test_item_folders_stay_inside_the_run_whatever_the_record_says(tmp_path, field, value):
+    record = make_record([1.0])
+    if field == "budget":
+        record["budget"]["spec"] = value
+    elif field == "task":
+        record["task"]["name"] = value
+    else:
+        record["model"]["name"] = value
+    record["item_id"] = ".."
+    folder = item_dir(tmp_path / "run", record, show_seed=False)
+    assert folder.parent.parent == tmp_path / "run"
+    assert folder.name not in (".", "..") and folder.parent.name not in (".", "..")
+
+
+def test_merge_of_crafted_records_writes_nothing_outside_its_run(tmp_path):
+    crafted = standard_records()
+    for record in crafted:
+        record["budget"]["spec"] = ".."
+        record["task"]["name"] = ".."
+        record["item_id"] = ".."
+    write_run(tmp_path, crafted)
+    write_run(tmp_path, standard_records(run_id=OTHER_ID, seeds=(1,)), run_id=OTHER_ID)
+    before = {p.name for p in tmp_path.iterdir()} | {p.name for p in (tmp_path / "runs").iterdir()}
+    merged = merge_runs([RUN_ID, OTHER_ID], tmp_path)
+    after = {p.name for p in tmp_path.iterdir()} | {p.name for p in (tmp_path / "runs").iterdir()}
+    assert after - before == {merged}
+    merged_dir = load_run(merged, tmp_path).path
+    for path in merged_dir.rglob("metrics.json"):
+        assert path.parent.parent.parent == merged_dir
+        assert json.loads(path.read_text())["key"]
