@@ -9,6 +9,7 @@ and `window="wide"` is a MethodError naming the valid parameters.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import typing
 from dataclasses import dataclass
@@ -151,6 +152,12 @@ class Method:
     def prefill_context(self, model, budget_tokens: int, prompt_len: int, ratio: float | None):
         """Context manager around the prefill forward of a runs_prefill method; ratio is set for ratio budgets."""
         raise NotImplementedError(f"{type(self).__name__} sets runs_prefill but has no prefill_context()")
+
+    def while_decoding(self, model, state):
+        """Context manager around greedy decoding on a prefilled `state` (generation.PrefilledPrompt); it
+        yields a list that a method compressing while decoding (decoding_compression.py) fills with the
+        cache length after each step. The default compresses nothing and records nothing."""
+        return contextlib.nullcontext([])
 
     def masked_tokens_per_head(self, model, cache) -> list[list[int]] | None:
         """Per layer and KV head, cached tokens that attention is made to ignore (masking without

@@ -1,9 +1,11 @@
 """Compressed prefill, greedy decoding and teacher forcing: what the harness runs per sample.
 
-Two protocols, selectable per run:
+Protocols, selectable per run:
 - "question_in_window": compress the whole prompt; the question sits in the observation window
   (how the SnapKV/PyramidKV LongBench tables were made);
-- "query_agnostic": compress input_ids[:context_len] only, then append the rest uncompressed.
+- "query_agnostic": compress input_ids[:context_len] only, then append the rest uncompressed;
+- "shared_context", "multi_turn": several questions on one compressed context (kvmethods/protocols/);
+  a single prompt under them is compressed as query_agnostic.
 Methods that score from the whole prompt (KVzip) compress after a plain prefill instead of inside it.
 A head-adaptive method's cache is stored ragged (ragged.py) and reported per head. A quantizer (KIVI,
 alone or composed: `snapkv+kivi`) then stores each compressed layer its own way (method.storage_layer), and
@@ -15,6 +17,7 @@ differ). The model is only called through its public forward with a DynamicCache
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from contextlib import ExitStack
@@ -31,7 +34,10 @@ from .hooks import capturing_window_queries, compressing_prefill, per_layer_caus
 from .memory_budget import CacheGeometry, operating_point
 from .ragged import KERNEL, RaggedLayer, cache_bytes, kept_tokens_per_head
 
-PROTOCOLS = ("question_in_window", "query_agnostic")
+PROTOCOLS = ("question_in_window", "query_agnostic", "shared_context", "multi_turn")
+# Protocols whose samples share a context and run as one group (kvmethods/protocols/); a single prompt
+# under them is compressed as query_agnostic does.
+GROUP_PROTOCOLS = ("shared_context", "multi_turn")
 
 
 @dataclass
@@ -59,6 +65,9 @@ class GenerationOutput:
     scoring_s: float = 0.0  # part of prefill_s spent in a method's extra scoring forward (KVzip)
     masked_only: bool = False  # evicted keys are masked, not freed (kvpress head-wise presses): no memory saved
     kv_bytes_budget: int | None = None  # a byte budget's allowance: its fraction of kv_bytes_before
+    # Methods compressing while decoding (decoding_compression.py): the cache length (longest layer) after
+    # each decoding step; empty for the others, whose cache grows by one token a step.
+    decode_cache_lengths: list[int] = field(default_factory=list)
 
 
 def record_fields(out: GenerationOutput) -> dict:
@@ -73,7 +82,7 @@ def record_fields(out: GenerationOutput) -> dict:
         "kv_bytes_budget": out.kv_bytes_budget,
         # > 0: over the byte budget by that many bytes (a quantizer alone cannot trade tokens for bytes)
         "kv_budget_distance_bytes": None if out.kv_bytes_budget is None else out.kv_bytes_physical - out.kv_bytes_budget,
-    }
+    } | ({"decode_cache_lengths": out.decode_cache_lengths} if out.decode_cache_lengths else {})
 
 
 @dataclass
@@ -84,6 +93,9 @@ class PrefilledPrompt:
     uneven: bool  # layers hold different lengths or are ragged: later forwards need per-layer masks
     kept_indices: list = field(default_factory=list)  # per layer [batch, kv_heads, n], a bool mask, or None
     scoring_s: float = 0.0  # seconds of a whole-prompt scoring pass (KVzip), included in the prefill
+    # Tokens each layer keeps when a method compresses while decoding: the budget itself for token budgets
+    # (not capped at the prompt length, which decoding outgrows), the prompt's share for ratio budgets.
+    decode_layer_budgets: list[int] = field(default_factory=list)
 
 
 def _device(model) -> torch.device:
@@ -162,7 +174,9 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     uneven = _uneven(cache)
     if compressed_len < len(input_ids):
         logits = _forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
-    return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices), scoring_s)
+    decode_target = int(budget.value) if budget.kind == "tokens" else budget_tokens
+    decode_budgets = method.layer_budgets(decode_target, n_layers, max(decode_target, compressed_len))
+    return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices), scoring_s, decode_budgets)
 
 
 def _uneven(cache: DynamicCache) -> bool:
@@ -211,6 +225,27 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     started = time.perf_counter()
     state = prefilled or prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
     prefill_s = time.perf_counter() - started
+    out = measured_prefill(model, method, state, len(input_ids), prefill_s)
+    if budget.kind == "memory":  # a byte budget's allowance: its fraction of the uncompressed cache
+        out.kv_bytes_budget = int(budget.value * out.kv_bytes_before)
+    target_logprobs = None
+    if teacher_targets is not None:
+        forked = PrefilledPrompt(copy.deepcopy(state.cache), state.next_logits, state.next_position, state.uneven)
+        target_logprobs = _teacher_force_prefilled(model, forked, [int(t) for t in teacher_targets])
+
+    started = time.perf_counter()
+    out.tokens, out.stop_token, steps, out.decode_cache_lengths = decode_greedy(model, state, max_new_tokens, eos,
+                                                                               return_logprobs, method)
+    out.decode_s = time.perf_counter() - started
+    out.logprobs = torch.stack(steps) if return_logprobs else None
+    out.target_logprobs = target_logprobs
+    return out
+
+
+def measured_prefill(model, method: Method, state: PrefilledPrompt, prompt_tokens: int,
+                     prefill_s: float) -> GenerationOutput:
+    """What a prefilled cache holds (kept tokens per layer and head, bytes), as an output with nothing
+    decoded yet: measure right after the prompt is in, before decoding adds to the cache."""
     per_head = kept_tokens_per_head(state.cache)
     logical, physical = cache_bytes(state.cache)
     masked = method.masked_tokens_per_head(model, state.cache)
@@ -219,36 +254,32 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
         logical -= sum(map(sum, masked)) * _bytes_per_token(state.cache) // sum(len(ms) for ms in masked)
     kept = [round(sum(heads) / len(heads)) for heads in per_head]
     ragged = any(isinstance(layer, RaggedLayer) for layer in state.cache.layers)
-    target_logprobs = None
-    if teacher_targets is not None:
-        forked = PrefilledPrompt(copy.deepcopy(state.cache), state.next_logits, state.next_position, state.uneven)
-        target_logprobs = _teacher_force_prefilled(model, forked, [int(t) for t in teacher_targets])
+    return GenerationOutput([], kept, _bytes_per_token(state.cache) * prompt_tokens, physical, prompt_tokens,
+                            prefill_s, 0.0, None, None, None, per_head, logical, physical,
+                            KERNEL if ragged else None, state.scoring_s, masked is not None)
 
-    started = time.perf_counter()
+
+def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[int], return_logprobs: bool = False,
+                  method: Method | None = None) -> tuple[list[int], int | None, list[torch.Tensor], list[int]]:
+    """Greedy decoding on a prefilled cache: (tokens without the stopping eos, that eos or None, each
+    step's log-probs when asked, the cache length after each step for methods compressing while decoding).
+    The last token is not fed back, so the cache then holds the prompt and all tokens but the last;
+    ``state.next_position`` follows. `method.while_decoding` wraps the loop (decoding_compression.py)."""
     tokens: list[int] = []
     steps: list[torch.Tensor] = []
-    stop_token = None
     logits = state.next_logits
-    position = state.next_position
-    while True:
-        if return_logprobs:
-            steps.append(torch.log_softmax(logits.float(), dim=-1))
-        next_token = int(logits.argmax())
-        if next_token in eos:
-            stop_token = next_token
-            break
-        tokens.append(next_token)
-        if len(tokens) >= max_new_tokens:
-            break
-        logits = _forward(model, state.cache, [next_token], position, state.uneven, 1)[-1]
-        position += 1
-    decode_s = time.perf_counter() - started
-    logprobs = torch.stack(steps) if return_logprobs else None
-    full_bytes = _bytes_per_token(state.cache) * len(input_ids)
-    allowed = int(budget.value * full_bytes) if budget.kind == "memory" else None
-    return GenerationOutput(tokens, kept, full_bytes, physical, len(input_ids),
-                            prefill_s, decode_s, stop_token, logprobs, target_logprobs, per_head, logical, physical,
-                            KERNEL if ragged else None, state.scoring_s, masked is not None, allowed)
+    with (method.while_decoding(model, state) if method is not None else contextlib.nullcontext([])) as lengths:
+        while True:
+            if return_logprobs:
+                steps.append(torch.log_softmax(logits.float(), dim=-1))
+            next_token = int(logits.argmax())
+            if next_token in eos:
+                return tokens, next_token, steps, lengths
+            tokens.append(next_token)
+            if len(tokens) >= max_new_tokens:
+                return tokens, None, steps, lengths
+            logits = _forward(model, state.cache, [next_token], state.next_position, state.uneven, 1)[-1]
+            state.next_position += 1
 
 
 def _teacher_force_prefilled(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:

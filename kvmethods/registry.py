@@ -19,6 +19,7 @@ from .chunked import PARAMETER as PREFILL_CHUNK
 from .chunked import chunked
 from .composition import SEPARATOR, compose
 from .criticalkv import CriticalKV
+from .decoding_compression import DecodingCompression
 from .errors import MethodError
 from .expected_attention import ExpectedAttention
 from .full import Full
@@ -29,6 +30,7 @@ from .knorm import KNorm
 from .kvzip import KVzip
 from .pyramidkv import PyramidKV
 from .random import Random
+from .rkv import RKV
 from .snapkv import SnapKV
 from .streamingllm import StreamingLLM
 from .think import ThinK
@@ -37,7 +39,8 @@ from .tova import TOVA
 ENTRY_POINT_GROUP = "kvbench.methods"
 BUILTIN_METHODS: dict[str, type[Method]] = {
     cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV, CriticalKV, ExpectedAttention, KVzip,
-                KIVI, HFQuantized, ThinK)
+                KIVI, HFQuantized, ThinK,
+                DecodingCompression, RKV)
 }
 _registered: dict[str, type[Method]] = {}
 

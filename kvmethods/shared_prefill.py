@@ -35,10 +35,11 @@ from .ragged import RaggedLayer
 
 def can_share_prefill(method: Method) -> bool:
     """Whether the method selects from a plain forward's layer inputs (and so can share one). Methods that
-    prefill in chunks, store the kept tokens quantized or pruned (KIVI, ThinK) or read the prompt's last
-    queries for their storage run their own prefill (generation.prefill)."""
+    prefill in chunks, store the kept tokens quantized or pruned (KIVI, ThinK), read the prompt's last
+    queries for their storage or compress while decoding run their own prefill (generation.prefill)."""
     return (method.shares_prefill and not method.scores_whole_prompt and not method.runs_prefill
-            and not method.quantizes and not method.query_window and not getattr(method, "prefill_chunk", 0))
+            and not method.quantizes and not method.query_window and not getattr(method, "prefill_chunk", 0)
+            and type(method).while_decoding is Method.while_decoding)  # compressing while decoding: own prefill
 
 
 @dataclass

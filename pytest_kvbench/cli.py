@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, load_baseline
+from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
 from pytest_kvbench import user_paths
@@ -210,6 +210,7 @@ def cmd_compare(args) -> int:
     current = load_run(args.current, args.results)
     if not baseline.entries:
         raise BaselineError(f"{baseline_name} has no scored items to compare against")
+    check_same_protocols(baseline.entries.values(), current.records, baseline_name, current.run_id)
     verdicts = [compare_record(r, baseline.entry(r), tolerances, seed=args.seed)
                 for r in sorted(current.records, key=lambda r: r["key"])]
     unrun = baseline.unrun(r["key"] for r in current.records)

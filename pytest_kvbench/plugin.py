@@ -218,7 +218,7 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
     worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
     message = (f"worker {worker} crashed while running this item (the process died: killed, out of host "
                f"memory or a hard crash); run it again with --kvbench-resume {run.run_id}")
-    record = records.with_outcome(records.identity(case, run.run_id, run.grid.protocol), status="error",
+    record = records.with_outcome(records.identity(case, run.run_id, case.protocol), status="error",
                                   nodeid=crashitem, message=message)
     run.add(record | {"crashed": True})
 
@@ -371,7 +371,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         status = "failed" if measured is not None else "error"
     if measured is None:
         session = item.config.stash[SESSION_KEY]
-        measured = records.identity(case, session.run_id, session.grid.protocol)
+        measured = records.identity(case, session.run_id, case.protocol)
     record = records.with_outcome(measured, status=status, nodeid=item.nodeid,
                                   message=None if report.passed else _one_line(report),
                                   verdict=item.stash.get(VERDICT_KEY, None))

@@ -2,7 +2,14 @@
 
 import pytest
 
-from helpers import SMALL_GRID, run_bench
+from helpers import SMALL_GRID, add_bench_files, run_bench
+
+
+@pytest.fixture
+def bench(pytester):
+    """A pytester directory holding the real benchmark suite."""
+    add_bench_files(pytester)
+    return pytester
 
 
 @pytest.fixture(scope="session")

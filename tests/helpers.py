@@ -26,6 +26,11 @@ def add_bench_files(pytester) -> None:
             pytester.makepyfile(**{"test_suite_" + path.stem[5:]: path.read_text()})
 
 
+def collected_ids(result) -> list[str]:
+    """The parametrize ids of a ``--collect-only -q`` run."""
+    return [line.split("[", 1)[1].rstrip("]") for line in result.outlines if "::" in line and "[" in line]
+
+
 HOOK_CONFTEST = (
     "import json\n"
     "def pytest_kvbench_record(record, item):\n"

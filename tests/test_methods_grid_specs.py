@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from test_plugin_grid import bench, collected_ids  # noqa: F401 (the bench fixture is used here)
+from helpers import collected_ids
 
 HAS_KVPRESS = importlib.util.find_spec("kvpress") is not None
 if HAS_KVPRESS:  # imported once here: in-process pytester runs would re-import torch.distributed through it

@@ -2,18 +2,8 @@
 
 import pytest
 
-from helpers import SMALL_GRID, add_bench_files
+from helpers import SMALL_GRID, collected_ids
 from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
-
-
-@pytest.fixture
-def bench(pytester):
-    add_bench_files(pytester)
-    return pytester
-
-
-def collected_ids(result) -> list[str]:
-    return [line.split("[", 1)[1].rstrip("]") for line in result.outlines if "::" in line and "[" in line]
 
 
 def test_item_ids_are_readable_and_stable(bench):

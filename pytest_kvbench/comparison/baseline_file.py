@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pytest_kvbench import user_paths
-from pytest_kvbench.results.record import is_number, is_scored
+from pytest_kvbench.results.record import DEFAULT_PROTOCOL, is_number, is_scored
 from pytest_kvbench.results.storage import read_json
 
 FORMAT = "kvbench-baseline"
@@ -138,6 +138,18 @@ def _check_entry(path: Path, key: object, entry: object) -> None:
     for name in ("method", "latency", "memory", "task"):
         if entry.get(name) is not None and not isinstance(entry.get(name), dict):
             raise BaselineError(f"{where}: {name!r} must be an object")
+
+
+def check_same_protocols(entries: Iterable[dict], records: Iterable[dict], baseline_name: str, run_id: str) -> None:
+    """BaselineError when a run and its reference ran different protocols: their scores measure
+    different things (one question per prefill vs one compressed context for many), so no verdict."""
+    def protocols(items: Iterable[dict]) -> list[str]:
+        return sorted({item.get("protocol") or DEFAULT_PROTOCOL for item in items})
+
+    theirs, ours = protocols(entries), protocols(r for r in records if is_scored(r))
+    if ours and theirs != ours:
+        raise BaselineError(f"cannot compare across protocols: {baseline_name} ran {', '.join(theirs)}, "
+                            f"run {run_id} ran {', '.join(ours)} (settings mismatch)")
 
 
 def load_baseline(path: str | os.PathLike) -> Baseline:

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from kvmethods import Budget
+from kvmethods.generation import GROUP_PROTOCOLS
 from pytest_kvbench.engine.fidelity import ReferenceCache, compare, make_reference
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
+from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn, generations, group_position
 from pytest_kvbench.engine.shared_prefills import PreparedPrompt, SharedPrefills
 from pytest_kvbench.results import record as records
 from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
@@ -80,7 +82,7 @@ class Runner:
         return self._prompts[key]
 
     def _reference_key(self, case: Case, sample) -> tuple:
-        return (case.model, case.task, case.seed, case.context_length, sample.id, self.grid.protocol)
+        return (case.model, case.task, case.seed, case.context_length, sample.id, case.protocol)
 
     def _reference(self, case: Case, task, sample, prompt, loaded: LoadedModel):
         """The full-cache pass of a sample, computed once per run and shared by every method."""
@@ -97,7 +99,7 @@ class Runner:
         from pytest_kvbench.engine.finite_logits import check_logits_finite
 
         result = generate(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, prompt.input_ids,
-                          prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol,
+                          prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, case.protocol,
                           return_logprobs=True, prefilled=prefilled)
         if prefilled is not None:
             result.prefill_s = prefill_s
@@ -139,7 +141,7 @@ class Runner:
         from kvmethods.shared_prefill import shared_prefill
 
         return shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
-                              prompt.context_len, self.grid.protocol, len(prompt.input_ids) + task.max_new_tokens)
+                              prompt.context_len, case.protocol, len(prompt.input_ids) + task.max_new_tokens)
 
     def _prepared(self, case: Case, task, sample, prompt, loaded: LoadedModel) -> PreparedPrompt:
         """This item's compressed prompt of the sample, from the group's shared prefill (run now if
@@ -167,8 +169,7 @@ class Runner:
             self.shared.finish(case)  # caches left for this item (it failed mid-way) are freed
 
     def _run(self, case: Case, progress: Callable[[int, int], None]) -> dict:
-        from kvmethods.generation import generate, record_fields
-        from pytest_kvbench.engine.finite_logits import check_logits_finite
+        from kvmethods.generation import record_fields
         from pytest_kvbench.engine.hardware.item_meter import ItemMeter
         from pytest_kvbench.engine.time_limit import item_time_limit
         from pytest_kvbench.tasks import get_task
@@ -183,26 +184,13 @@ class Runner:
         rows: list[dict] = []
         scores: list[float] = []
         with item_time_limit(self.timeout_s), ItemMeter(loaded.device) as meter:
-            for sample in samples:
-                prompt = self._prompt(case, task, sample, loaded)
-                reference = self._reference(case, task, sample, prompt, loaded)
-                prepared = self._prepared(case, task, sample, prompt, loaded) if sharing else None
-                timing = _prefill_split(prepared, reference.result if case.method.name == FULL_METHOD and
-                                        self.shared.enabled else None)
-                if case.method.name == FULL_METHOD:
-                    result, kl, agreement = reference.result, 0.0, 1.0
-                else:
-                    result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
-                                      task.max_new_tokens, loaded.eos_token_ids, self.grid.protocol,
-                                      teacher_targets=reference.target_ids,
-                                      prefilled=prepared.state if prepared else None)
-                    if prepared is not None:  # what this prefill costs alone: the forward + own compression
-                        result.prefill_s = prepared.shared_s + prepared.own_s
-                    prepared = None  # the cache is freed once decoded
-                    check_logits_finite(result.target_logprobs, f"{case.id} sample {sample.id}")
-                    kl, agreement = compare(reference, result.target_logprobs)
+            if case.protocol in GROUP_PROTOCOLS:  # several questions on one compressed context: no shared prefill
+                produced = ((made, {}) for made in generations(self, case, task, method, budget, loaded, samples))
+            else:
+                produced = self._single_prompts(case, task, method, budget, loaded, samples, sharing)
+            for (sample, result, kl, agreement, context, turn), timing in produced:
                 prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
-                answer = self._follow_up(task, sample, prediction, method, budget, loaded)
+                answer = self._follow_up(task, sample, prediction, method, budget, loaded, case.protocol)
                 first_output = {} if answer is None else {"first_output": prediction}
                 prediction = prediction if answer is None else answer
                 score = float(task.score(prediction, sample))
@@ -225,13 +213,39 @@ class Runner:
                     "kl": kl,
                     "agreement": agreement,
                     "fields": {k: v for k, v in sample.fields.items() if k in ("length", "depth", "context_length")},
-                } | first_output)
+                } | first_output | group_position(context, turn))
                 progress(len(rows), len(samples))
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
+        aggregate |= by_context_and_turn(rows)
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,
                             meter.result, time.perf_counter() - started)
 
-    def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel) -> str | None:
+    def _single_prompts(self, case: Case, task, method, budget, loaded: LoadedModel, samples: list, sharing: bool):
+        """One prompt per sample (question_in_window, query_agnostic): each sample's generation, compared
+        with the full-cache reference, with its prefill split into the shared forward and its own part."""
+        from kvmethods.generation import generate
+        from pytest_kvbench.engine.finite_logits import check_logits_finite
+
+        for sample in samples:
+            prompt = self._prompt(case, task, sample, loaded)
+            reference = self._reference(case, task, sample, prompt, loaded)
+            prepared = self._prepared(case, task, sample, prompt, loaded) if sharing else None
+            timing = _prefill_split(prepared, reference.result if case.method.name == FULL_METHOD and
+                                    self.shared.enabled else None)
+            if case.method.name == FULL_METHOD:
+                yield Generation(sample, reference.result, 0.0, 1.0), timing
+                continue
+            result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
+                              task.max_new_tokens, loaded.eos_token_ids, case.protocol,
+                              teacher_targets=reference.target_ids, prefilled=prepared.state if prepared else None)
+            if prepared is not None:  # what this prefill costs alone: the forward + own compression
+                result.prefill_s = prepared.shared_s + prepared.own_s
+            prepared = None  # the cache is freed once decoded
+            check_logits_finite(result.target_logprobs, f"{case.id} sample {sample.id}")
+            yield Generation(sample, result, *compare(reference, result.target_logprobs)), timing
+
+    def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel,
+                   protocol: str = records.DEFAULT_PROTOCOL) -> str | None:
         """The answer to a task's second question about its first output (LongBench v2's CoT: the
         letter is asked for in a second, context-free query), through the same method and budget;
         None when the task asks none."""
@@ -242,7 +256,7 @@ class Runner:
         from kvmethods.generation import generate
 
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
-                          task.follow_up_max_new_tokens, loaded.eos_token_ids, self.grid.protocol)
+                          task.follow_up_max_new_tokens, loaded.eos_token_ids, protocol)
         return loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
 
 
@@ -261,7 +275,7 @@ class Runner:
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
                                   [r["new_tokens"] for r in rows], total_s)
         model_info = loaded.info() | {"loaded_by_this_item": loaded_now}
-        return records.identity(case, self.run_id, self.grid.protocol) | {
+        return records.identity(case, self.run_id, case.protocol) | {
             "device": self.device_description(loaded.device),
             "model": model_info,
             "method": {"name": method.name, "params": method.params()},

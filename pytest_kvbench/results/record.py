@@ -98,6 +98,16 @@ class Record(TypedDict, total=False):
     crashed: bool  # set on the error record of an item whose xdist worker died
 
 
+DEFAULT_PROTOCOL = "question_in_window"
+_PROTOCOL_PREFIX = "protocol="
+
+
+def protocol_key_part(protocol: str) -> str:
+    """What a protocol adds to a case key: nothing for the default (keys of older runs and baselines
+    stay valid), else ``|protocol=<name>``."""
+    return "" if protocol == DEFAULT_PROTOCOL else f"|{_PROTOCOL_PREFIX}{protocol}"
+
+
 class Labels(NamedTuple):
     """How a record is named in tables and folders; all parts come from its key."""
 
@@ -106,23 +116,28 @@ class Labels(NamedTuple):
     budget: str  # budget spec, or "full"
     task: str  # task name, with @context_length for RULER: niah_single_1@4096
     seed: str  # seedN
+    protocol: str = DEFAULT_PROTOCOL
 
 
 def labels(record: dict) -> Labels:
-    """The record's labels, parsed from its key ``model|method|budget|task@ctx|seedN``.
+    """The record's labels, parsed from its key ``model|method|budget|task@ctx|seedN[|protocol=P]``.
 
     Model ids and method labels may contain anything but the last three fields cannot hold a
-    ``|``, so the key is cut from the right; the model is the first field, the method the rest.
-    A record without a well-formed key (hand-made) falls back to its fields.
+    ``|``, so the key is cut from the right (after a trailing protocol part); the model is the first
+    field, the method the rest. A record without a well-formed key (hand-made) falls back to its fields.
     """
     parts = str(record.get("key") or "").split("|")
+    protocol = DEFAULT_PROTOCOL
+    if parts[-1].startswith(_PROTOCOL_PREFIX):
+        protocol = parts.pop()[len(_PROTOCOL_PREFIX):]
     if len(parts) >= 5:
-        return Labels(parts[0], "|".join(parts[1:-3]), parts[-3], parts[-2], parts[-1])
+        return Labels(parts[0], "|".join(parts[1:-3]), parts[-3], parts[-2], parts[-1], protocol)
     task = record.get("task") or {}
     ctx = task.get("context_length")
     return Labels(str((record.get("model") or {}).get("name")), str((record.get("method") or {}).get("name")),
                   str((record.get("budget") or {}).get("spec")),
-                  f"{task.get('name')}@{ctx}" if ctx else str(task.get("name")), f"seed{record.get('seed')}")
+                  f"{task.get('name')}@{ctx}" if ctx else str(task.get("name")), f"seed{record.get('seed')}",
+                  str(record.get("protocol") or DEFAULT_PROTOCOL))
 
 
 def model_label(model: str) -> str:

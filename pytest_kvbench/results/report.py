@@ -299,7 +299,16 @@ def _score_table_html(table: ScoreTable) -> str:
             text = _e(cell_text(table, method, column))
             cells.append(f"<strong>{text}</strong>" if table.is_best(method, column) else text)
         rows.append(cells)
-    return f"<h3>{_e(table.heading)}</h3>" + _table_html(["Method"] + table.columns, rows, "scores")
+    html = f"<h3>{_e(table.heading)}</h3>" + _table_html(["Method"] + table.columns, rows, "scores")
+    return html + "".join(_turn_table_html(summary, table.methods) for summary in table.summaries()
+                          if summary.title == "score by turn")
+
+
+def _turn_table_html(summary, methods: list[str]) -> str:
+    """The multi_turn protocol's score by turn under its score table."""
+    rows = [[_e(m)] + ["-" if summary.values[m].get(c) is None else f"{summary.values[m][c]:.2f}"
+                       for c in summary.columns] for m in methods if m in summary.values]
+    return f"<h4>{_e(summary.title)}</h4>" + _table_html(["Method"] + summary.columns, rows, "scores")
 
 
 def _figure_html(fig: Figure, caption: str, salt: str) -> str:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pytest_kvbench.results import storage
-from pytest_kvbench.results.record import labels, model_label
+from pytest_kvbench.results.record import DEFAULT_PROTOCOL, labels, model_label
 from pytest_kvbench.results.tables import results_markdown, zero_scores
 
 SCHEMA = 1
@@ -52,6 +52,8 @@ def item_dir(run_dir: Path, record: dict, show_seed: bool) -> Path:
     task_name = str(task["name"]) + (f"_{task['context_length']}" if task.get("context_length") else "")
     if show_seed:
         task_name += f"_seed{record.get('seed')}"
+    if label.protocol != DEFAULT_PROTOCOL:
+        task_name += f"_{label.protocol}"
     folder = run_dir / config / path_safe(task_name)
     if folder.resolve().parent.parent != Path(run_dir).resolve():
         raise ItemPathError(f"record {record.get('key')!r}: its item folder {folder} would lie outside the run {run_dir}")

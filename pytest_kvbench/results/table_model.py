@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from pytest_kvbench.results.record import FULL, budget_sort_key, is_number, is_scored, labels
+from pytest_kvbench.results.record import DEFAULT_PROTOCOL, FULL, budget_sort_key, is_number, is_scored, labels
 
 AVG = "Avg"
 MiB = 2**20
@@ -57,6 +57,7 @@ class ScoreTable:
     methods: list[str]
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
     records: dict[str, list[dict]] = field(default_factory=dict)  # per method, every record of its row
+    protocol: str = DEFAULT_PROTOCOL
 
     def value(self, method: str, column: str) -> float | None:
         """Mean score of a cell, or the method's average over all tasks for the ``Avg`` column."""
@@ -130,7 +131,8 @@ class ScoreTable:
 
     @property
     def heading(self) -> str:
-        return f"{self.model} — " + ("full cache" if self.budget == FULL else f"budget {self.budget}")
+        heading = f"{self.model} — " + ("full cache" if self.budget == FULL else f"budget {self.budget}")
+        return heading if self.protocol == DEFAULT_PROTOCOL else f"{heading} — protocol {self.protocol}"
 
 
 def cell_text(table: ScoreTable, method: str, column: str, pm: str | None = " ± ") -> str:
@@ -153,18 +155,18 @@ def _task_order(label: str) -> tuple[str, int]:
 
 
 def score_tables(records: Iterable[dict]) -> list[ScoreTable]:
-    """One table per (model, budget) from the scored records; ``full`` rows join every budget."""
+    """One table per (model, protocol, budget) from the scored records; ``full`` rows join every budget."""
     scored = [(labels(r), r) for r in records if is_scored(r)]
-    models = list(dict.fromkeys(label.model for label, _ in scored))
+    settings = list(dict.fromkeys((label.model, label.protocol) for label, _ in scored))
     tables = []
-    for model in models:
-        mine = [(label, r) for label, r in scored if label.model == model]
+    for model, protocol in settings:
+        mine = [(label, r) for label, r in scored if (label.model, label.protocol) == (model, protocol)]
         budgets = sorted({label.budget for label, _ in mine if label.budget != FULL}, key=budget_sort_key) or [FULL]
         for budget in budgets:
             rows = [(label, r) for label, r in mine if label.budget in (budget, FULL)]
             methods = sorted({label.method for label, _ in rows}, key=lambda m: (m != FULL, m))
             tasks = sorted({label.task for label, _ in rows}, key=_task_order)
-            table = ScoreTable(model, budget, tasks, methods)
+            table = ScoreTable(model, budget, tasks, methods, protocol=protocol)
             for label, r in rows:
                 table.cells.setdefault((label.method, label.task), Cell([])).values.append(float(r["score"]))
                 table.records.setdefault(label.method, []).append(r)

@@ -43,6 +43,7 @@ class Task:
     suite: str  # one of registry.SUITES
     metric_name: str
     max_new_tokens: int
+    has_turns: bool = False  # a context's samples are the turns of one conversation (multi_turn protocol)
 
     def __init__(self, spec) -> None:
         self.spec = spec

@@ -69,6 +69,24 @@ def infinitebench_summary(cells: Cells) -> list[Summary]:
     return [Summary("InfiniteBench", [PAPER_NAMES[t] for t in present] + ["Avg"], values)]
 
 
+def turn_summary(cells: Cells) -> list[Summary]:
+    """Score by turn of the multi_turn protocol (SCBench's per-turn view): per method, the mean over its
+    records of each turn's score (aggregate "turns", engine/protocol_runs.py)."""
+    by_method: dict[str, dict[str, list[float]]] = {}
+    for method, by_task in cells.items():
+        for records in by_task.values():
+            for r in records:
+                if r.get("protocol") != "multi_turn":
+                    continue
+                for turn, score in ((r.get("aggregate") or {}).get("turns") or {}).items():
+                    by_method.setdefault(method, {}).setdefault(f"Turn {turn}", []).append(score)
+    columns = sorted({c for turns in by_method.values() for c in turns}, key=lambda c: int(c.split()[-1]))
+    if not columns:
+        return []
+    values = {m: {c: _mean(turns.get(c, [])) for c in columns} for m, turns in by_method.items()}
+    return [Summary("score by turn", columns, values)]
+
+
 def suite_summaries(cells: Cells) -> list[Summary]:
-    """Every suite summary for one (model, budget) group of records."""
-    return longbench_v2_summaries(cells) + infinitebench_summary(cells)
+    """Every suite summary for one (model, budget) group of records, and the score by turn."""
+    return longbench_v2_summaries(cells) + infinitebench_summary(cells) + turn_summary(cells)

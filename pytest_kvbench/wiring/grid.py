@@ -8,11 +8,12 @@ a crash an hour into a sweep. Each Case knows its pytest id, which must stay sta
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvmethods import Budget
-from pytest_kvbench.results.record import FULL, FULL_CACHE, CaseBudget, model_label
+from pytest_kvbench.results.record import DEFAULT_PROTOCOL, FULL, FULL_CACHE, CaseBudget, model_label, protocol_key_part
 
 DEFAULT_MODEL = "default"
 FULL_METHOD = FULL
@@ -67,6 +68,7 @@ class Case:
     smoke: bool = False
     show_model: bool = False
     show_seed: bool = False
+    protocol: str = DEFAULT_PROTOCOL
 
     @property
     def id(self) -> str:
@@ -80,6 +82,8 @@ class Case:
             parts.append(f"seed{self.seed}")
         if self.show_model:
             parts.append(model_label(self.model))
+        if self.protocol != DEFAULT_PROTOCOL:
+            parts.append(self.protocol)
         return "-".join(parts)
 
     @property
@@ -89,13 +93,14 @@ class Case:
         Keeping such items on one xdist worker computes each reference once per run, not once per
         worker that meets the task."""
         ctx = f"@{self.context_length}" if self.context_length is not None else ""
-        return f"{self.model}|{self.task}{ctx}|seed{self.seed}"
+        return f"{self.model}|{self.task}{ctx}|seed{self.seed}" + protocol_key_part(self.protocol)
 
     @property
     def key(self) -> str:
         """The comparison key of baselines: one entry per model/method/budget/task/length/seed."""
         ctx = f"@{self.context_length}" if self.context_length is not None else ""
-        return f"{self.model}|{self.method.label}|{self.budget.spec}|{self.task}{ctx}|seed{self.seed}"
+        key = f"{self.model}|{self.method.label}|{self.budget.spec}|{self.task}{ctx}|seed{self.seed}"
+        return key + protocol_key_part(self.protocol)
 
 
 @dataclass
@@ -108,14 +113,22 @@ class Grid:
     context_lengths: list[int] = field(default_factory=list)
     samples: int | None = None
     seeds: list[int] = field(default_factory=lambda: [0])
-    protocol: str = "question_in_window"
+    protocols: list[str] = field(default_factory=lambda: [DEFAULT_PROTOCOL])
+    # (task, protocol) pairs a default task cannot serve (multi_turn without turns): no case
+    unserved: set[tuple[str, str]] = field(default_factory=set)
     dtype: str = "auto"
     attn_implementation: str = "sdpa"
     data_dir: str | None = None
     max_prompt_tokens: int | None = None
 
+    @property
+    def protocol(self) -> str:
+        """The grid's protocols as one string (run.json, settings that `kvbench merge` compares)."""
+        return ",".join(self.protocols)
+
     def cases(self, suite: str, suite_of) -> list[Case]:
-        """All cases of one suite, in a stable order (model, task, method, budget, length, seed)."""
+        """All cases of one suite, in a stable order (model, task, method, budget, length, seed,
+        protocol); the (task, protocol) pairs in `unserved` are left out."""
         show_model = len(self.models) > 1
         show_seed = len(self.seeds) > 1
         smallest = min(self.budgets, key=lambda budget: budget.sort_key) if self.budgets else None
@@ -129,7 +142,9 @@ class Grid:
                     budgets = [FULL_CACHE] if method.name == FULL_METHOD else self.budgets
                     for budget in budgets:
                         for length in lengths:
-                            for seed in self.seeds:
+                            for seed, protocol in itertools.product(self.seeds, self.protocols):
+                                if (task, protocol) in self.unserved:
+                                    continue
                                 smoke = (
                                     task in self.smoke_tasks
                                     and budget in (smallest, FULL_CACHE)
@@ -138,7 +153,7 @@ class Grid:
                                     and model == self.models[0]
                                 )
                                 out.append(Case(model, method, budget, task, suite, length, seed,
-                                                self.samples, smoke, show_model, show_seed))
+                                                self.samples, smoke, show_model, show_seed, protocol))
         return out
 
     def as_dict(self) -> dict:

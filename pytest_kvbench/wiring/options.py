@@ -15,6 +15,7 @@ import pytest
 
 from pytest_kvbench import user_paths
 from pytest_kvbench.wiring import canonical, model_refs
+from pytest_kvbench.wiring.protocols import check_decoding_intervals, check_tasks_serve_protocols, parse_protocols
 from pytest_kvbench.wiring.grid import (
     DEFAULT_MODEL,
     Grid,
@@ -33,7 +34,6 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 DEFAULT_METHODS = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "tova", "knorm", "random"]
 DEFAULT_BUDGETS = ["128", "256"]
 DEFAULT_SAMPLES = 20
-PROTOCOLS = ("question_in_window", "query_agnostic")
 
 # name -> (help, ini type); each becomes --kvbench-<name> and the ini key kvbench_<name>.
 GRID_OPTIONS: dict[str, tuple[str, str]] = {
@@ -45,7 +45,8 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
     "seed": ("seed of sample generation and of random methods", "string"),
     "seeds": ("several seeds, comma-separated: one item per seed, aggregated into mean and CI", "string"),
     "context-lengths": ("RULER context lengths in tokens, comma-separated", "linelist"),
-    "protocol": ("compression protocol: question_in_window or query_agnostic", "string"),
+    "protocol": ("compression protocols, comma-separated: question_in_window, query_agnostic, shared_context, "
+                 "multi_turn", "linelist"),
     "dtype": ("model dtype: auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16", "string"),
     "attn-implementation": ("attention implementation passed to from_pretrained (sdpa, eager, ...)", "string"),
     "data": ("directory of LongBench {task}.jsonl files in the official format ('fixtures' for the shipped ones)", "string"),
@@ -253,11 +254,9 @@ def resolve_grid(config: pytest.Config) -> Grid:
         seeds = [parse_seed(seed)] if seed is not None else [0]
     grid.seeds = canonical.unique(seeds)
     grid.context_lengths = canonical.unique(sources.listed("context-lengths", parse_positive_int) or [])
-    protocol, where = sources.scalar("protocol")
-    if protocol is not None:
-        if protocol not in PROTOCOLS:
-            raise GridError(f"{where}: unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
-        grid.protocol = protocol
+    protocols = sources.listed("protocol")
+    if protocols is not None:
+        grid.protocols = parse_protocols(protocols)
     dtype, where = sources.scalar("dtype")
     grid.dtype = str(dtype or "auto")
     if grid.dtype not in DTYPES:
@@ -297,12 +296,15 @@ def _validate(grid: Grid) -> None:
         grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
+    tasks_named = bool(grid.tasks)
     grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
     try:
         grid.tasks = canonical.unique(task_registry.get_task(task).name for task in grid.tasks)
     except task_registry.TaskError as exc:
         raise GridError(str(exc)) from None
     grid.smoke_tasks = [t for t in grid.tasks if t in task_registry.SMOKE_TASKS]
+    check_tasks_serve_protocols(grid, tasks_named)
+    check_decoding_intervals(grid)
     if not grid.context_lengths:
         grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
     grid.models = canonical.models(grid.models)

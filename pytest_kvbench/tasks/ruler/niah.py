@@ -56,7 +56,13 @@ NIAH_CONFIGS: dict[str, NiahConfig] = {
 }
 
 
-def generate_niah(
+def generate_niah(config: NiahConfig, tokenizer, **settings) -> RulerExample:
+    """One niah sample whose prompt fills ``context_length - max_new_tokens`` tokens as far as possible
+    (generate_niah_questions with one question)."""
+    return generate_niah_questions(config, tokenizer, questions=1, **settings)[0]
+
+
+def generate_niah_questions(
     config: NiahConfig,
     tokenizer,
     *,
@@ -66,13 +72,16 @@ def generate_niah(
     depth: float | None = None,
     essay_text: str | None = None,
     size_hint: int | None = None,
-) -> RulerExample:
-    """One niah sample whose prompt fills ``context_length - max_new_tokens`` tokens as far as possible.
+    questions: int = 1,
+) -> list[RulerExample]:
+    """``questions`` niah samples on one haystack (the shared-context protocol's groups): the haystack
+    holds the needles of every question, each question asks its own ``num_needle_q`` keys, and the
+    context text before the question is the same for all. With one question this is RULER's sample.
 
     ``depth`` (0..100) puts every needle at that depth (for depth grids); otherwise depths are
     drawn as RULER does. A needle at depth d goes after ``int(units * d / 100)`` haystack units
     (sentences for essays, lines otherwise). ``size_hint`` (the haystack size of the previous
-    sample) only speeds up sizing.
+    sample) only speeds up sizing; the haystack is sized for the longest question.
     """
     if config.haystack not in HAYSTACKS:
         raise TaskError(f"unknown haystack {config.haystack!r}; expected one of {', '.join(HAYSTACKS)}")
@@ -81,7 +90,8 @@ def generate_niah(
     if depth is not None and not 0 <= depth <= 100:
         raise TaskError(f"needle depth must be between 0 and 100, got {depth}")
 
-    num_keys = max(config.num_needle_k, config.num_needle_q)
+    asked_per_question = config.num_needle_q
+    num_keys = max(config.num_needle_k, asked_per_question * questions)
     keys = distinct_needles(config.type_needle_k, num_keys, rng)
     flat_values = distinct_needles(config.type_needle_v, num_keys * config.num_needle_v, rng)
     values = [flat_values[i * config.num_needle_v : (i + 1) * config.num_needle_v] for i in range(num_keys)]
@@ -91,10 +101,8 @@ def generate_niah(
         for value in key_values
     ]
     rng.shuffle(needles)
-    asked = rng.sample(range(num_keys), config.num_needle_q)
-    queries = [keys[i] for i in asked]
-    answers = [value for i in asked for value in values[i]]
-    query = ", ".join(queries[:-1]) + ", and " + queries[-1] if len(queries) > 1 else queries[0]
+    asked = rng.sample(range(num_keys), asked_per_question * questions)
+    per_question = [asked[j * asked_per_question : (j + 1) * asked_per_question] for j in range(questions)]
 
     if depth is not None:
         depths = [float(depth)] * len(needles)
@@ -107,31 +115,43 @@ def generate_niah(
     if config.num_needle_q * config.num_needle_v == 1:
         template, prefix_template = _singular(template), _singular(prefix_template)
         type_needle_v = type_needle_v[:-1]
-    answer_prefix = prefix_template.format(type_needle_v=type_needle_v, query=query)
+
+    def query_of(chosen: list[int]) -> str:
+        queries = [keys[i] for i in chosen]
+        return ", ".join(queries[:-1]) + ", and " + queries[-1] if len(queries) > 1 else queries[0]
+
+    queries = [query_of(chosen) for chosen in per_question]
+    prefixes = [prefix_template.format(type_needle_v=type_needle_v, query=query) for query in queries]
+    longest = max(range(questions), key=lambda j: len(queries[j]) + len(prefixes[j]))
 
     haystack = _haystack_builder(config, rng, set(keys), essay_text)
 
-    built: dict[int, tuple[str, int]] = {}
+    built: dict[tuple[int, int], tuple[str, int]] = {}
 
-    def prompt_for(size: int) -> tuple[str, int]:
-        if size not in built:
+    def prompt_for(size: int, question: int = longest) -> tuple[str, int]:
+        if (size, question) not in built:
             units, joiner = haystack(size)
             context = joiner.join(_interleave(units, needles, depths))
-            built[size] = fill_template(template, context, type_needle_v=type_needle_v, query=query)
-        return built[size]
+            built[size, question] = fill_template(template, context, type_needle_v=type_needle_v,
+                                                  query=queries[question])
+        return built[size, question]
 
     budget = context_length - max_new_tokens
     size, length = largest_fitting_size(
-        lambda n: count_tokens(tokenizer, prompt_for(n)[0] + answer_prefix),
+        lambda n: count_tokens(tokenizer, prompt_for(n)[0] + prefixes[longest]),
         budget,
         max_size=2 * max(budget, 0) + 16,
         start=size_hint, what=f"niah prompt (context length {context_length} minus {max_new_tokens} generated tokens)",
     )
-    text, question_start = prompt_for(size)
-    return RulerExample(
-        input=text, answer_prefix=answer_prefix, outputs=answers, length=length, depths=depths,
-        question_start=question_start, haystack_size=size,
-    )
+    examples = []
+    for j, chosen in enumerate(per_question):
+        text, question_start = prompt_for(size, j)
+        examples.append(RulerExample(
+            input=text, answer_prefix=prefixes[j], outputs=[value for i in chosen for value in values[i]],
+            length=length if j == longest else count_tokens(tokenizer, text + prefixes[j]), depths=depths,
+            question_start=question_start, haystack_size=size,
+        ))
+    return examples
 
 
 def _singular(text: str) -> str:

@@ -30,10 +30,17 @@ class RulerSpec:
     needs: str | None = None  # external text: "essay" | "squad" | "hotpotqa"
     niah_config: str | None = None  # key of NIAH_CONFIGS for the niah family
     grid: bool = False  # needle-depth grid: sample i sits at GRID_DEPTHS[i % 11]
+    questions: int = 1  # questions per haystack (niah: `niah_single_1:questions=4`, for shared_context)
 
 
 class RulerTask(Task):
     suite = "ruler"
+
+    def __init__(self, spec) -> None:
+        super().__init__(spec)
+        if spec.questions > 1 and spec.family != "niah":
+            raise TaskError(f"task {spec.name}: questions={spec.questions} needs a niah task (one haystack, "
+                            f"several needles); {spec.name} asks one question per haystack")
 
     def load_samples(self, tokenizer, n: int | None = None, seed: int = 0, data_dir=None,
                      context_length: int | None = None) -> list[Sample]:
@@ -45,10 +52,14 @@ class RulerTask(Task):
         reserved = self.max_new_tokens + template_overhead(tokenizer)
         samples = []
         size_hint = None
+        questions = self.spec.questions
         for index in range(n):
-            rng = random.Random(f"{seed}-{self.name}-{index}")
-            depth = GRID_DEPTHS[index % len(GRID_DEPTHS)] if self.spec.grid else None
-            example = generate(tokenizer, context_length, reserved, rng, depth, size_hint)
+            haystack, turn = divmod(index, questions)  # samples of one haystack are consecutive
+            if turn == 0:
+                rng = random.Random(f"{seed}-{self.name}-{haystack}")
+                depth = GRID_DEPTHS[haystack % len(GRID_DEPTHS)] if self.spec.grid else None
+                examples = generate(tokenizer, context_length, reserved, rng, depth, size_hint)
+            example = examples[turn]
             size_hint = example.haystack_size
             fields = {
                 "input": example.input,
@@ -62,43 +73,46 @@ class RulerTask(Task):
             }
             if depth is not None:
                 fields["depth"] = depth
+            if questions > 1:
+                fields |= {"context_id": haystack, "turn": turn}
             samples.append(Sample(id=f"{self.name}-{context_length}-{seed}-{index}",
                                   answers=list(example.outputs), fields=fields))
         return samples
 
     def _generator(self, data_dir):
-        """``(tokenizer, context_length, reserved, rng, depth, size_hint) -> RulerExample``, external data loaded once."""
+        """``(tokenizer, context_length, reserved, rng, depth, size_hint) -> [RulerExample]``, one per question
+        on the haystack; external data loaded once."""
         spec = self.spec
         if spec.family == "niah":
             from .external import load_essay_text
-            from .niah import NIAH_CONFIGS, generate_niah
+            from .niah import NIAH_CONFIGS, generate_niah_questions
 
             config = NIAH_CONFIGS[spec.niah_config]
             essay = load_essay_text(data_dir) if config.haystack == "essay" else None
-            return lambda tok, length, reserved, rng, depth, hint: generate_niah(
+            return lambda tok, length, reserved, rng, depth, hint: generate_niah_questions(
                 config, tok, context_length=length, rng=rng, max_new_tokens=reserved, depth=depth, essay_text=essay,
-                size_hint=hint)
+                size_hint=hint, questions=spec.questions)
         if spec.family == "vt":
             from .variable_tracking import generate_vt
 
-            return lambda tok, length, reserved, rng, depth, hint: generate_vt(
-                tok, context_length=length, rng=rng, max_new_tokens=reserved, size_hint=hint)
+            return lambda tok, length, reserved, rng, depth, hint: [generate_vt(
+                tok, context_length=length, rng=rng, max_new_tokens=reserved, size_hint=hint)]
         if spec.family == "cwe":
             from .common_words import generate_cwe
 
-            return lambda tok, length, reserved, rng, depth, hint: generate_cwe(
-                tok, context_length=length, rng=rng, max_new_tokens=reserved, size_hint=hint)
+            return lambda tok, length, reserved, rng, depth, hint: [generate_cwe(
+                tok, context_length=length, rng=rng, max_new_tokens=reserved, size_hint=hint)]
         if spec.family == "fwe":
             from .freq_words import generate_fwe
 
-            return lambda tok, length, reserved, rng, depth, hint: generate_fwe(
-                tok, context_length=length, rng=rng, max_new_tokens=reserved, size_hint=hint)
+            return lambda tok, length, reserved, rng, depth, hint: [generate_fwe(
+                tok, context_length=length, rng=rng, max_new_tokens=reserved, size_hint=hint)]
         from .external import load_qa_corpus
         from .qa import generate_qa
 
         corpus = load_qa_corpus(spec.needs, data_dir)
-        return lambda tok, length, reserved, rng, depth, hint: generate_qa(
-            tok, context_length=length, rng=rng, corpus=corpus, max_new_tokens=reserved, size_hint=hint)
+        return lambda tok, length, reserved, rng, depth, hint: [generate_qa(
+            tok, context_length=length, rng=rng, corpus=corpus, max_new_tokens=reserved, size_hint=hint)]
 
     def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
         text = sample.fields["input"]

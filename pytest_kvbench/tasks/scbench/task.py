@@ -27,6 +27,7 @@ HUB_REPO = "microsoft/SCBench"
 
 class SCBenchTask(TemplateTask):
     suite = "scbench"
+    has_turns = True
 
     def _validate(self, record, where: str) -> dict:
         require_fields(record, where, {"context": str, "multi_turns": list})

@@ -1,0 +1,62 @@
+"""--kvbench-protocol: which protocols a grid runs, and which tasks can serve them (usage errors).
+
+A grid may hold several protocols (``--kvbench-protocol question_in_window,shared_context``): each
+case runs under one. Every task serves the single-prompt protocols and shared_context (samples with the
+same context form a group; a context with one question is a group of one); multi_turn needs a task whose
+samples are the turns of a conversation (``Task.has_turns``: SCBench). Naming a task that cannot serve a
+protocol is a usage error; a default task that cannot is left out of the grid.
+"""
+
+from __future__ import annotations
+
+from kvmethods.generation import PROTOCOLS
+
+from pytest_kvbench.wiring.grid import Grid, GridError, split_list
+
+
+def parse_protocols(value) -> list[str]:
+    protocols = list(dict.fromkeys(str(p) for p in split_list(value)))
+    for protocol in protocols:
+        if protocol not in PROTOCOLS:
+            raise GridError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    if not protocols:
+        raise GridError(f"--kvbench-protocol is empty; valid: {', '.join(PROTOCOLS)}")
+    return protocols
+
+
+def serves(task, protocol: str) -> bool:
+    return protocol != "multi_turn" or task.has_turns
+
+
+def check_tasks_serve_protocols(grid: Grid, tasks_named: bool) -> None:
+    """GridError for a named task that cannot serve a protocol of the grid; default tasks that cannot
+    are recorded in grid.unserved (and so make no case)."""
+    from pytest_kvbench.tasks import get_task
+
+    for task_name in grid.tasks:
+        task = get_task(task_name)
+        for protocol in grid.protocols:
+            if serves(task, protocol):
+                continue
+            if tasks_named:
+                raise GridError(f"task {task_name} cannot run under protocol {protocol}: its samples have no "
+                                f"turns (multi_turn needs a multi-turn task such as SCBench's)")
+            grid.unserved.add((task_name, protocol))
+
+
+def check_decoding_intervals(grid: Grid) -> None:
+    """GridError for a method that compresses every `interval` new tokens on a task generating fewer:
+    it would never compress while decoding, so its numbers would not be what its name says."""
+    from kvmethods import get_method
+
+    from pytest_kvbench.tasks import get_task
+
+    for spec in grid.methods:
+        interval = get_method(spec.name, **dict(spec.params)).params().get("interval")
+        if not isinstance(interval, int):
+            continue
+        for task_name in grid.tasks:
+            generated = get_task(task_name).max_new_tokens
+            if interval > generated:
+                raise GridError(f"method {spec.label}: interval {interval} exceeds the {generated} tokens {task_name} "
+                                f"generates, so it would never compress while decoding (lower the interval)")

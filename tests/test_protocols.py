@@ -1,0 +1,132 @@
+"""The shared-context and multi-turn protocols (kvmethods/protocols/) on tiny models.
+
+What makes their numbers trustworthy: with the full cache they answer exactly what one prefill per
+question (or plain multi-turn greedy generation over the growing history) answers, and a compressed
+context is put back bitwise between questions, so no question sees another one's tokens.
+"""
+
+import pytest
+import torch
+
+from kvmethods import get_method
+from kvmethods.generation import generate, prefill
+from kvmethods.protocols import answer_questions, run_turns
+from kvmethods.protocols.cache_snapshot import CacheSnapshot
+from kvmethods.protocols.shared_context import ask
+from kvmethods.testing import tiny_model
+from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
+
+NO_COMPRESSION = "r0"
+EOS = {1}
+
+
+def tokens(seed: int, n: int) -> list[int]:
+    return torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+CONTEXT = tokens(1, 80)
+QUESTIONS = [tokens(2, 6), tokens(3, 9), tokens(4, 4)]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def model(request):
+    return tiny_model(request.param, seed=5, qk_scale=4.0)
+
+
+def test_shared_context_with_full_cache_answers_as_one_prefill_per_question(model):
+    shared = answer_questions(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS, 8, EOS)
+    for question, out in zip(QUESTIONS, shared):
+        alone = generate(model, get_method("full"), NO_COMPRESSION, CONTEXT + question, len(CONTEXT), 8, EOS,
+                         "query_agnostic")
+        assert out.tokens == alone.tokens and len(out.tokens) == 8
+        assert out.prompt_tokens == len(CONTEXT) + len(question)
+
+
+@pytest.mark.parametrize("method", ["snapkv", "pyramidkv", "adakv", "kvzip"])
+def test_shared_context_with_compression_answers_as_the_same_compressed_context_per_question(model, method):
+    """Query-agnostic compression of the context alone, then the question: the same per question
+    whether the context was compressed once for all of them or once for each."""
+    shared = answer_questions(model, get_method(method), "24", CONTEXT, QUESTIONS, 6, EOS)
+    for question, out in zip(QUESTIONS, shared):
+        alone = generate(model, get_method(method), "24", CONTEXT + question, len(CONTEXT), 6, EOS, "query_agnostic")
+        assert out.tokens == alone.tokens
+        assert out.kept_tokens_per_layer == alone.kept_tokens_per_layer
+        assert out.kept_tokens_per_layer[0] < len(CONTEXT)
+
+
+@pytest.mark.parametrize("method", ["snapkv", "pyramidkv", "adakv"])
+def test_the_compressed_context_is_restored_bitwise_after_a_question(model, method):
+    state = prefill(model, get_method(method), "24", CONTEXT, len(CONTEXT), "query_agnostic")
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in state.cache.layers]
+    snapshot = CacheSnapshot.take(state.cache)
+    asked = ask(model, state, QUESTIONS[0])
+    assert state.cache.layers[0].keys.shape[-2] > before[0][0].shape[-2]  # the question went in
+    snapshot.restore(asked.cache)
+    for layer, (keys, values) in zip(state.cache.layers, before):
+        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
+
+
+def test_multi_turn_with_full_cache_equals_plain_greedy_generation_over_the_history(model):
+    turns = run_turns(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS, 7, EOS)
+    history = list(CONTEXT)
+    for question, out in zip(QUESTIONS, turns):
+        history += question
+        plain = generate(model, get_method("full"), NO_COMPRESSION, history, len(history), 7, EOS,
+                         "question_in_window")
+        assert out.tokens == plain.tokens and out.prompt_tokens == len(history)
+        history += plain.tokens
+
+
+def test_multi_turn_keeps_earlier_turns_in_the_cache(model):
+    """The second turn's answer depends on the first turn: not the same as asking it alone."""
+    turns = run_turns(model, get_method("snapkv"), "24", CONTEXT, QUESTIONS[:2], 7, EOS)
+    alone = answer_questions(model, get_method("snapkv"), "24", CONTEXT, QUESTIONS[:2], 7, EOS)
+    assert turns[0].tokens == alone[0].tokens
+    assert turns[1].prompt_tokens == len(CONTEXT) + len(QUESTIONS[0]) + 7 + len(QUESTIONS[1])
+    assert turns[1].kept_tokens_per_layer[0] == alone[1].kept_tokens_per_layer[0] + len(QUESTIONS[0]) + 7
+
+
+# -- compression while decoding (kvmethods/decoding_compression.py, kvmethods/rkv.py) -----------------------
+
+@pytest.mark.parametrize("spec", [dict(name="decoding", base="snapkv", interval=16, window=8),
+                                  dict(name="decoding", base="streamingllm", interval=10),
+                                  dict(name="decoding", base="knorm", interval=12),
+                                  dict(name="rkv", interval=16)])
+def test_decoding_compression_never_lets_the_cache_exceed_budget_plus_interval(model, spec):
+    params = dict(spec)
+    method = get_method(params.pop("name"), **params)
+    out = generate(model, method, "24", CONTEXT, len(CONTEXT), 60, set(), "question_in_window")
+    lengths = out.decode_cache_lengths
+    assert len(out.tokens) == 60 and len(lengths) == 59  # the last token is never fed back
+    assert max(lengths) <= 24 + spec["interval"] and max(lengths) == 24 + spec["interval"] - 1
+    assert min(lengths) == 24  # it was cut back to the budget at least once
+    assert out.kept_tokens_per_layer == [24] * len(out.kept_tokens_per_layer)
+
+
+@pytest.mark.parametrize("name", ["decoding", "rkv"])
+def test_decoding_compression_with_a_budget_above_the_final_length_is_no_compression(model, name):
+    method = get_method(name, interval=8, window=8)
+    out = generate(model, method, "1000", CONTEXT, len(CONTEXT), 30, set(), "question_in_window")
+    full = generate(model, get_method("full"), "1000", CONTEXT, len(CONTEXT), 30, set(), "question_in_window")
+    assert out.tokens == full.tokens
+    assert out.decode_cache_lengths == list(range(len(CONTEXT) + 1, len(CONTEXT) + 30))
+
+
+def test_decoding_compression_changes_what_is_generated_once_it_cuts(model):
+    """The cut is real: with a tight budget decoding goes differently than prefill-only compression."""
+    cut = generate(model, get_method("decoding", base="knorm", interval=4), "16", CONTEXT, len(CONTEXT), 40, set(),
+                   "question_in_window")
+    prefill_only = generate(model, get_method("knorm"), "16", CONTEXT, len(CONTEXT), 40, set(), "question_in_window")
+    assert prefill_only.decode_cache_lengths == [] and cut.tokens != prefill_only.tokens
+
+
+@pytest.mark.parametrize("spec", [dict(name="decoding", base="h2o"), dict(name="decoding", base="kvzip"),
+                                  dict(name="decoding", base="adakv"), dict(name="decoding", interval=16),
+                                  dict(name="rkv", interval=0), dict(name="decoding", interval=0)])
+def test_decoding_compression_refuses_scorers_and_intervals_it_cannot_use(spec):
+    from kvmethods import MethodError
+
+    params = dict(spec)
+    with pytest.raises(MethodError) as error:
+        get_method(params.pop("name"), **params)
+    assert "\n" not in str(error.value)
