@@ -12,7 +12,7 @@ from kvmethods.snapkv import SnapKV
 from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from test_methods_grid_specs import GRID
-from test_plugin_grid import bench, collected_ids  # noqa: F401 (the bench fixture is used here)
+from helpers import collected_ids
 
 PROMPT = torch.randint(3, 256, (240,), generator=torch.Generator().manual_seed(9)).tolist()
 

@@ -12,7 +12,6 @@ from kvmethods.hf_quantized import tensor_bytes
 from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from test_methods_grid_specs import GRID
-from test_plugin_grid import bench  # noqa: F401 (the bench fixture is used here)
 
 HAS_QUANTO = importlib.util.find_spec("optimum") is not None and importlib.util.find_spec("optimum.quanto") is not None
 HAS_HQQ = importlib.util.find_spec("hqq") is not None

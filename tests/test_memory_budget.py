@@ -10,7 +10,7 @@ from kvmethods.memory_budget import CacheGeometry, operating_point
 from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from test_methods_grid_specs import GRID
-from test_plugin_grid import bench, collected_ids  # noqa: F401 (the bench fixture is used here)
+from helpers import collected_ids
 
 PROMPT = torch.randint(3, 256, (400,), generator=torch.Generator().manual_seed(7)).tolist()
 

@@ -14,7 +14,16 @@ from kvmethods.ragged import cache_bytes
 from kvmethods.shared_prefill import can_share_prefill, shared_prefill
 from kvmethods.testing import tiny_model
 
-SHARING = [name for name in available_methods() if name != "full" and can_share_prefill(get_method(name))]
+def _built(name: str):
+    """The method with its defaults, or None when an optional backend is missing (hf_quantized's quanto)."""
+    try:
+        return get_method(name)
+    except MethodError:
+        return None
+
+
+SHARING = [name for name in available_methods()
+           if name != "full" and (method := _built(name)) is not None and can_share_prefill(method)]
 BUDGETS = [Budget.parse("6"), Budget.parse("r0.5"), Budget.parse("64")]  # 64 keeps the whole prompt
 
 

@@ -128,7 +128,7 @@ class Runner:
         """One prefill of the sample for the reference and every planned item of the group still to
         run; their caches wait in self.shared. Returns the reference, made from the full cache."""
         members = [c for c in self.shared.members(case, sample.id, self._shares) if self._shares(c)]
-        shared = self._prefill_for(members, task, prompt, loaded)
+        shared = self._prefill_for(members, task, prompt, loaded, case.protocol)
         for member, state, own_s, error in zip(members, shared.selections, shared.own_s, shared.errors):
             if error is not None and member == case:
                 raise error
@@ -137,11 +137,11 @@ class Runner:
         full, forward_s, shared = shared.reference, shared.forward_s, None  # the selections live in self.shared
         return self._decode_reference(case, task, sample, prompt, loaded, full, forward_s)
 
-    def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel):
+    def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
         from kvmethods.shared_prefill import shared_prefill
 
         return shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
-                              prompt.context_len, case.protocol, len(prompt.input_ids) + task.max_new_tokens)
+                              prompt.context_len, protocol, len(prompt.input_ids) + task.max_new_tokens)
 
     def _prepared(self, case: Case, task, sample, prompt, loaded: LoadedModel) -> PreparedPrompt:
         """This item's compressed prompt of the sample, from the group's shared prefill (run now if
