@@ -220,13 +220,13 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     cache from shared_prefill(), decoded instead of prefilling here (prefill_s is then 0).
     """
     input_ids = [int(token) for token in input_ids]
-    budget = Budget.parse(budget)
+    budget = None if budget is None and prefilled is not None else Budget.parse(budget)
     eos = {int(token) for token in (eos_token_ids or ())}
     started = time.perf_counter()
     state = prefilled or prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
     prefill_s = time.perf_counter() - started
     out = measured_prefill(model, method, state, len(input_ids), prefill_s)
-    if budget.kind == "memory":  # a byte budget's allowance: its fraction of the uncompressed cache
+    if budget is not None and budget.kind == "memory":  # a byte budget's allowance: its fraction of the full cache
         out.kv_bytes_budget = int(budget.value * out.kv_bytes_before)
     target_logprobs = None
     if teacher_targets is not None:

@@ -9,7 +9,6 @@ of the reference group (shared_prefills.py); each item then decodes its own.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -116,7 +115,7 @@ class Runner:
         params = dict(case.method.params)
         method = get_method(case.method.name, **params)
         if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
-            method = dataclasses.replace(method, seed=case.seed)
+            method = get_method(case.method.name, **params, seed=case.seed)  # wrappers (prefill_chunk) too
         return method
 
     def _shares(self, case: Case) -> bool:
