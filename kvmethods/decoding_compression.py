@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from .attention_hooks import AttentionCall, after_attention
 from .base import Method, param
 from .errors import MethodError
 from .families import decoder_layers, rotary_embedding
@@ -36,36 +37,28 @@ def compressing_decode(model, state, scorer: Method, interval: int) -> Iterator[
     """While active, each decoding forward buffers every layer's attention inputs, and every `interval`
     steps each layer is cut back to `state.decode_layer_budgets` by `scorer.kept_indices` over the buffered
     queries. Yields the list of the cache length (longest layer) after each step."""
-    layers = decoder_layers(model)
     rotary = rotary_embedding(model)
-    buffered: list[list[tuple]] = [[] for _ in layers]
+    buffered: list[list[AttentionCall]] = [[] for _ in decoder_layers(model)]
     lengths: list[int] = []
 
-    def hook_for(layer_idx: int):
-        def compress(module, args, kwargs, output):
-            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            cos, sin = kwargs["position_embeddings"]
-            buffered[layer_idx].append((hidden, cos, sin))
-            if len(buffered[layer_idx]) >= interval:
-                steps, buffered[layer_idx] = buffered[layer_idx], []
-                layer = state.cache.layers[layer_idx]
-                n_keep = state.decode_layer_budgets[layer_idx]
-                if layer.keys.shape[-2] > n_keep:
-                    hidden, cos, sin = (torch.cat(parts, dim=1) for parts in zip(*steps))
-                    inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, layer.keys, layer.values,
-                                         None, rotary)
-                    store_selection(state.cache, layer_idx, scorer, scorer.kept_indices(inputs, n_keep), n_keep)
-            if layer_idx == len(layers) - 1:
-                lengths.append(max(int(layer.keys.shape[-2]) for layer in state.cache.layers))
+    def compress(call: AttentionCall) -> None:
+        idx = call.layer_idx
+        buffered[idx].append(call)
+        if len(buffered[idx]) >= interval:
+            steps, buffered[idx] = buffered[idx], []
+            layer = state.cache.layers[idx]
+            n_keep = state.decode_layer_budgets[idx]
+            if layer.keys.shape[-2] > n_keep:
+                hidden, cos, sin = (torch.cat(parts, dim=1) for parts in
+                                    zip(*((step.hidden, step.cos, step.sin) for step in steps)))
+                window = replace(call, hidden=hidden, cos=cos, sin=sin)
+                inputs = window.layer_inputs(layer.keys, layer.values, None, rotary)
+                store_selection(state.cache, idx, scorer, scorer.kept_indices(inputs, n_keep), n_keep)
+        if idx == call.n_layers - 1:
+            lengths.append(max(int(layer.keys.shape[-2]) for layer in state.cache.layers))
 
-        return compress
-
-    handles = [layer.self_attn.register_forward_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)]
-    try:
+    with after_attention(model, compress):
         yield lengths
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def check_decoding_scorer(owner: str, scorer: Method, interval: int) -> None:

@@ -1,8 +1,8 @@
 """The forward-hook machinery that compresses the cache during prefill, layer by layer.
 
-Compression never replaces an attention forward. A forward hook (register_forward_hook, with_kwargs=True)
-on each layer's attention module runs right after that layer has written its keys/values into the
-DynamicCache: it hands the method a LayerInputs (with the q_proj output, captured by a hook on q_proj
+Compression never replaces an attention forward. A forward hook on each layer's attention module
+(attention_hooks.after_attention) runs right after that layer has written its keys/values into the
+DynamicCache: it hands the method a LayerInputs (with the q_proj output, kept by attention_hooks.projected_queries
 so that queries need not be projected twice), gathers the kept positions per KV head and writes the
 smaller tensors back through the cache layer's public `keys`/`values`. So the full-length cache of a
 layer is freed before the next layer runs, and the prefill itself (sdpa, full attention) is unchanged.
@@ -21,10 +21,10 @@ from contextlib import contextmanager
 import torch
 from transformers.cache_utils import DynamicCache
 
+from .attention_hooks import AttentionCall, after_attention, attention_masks, projected_queries
 from .base import Method
 from .errors import MethodError
 from .families import decoder_layers, rotary_embedding
-from .layer_inputs import LayerInputs
 from .ragged import RaggedLayer, visibility_mask
 
 
@@ -76,98 +76,49 @@ def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: 
     """While active, every forward compresses layer i of `cache` to layer_budgets[i] tokens.
     Yields a list filled with each layer's kept indices [batch, num_kv_heads, n], or its head-adaptive bool
     mask [1, num_kv_heads, T] (None if untouched)."""
-    layers = decoder_layers(model)
     rotary = rotary_embedding(model)
-    kept: list[torch.Tensor | None] = [None] * len(layers)
-    projected_queries: dict[int, torch.Tensor] = {}
+    kept: list[torch.Tensor | None] = [None] * len(decoder_layers(model))
 
-    def capture_for(layer_idx: int):
-        def capture(module, args, output):
-            projected_queries[layer_idx] = output
-
-        return capture
-
-    def hook_for(layer_idx: int):
-        def compress(module, args, kwargs, output):
-            cache_layer = cache.layers[layer_idx]
-            keys, values = cache_layer.keys, cache_layer.values
-            queries = projected_queries.pop(layer_idx, None)
-            seq_len, n_keep = keys.shape[-2], layer_budgets[layer_idx]
-            if n_keep >= seq_len:
-                return
-            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            cos, sin = kwargs["position_embeddings"]
-            if queries is not None and queries.shape[:2] != hidden.shape[:2]:
-                queries = None
-            inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, keys, values, queries, rotary)
-            kept[layer_idx] = store_selection(cache, layer_idx, method, method.kept_indices(inputs, n_keep), n_keep)
+    def compress(call: AttentionCall) -> None:
+        layer = cache.layers[call.layer_idx]
+        queries = projected.take(call)
+        n_keep = layer_budgets[call.layer_idx]
+        if n_keep >= layer.keys.shape[-2]:
             return
+        inputs = call.layer_inputs(layer.keys, layer.values, queries, rotary)
+        kept[call.layer_idx] = store_selection(cache, call.layer_idx, method, method.kept_indices(inputs, n_keep),
+                                               n_keep)
 
-        return compress
-
-    handles = [
-        layer.self_attn.register_forward_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)
-    ]
-    handles += [
-        layer.self_attn.q_proj.register_forward_hook(capture_for(i)) for i, layer in enumerate(layers)
-        if isinstance(getattr(layer.self_attn, "q_proj", None), torch.nn.Module)
-    ]
-    try:
+    with projected_queries(model) as projected, after_attention(model, compress):
         yield kept
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager
 def capturing_window_queries(model, cache: DynamicCache, window: int) -> Iterator[dict[int, torch.Tensor]]:
     """While active, each attention forward records its last `window` queries (RoPE'd, [batch, q_heads, w,
     head_dim]) per layer: what a channel-pruning storage (ThinK) scores with, after the prefill."""
-    layers = decoder_layers(model)
     queries: dict[int, torch.Tensor] = {}
 
-    def hook_for(layer_idx: int):
-        def record(module, args, kwargs, output):
-            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            cos, sin = kwargs["position_embeddings"]
-            layer = cache.layers[layer_idx]
-            inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, layer.keys, layer.values)
-            queries[layer_idx] = inputs.queries(last=min(window, hidden.shape[1]))
+    def record(call: AttentionCall) -> None:
+        layer = cache.layers[call.layer_idx]
+        queries[call.layer_idx] = call.layer_inputs(layer.keys, layer.values).queries(
+            last=min(window, call.hidden.shape[1]))
 
-        return record
-
-    handles = [layer.self_attn.register_forward_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)]
-    try:
+    with after_attention(model, record):
         yield queries
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager
 def per_layer_causal_masks(model, cache: DynamicCache) -> Iterator[None]:
     """While active, each attention module gets a causal mask sized to its own cache layer."""
-    layers = decoder_layers(model)
 
-    def hook_for(layer_idx: int):
-        def set_mask(module, args, kwargs):
-            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            layer = cache.layers[layer_idx]
-            if isinstance(layer, RaggedLayer):
-                mask = layer.attention_mask(hidden.shape[1], module.config.num_attention_heads, hidden.dtype)
-            else:  # every head sees the layer's cache, then the new tokens causally
-                length = torch.tensor([layer.get_seq_length()], device=hidden.device)
-                mask = visibility_mask(length, int(length), 0, hidden.shape[1], hidden.dtype)
-            kwargs["attention_mask"] = mask
-            return args, kwargs
+    def mask_for(call: AttentionCall) -> torch.Tensor:
+        layer, new_tokens = cache.layers[call.layer_idx], call.hidden.shape[1]
+        if isinstance(layer, RaggedLayer):
+            return layer.attention_mask(new_tokens, call.module.config.num_attention_heads, call.hidden.dtype)
+        # every head sees the layer's cache, then the new tokens causally
+        length = torch.tensor([layer.get_seq_length()], device=call.hidden.device)
+        return visibility_mask(length, int(length), 0, new_tokens, call.hidden.dtype)
 
-        return set_mask
-
-    handles = [
-        layer.self_attn.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)
-    ]
-    try:
+    with attention_masks(model, mask_for):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()

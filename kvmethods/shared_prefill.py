@@ -29,7 +29,7 @@ from .errors import MethodError
 from .families import check_family, decoder_layers, rotary_embedding
 from .generation import PrefilledPrompt, _check_request, _forward, prefill
 from .hooks import store_selection
-from .layer_inputs import LayerInputs
+from .attention_hooks import AttentionCall, after_attention, projected_queries
 from .ragged import RaggedLayer
 
 
@@ -82,50 +82,32 @@ def _adopt(cache: DynamicCache, layer_idx: int, keys: torch.Tensor, values: torc
 @contextmanager
 def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
     """While active, after each attention module every selection takes its kept positions of that layer."""
-    layers = decoder_layers(model)
     rotary = rotary_embedding(model)
-    queries: dict[int, torch.Tensor] = {}
 
-    def remember_queries(layer_idx: int):
-        return lambda module, args, output: queries.__setitem__(layer_idx, output)
+    def select(call: AttentionCall) -> None:
+        layer_idx = call.layer_idx
+        keys, values = full.layers[layer_idx].keys, full.layers[layer_idx].values
+        queries = projected.take(call)
+        for selection in (s for s in selections if s.error is None):
+            n_keep = selection.layer_budgets[layer_idx]
+            if n_keep >= keys.shape[-2]:
+                _adopt(selection.cache, layer_idx, keys, values)
+                continue
+            started = time.perf_counter()
+            # its own copy of the layer: a method that writes into what it reads harms only itself
+            own_keys, own_values = keys.clone(), values.clone()
+            _adopt(selection.cache, layer_idx, own_keys, own_values)
+            inputs = call.layer_inputs(own_keys, own_values, queries, rotary)
+            try:
+                kept = selection.method.kept_indices(inputs, n_keep)
+                selection.kept[layer_idx] = store_selection(selection.cache, layer_idx, selection.method, kept,
+                                                            n_keep)
+            except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
+                selection.error, selection.cache = exc, DynamicCache()
+            selection.seconds += time.perf_counter() - started
 
-    def select_for(layer_idx: int):
-        def select(module, args, kwargs, output):
-            keys, values = full.layers[layer_idx].keys, full.layers[layer_idx].values
-            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            cos, sin = kwargs["position_embeddings"]
-            projected = queries.pop(layer_idx, None)
-            if projected is not None and projected.shape[:2] != hidden.shape[:2]:
-                projected = None
-            for selection in (s for s in selections if s.error is None):
-                n_keep = selection.layer_budgets[layer_idx]
-                if n_keep >= keys.shape[-2]:
-                    _adopt(selection.cache, layer_idx, keys, values)
-                    continue
-                started = time.perf_counter()
-                # its own copy of the layer: a method that writes into what it reads harms only itself
-                own_keys, own_values = keys.clone(), values.clone()
-                _adopt(selection.cache, layer_idx, own_keys, own_values)
-                inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, own_keys, own_values,
-                                     projected, rotary)
-                try:
-                    kept = selection.method.kept_indices(inputs, n_keep)
-                    selection.kept[layer_idx] = store_selection(selection.cache, layer_idx, selection.method, kept,
-                                                                n_keep)
-                except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
-                    selection.error, selection.cache = exc, DynamicCache()
-                selection.seconds += time.perf_counter() - started
-
-        return select
-
-    handles = [layer.self_attn.register_forward_hook(select_for(i), with_kwargs=True) for i, layer in enumerate(layers)]
-    handles += [layer.self_attn.q_proj.register_forward_hook(remember_queries(i)) for i, layer in enumerate(layers)
-                if isinstance(getattr(layer.self_attn, "q_proj", None), torch.nn.Module)]
-    try:
+    with projected_queries(model) as projected, after_attention(model, select):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def _is_uneven(cache: DynamicCache) -> bool:

@@ -20,14 +20,14 @@ from pathlib import Path
 from tabulate import tabulate
 
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
+from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
 from pytest_kvbench import user_paths
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import environment_differences
-from pytest_kvbench.results.export import FORMATS, ExportError, config_key, export_records, to_markdown
+from pytest_kvbench.results.export import FORMATS, ExportError, export_records, to_markdown
 from pytest_kvbench.results.merge import merge_runs
-from pytest_kvbench.results.record import is_scored
 from pytest_kvbench.results.report import ReportError
 from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
 
@@ -270,55 +270,18 @@ def cmd_merge(args) -> int:
     return EXIT_OK
 
 
-def parse_fraction(text: str) -> float:
-    """``1%`` or ``0.01``: a positive fraction for a coefficient-of-variation threshold."""
-    raw = text.strip()
-    try:
-        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise UsageError(f"invalid threshold {text!r}: use a percentage like 1% or a fraction like 0.01") from None
-    if not (0 < value < 10) or not math.isfinite(value):
-        raise UsageError(f"invalid threshold {text!r}: it must be positive")
-    return value
-
-
-def variance_groups(runs: Sequence[Run]) -> dict[str, list[float]]:
-    """Scores of each configuration (item key without the seed) over all its seeds, in seed order."""
-    groups: dict[str, list[tuple]] = defaultdict(list)
-    for run in runs:
-        for r in run.records:
-            if is_scored(r):
-                groups[config_key(r)].append((r.get("seed") if isinstance(r.get("seed"), int) else 0, run.run_id, float(r["score"])))
-    return {key: [score for *_, score in sorted(values)] for key, values in sorted(groups.items())}
-
-
 def cmd_variance(args) -> int:
+    from pytest_kvbench.comparison.seed_variance import HEADERS, parse_fraction, variance_groups, variance_rows
     from pytest_kvbench.comparison.stats import variation_curve
 
     threshold = parse_fraction(args.threshold)
     runs = [load_run(r, args.results) for r in args.runs]
-    groups = variance_groups(runs)
-    curves = [(key, variation_curve(values, threshold)) for key, values in groups.items()]
-    if not any(curve.n >= 2 for _, curve in curves):
-        raise UsageError("variance needs at least two seeds of one item (run with --kvbench-seeds 0,1,2)")
-    rows = []
-    for key, curve in curves:
-        if curve.n < 2:
-            rows.append([key, curve.n, _fmt(curve.mean), "-", "-", "run more seeds"])
-            continue
-        by_k = ", ".join(f"{k}: {100 * m:.2f}%" for k, _, m in curve.points)
-        if curve.needed is None:
-            needed = "-"
-        elif curve.enough:
-            needed = f"{curve.needed} (enough)"
-        else:
-            needed = f"{curve.needed} (run {curve.needed - curve.n} more)"
-        rows.append([key, curve.n, _fmt(curve.mean), f"{100 * curve.cv:.2f}%", by_k, needed])
+    curves = [(key, variation_curve(values, threshold)) for key, values in variance_groups(runs).items()]
+    rows = variance_rows(curves)
     print(f"coefficient of variation of the mean score against the number of seeds; threshold {100 * threshold:g}%")
-    print(tabulate(rows, headers=["item", "seeds", "mean", "CV per seed", "CV of the mean (seeds: CV)",
-                                  "seeds needed"], disable_numparse=True))
+    print(tabulate(rows, headers=HEADERS, disable_numparse=True))
     if args.plot.lower() != "none":
-        from pytest_kvbench.results.report import save_figure, variance_figure
+        from pytest_kvbench.results.figures import save_figure, variance_figure
 
         save_figure(variance_figure([(k, c) for k, c in curves if c.n >= 2]), args.plot)
         print(f"wrote {args.plot}")
@@ -413,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_results_dir(args.results)
         return args.func(args)
-    except (RunError, BaselineError, ExportError, ReportError, UsageError) as exc:
+    except (RunError, BaselineError, ExportError, ReportError, UsageError, VarianceError) as exc:
         print(f"kvbench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `kvbench list | head`

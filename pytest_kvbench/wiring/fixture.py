@@ -1,0 +1,64 @@
+"""The ``kvbench`` fixture a benchmark test uses: run its case, then gate the record.
+
+A benchmark test reads ``record = kvbench.run(kvbench_case); kvbench.check(record)``. Running turns
+the failures a user can act on (a model that will not load, data too short, out of memory) into one
+paragraph instead of a traceback, and puts the headline figures in the item's user_properties
+(junitxml shows them); checking asks the gate (--kvbench-compare) for a verdict and fails the item
+on a significant regression or a settings mismatch.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_kvbench.wiring.stash_keys import GATE_KEY, PROGRESS_KEY, RECORD_KEY, RUNNER_KEY, VERDICT_KEY
+
+
+class KvbenchFixture:
+    def __init__(self, item: pytest.Item) -> None:
+        self.item = item
+        self.config = item.config
+
+    def run(self, case) -> dict:
+        from pytest_kvbench.engine.models import ModelLoadError
+        from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
+        from pytest_kvbench.tasks import DataError, TaskError, TaskUnavailable
+
+        runner = self.config.stash[RUNNER_KEY]
+        progress = self.config.stash[PROGRESS_KEY].item(case.id)
+        try:
+            record = runner.run(case, progress)
+        except TaskUnavailable as exc:
+            pytest.skip(str(exc))
+        except (ModelLoadError, TaskError, DataError) as exc:
+            # bad input found only now (a model that will not load, data too short): one paragraph,
+            # without the chain of exceptions behind it (pytest prints a chain even with pytrace=False)
+            raise pytest.fail.Exception(f"{case.id}: {exc}", pytrace=False) from None
+        except ItemOutOfMemory as exc:  # the runner already freed the memory the item held
+            raise pytest.fail.Exception(str(exc), pytrace=False) from None
+        finally:
+            progress.finish()
+        self.item.stash[RECORD_KEY] = record
+        for key in ("score", "metric"):
+            self.item.user_properties.append((f"kvbench_{key}", record[key]))
+        self.item.user_properties.append(("kvbench_kl", record["fidelity"]["kl"]))
+        self.item.user_properties.append(("kvbench_agreement", record["fidelity"]["agreement"]))
+        self.item.user_properties.append(("kvbench_total_s", record["latency"]["total_s"]))
+        self.item.user_properties.append(("kvbench_peak_bytes", record["memory"]["peak_bytes"]))
+        return record
+
+    def check(self, record: dict) -> None:
+        """Fail on a significant regression against the baseline (--kvbench-compare).
+
+        The verdict goes into the item's record (once: the controller's summary reads it back)."""
+        verdict = self.config.stash[GATE_KEY].judge(record)
+        if verdict is None:
+            return
+        self.item.stash[VERDICT_KEY] = verdict.as_dict()
+        if verdict.status in ("regression", "mismatch"):
+            pytest.fail(verdict.message, pytrace=False)
+
+
+@pytest.fixture
+def kvbench(request: pytest.FixtureRequest) -> KvbenchFixture:
+    return KvbenchFixture(request.node)

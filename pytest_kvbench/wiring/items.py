@@ -1,0 +1,58 @@
+"""From a pytest item or node id back to the benchmark case it runs.
+
+Benchmark items are parametrized with one `Case` each (``file::test[case id]``); the hooks that see
+only an item (makereport, collection) or only a node id (xdist's collection and crash reports) look
+the case up here. Other tests in the same session map to None.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+import pytest
+
+from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
+from pytest_kvbench.wiring.grid import Case
+from pytest_kvbench.wiring.stash_keys import SESSION_KEY
+
+SUITES = tuple(SUITE_DESCRIPTIONS)  # one marker and one bench/test_<suite>.py per task suite
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@functools.cache
+def suite_of(task: str) -> str:
+    from pytest_kvbench.tasks import get_task
+
+    return get_task(task).suite
+
+
+def case_of(item: pytest.Item) -> Case | None:
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params.get("kvbench_case") if callspec else None
+    return case if isinstance(case, Case) else None
+
+
+def is_empty_case_item(item: pytest.Item) -> bool:
+    """pytest's placeholder item for a suite with no case in the grid."""
+    return "kvbench_case" in getattr(item, "fixturenames", ()) and case_of(item) is None
+
+
+def case_of_nodeid(config: pytest.Config, nodeid: str) -> Case | None:
+    """The case behind a benchmark item's node id; None for other tests."""
+    if not nodeid.endswith("]") or "[" not in nodeid:
+        return None
+    run = config.stash[SESSION_KEY]
+    if run.cases_by_id is None:
+        run.cases_by_id = {case.id: case for suite in SUITES for case in run.grid.cases(suite, suite_of)}
+    return run.cases_by_id.get(nodeid.rsplit("[", 1)[1][:-1])
+
+
+def expect(config: pytest.Config, nodeids: Iterable[str]) -> None:
+    """Controller: these items are what the run must finish (a run missing any is incomplete)."""
+    run = config.stash.get(SESSION_KEY, None)
+    if run is not None and run.is_controller:
+        run.expect((case, nodeid) for nodeid in nodeids if (case := case_of_nodeid(config, nodeid)) is not None)

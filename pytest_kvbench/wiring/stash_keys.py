@@ -1,0 +1,23 @@
+"""The per-run objects the plugin keeps in pytest's config and item stashes, named once.
+
+The plugin's hooks live in several modules (plugin.py, xdist_hooks.py, fixture.py, ...); they find
+the run session, runner, gate and progress through these keys rather than module globals, so two
+pytest sessions in one process (pytester) never share them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_kvbench.wiring.gate import Gate
+from pytest_kvbench.wiring.gpu_slots import DeviceSlots
+from pytest_kvbench.wiring.progress import SessionProgress
+from pytest_kvbench.wiring.session import RunSession
+
+SESSION_KEY = pytest.StashKey[RunSession]()
+RUNNER_KEY = pytest.StashKey[object]()
+GATE_KEY = pytest.StashKey[Gate]()
+SLOTS_KEY = pytest.StashKey[DeviceSlots]()
+PROGRESS_KEY = pytest.StashKey[SessionProgress]()
+RECORD_KEY = pytest.StashKey[dict]()  # item stash: the item's measured record
+VERDICT_KEY = pytest.StashKey[dict]()  # item stash: the gate's verdict on it
