@@ -29,7 +29,6 @@ import torch
 from .base import Method, param
 from .families import decoder_layers
 from .layer_inputs import LayerInputs
-from .ragged import visibility_mask
 from .scoring import score_dtype
 
 FIRST_INSTRUCTION = "\n\nRepeat the previous context exactly."
@@ -95,7 +94,7 @@ def reconstruction_attention(layer: LayerInputs, start: int, end: int, sinks: in
     queries = layer.queries(repeat).to(dtype) * layer.head_dim**-0.5  # [batch, q_heads, R, dim]
     keys = layer.keys.to(dtype)
     scored = torch.cat([keys[:, :, :sinks], keys[:, :, start:end], keys[:, :, -repeat:]], dim=2)
-    scored = scored.transpose(-1, -2)  # [b, kv, dim, sinks + chunk + R]
+    scored = scored.transpose(-1, -2).contiguous()  # [b, kv, dim, sinks + chunk + R]
     batch, groups, chunk = keys.shape[0], layer.num_groups, end - start
     rows_per_block = max(1, SCRATCH_ELEMENTS // (queries.shape[1] * scored.shape[-1]))
     best = torch.zeros(batch, layer.num_kv_heads, chunk, dtype=dtype, device=keys.device)
@@ -148,12 +147,8 @@ class KVzip(Method):
             for start, end, repeat in repeat_inputs(model, input_ids, self.chunk_size):
                 span.update(start=start, end=end)
                 positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
-                # the causal mask as an additive float tensor, which transformers passes through as is: sdpa
-                # would otherwise turn its boolean mask into this one in every layer
-                mask = visibility_mask(torch.tensor([context_len], device=repeat.device), context_len, 0,
-                                       repeat.shape[1], cache.layers[0].keys.dtype)
                 model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0), past_key_values=cache,
-                                    attention_mask=mask, use_cache=True)
+                                    use_cache=True)
         finally:
             for handle in handles:
                 handle.remove()
