@@ -7,8 +7,9 @@ prefilled cache, and a key's score is the largest attention it receives from tho
 the repeat queries and the query heads sharing its KV head). As in the reference, each chunk's softmax
 runs over the first `n_sink` tokens, the chunk's own keys and the repeat tokens only; later chunks'
 instructions end with the previous chunk's last 8 tokens, and the first n_sink tokens are always kept.
-The repeat tokens are dropped from the cache after each layer, so the cache ends as it was; the extra
-forwards are part of the prefill time and reported separately (`scoring_ms` in the records).
+The repeat tokens are dropped from the cache after each layer, so the cache ends as it was, and each repeat
+forward stops once the last layer is scored (its MLP would change no score); the extra forwards are part of
+the prefill time and reported separately (`scoring_ms` in the records).
 
 Defaults chunk_size=2048 and n_sink=4 are kvpress KVzipPress's (the instruction strings too). Unlike
 KVzipPress (which shares the budget over all heads and, by default, all layers), plain `kvzip` keeps the
@@ -109,6 +110,10 @@ def reconstruction_attention(layer: LayerInputs, start: int, end: int, sinks: in
     return best
 
 
+class _LastLayerScored(Exception):
+    """Ends a repeat forward once the last layer is scored: its MLP and the final norm are not needed."""
+
+
 @dataclass
 class KVzip(Method):
     name = "kvzip"
@@ -138,6 +143,8 @@ class KVzip(Method):
                 scores[layer_idx][..., start:end] = reconstruction_attention(inputs, start, end, sinks)
                 cache_layer.keys = cache_layer.keys[:, :, :context_len]  # drop the repeat tokens
                 cache_layer.values = cache_layer.values[:, :, :context_len]
+                if layer_idx == len(layers) - 1:
+                    raise _LastLayerScored  # nothing after the last attention changes a score: skip its MLP
 
             return score_and_trim
 
@@ -147,8 +154,11 @@ class KVzip(Method):
             for start, end, repeat in repeat_inputs(model, input_ids, self.chunk_size):
                 span.update(start=start, end=end)
                 positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
-                model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0), past_key_values=cache,
-                                    use_cache=True)
+                try:
+                    model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0),
+                                        past_key_values=cache, use_cache=True)
+                except _LastLayerScored:
+                    pass
         finally:
             for handle in handles:
                 handle.remove()
