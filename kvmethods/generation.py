@@ -32,7 +32,8 @@ from .errors import MethodError
 from .families import check_family, decoder_layers
 from .hooks import capturing_window_queries, compressing_prefill, per_layer_causal_masks, store_selection
 from .memory_budget import CacheGeometry, operating_point
-from .ragged import KERNEL, RaggedLayer, cache_bytes, kept_tokens_per_head
+from .ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
+from .ragged_attention import kernel_name, ragged_attention
 
 PROTOCOLS = ("question_in_window", "query_agnostic", "shared_context", "multi_turn")
 # Protocols whose samples share a context and run as one group (kvmethods/protocols/); a single prompt
@@ -109,7 +110,7 @@ def _forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_k
     kwargs = dict(input_ids=input_ids, position_ids=positions, past_key_values=cache, use_cache=True,
                   logits_to_keep=logits_to_keep)
     if uneven:
-        with per_layer_causal_masks(model, cache):
+        with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
             return model(**kwargs).logits[0]
     return model(**kwargs).logits[0]
 
@@ -256,7 +257,7 @@ def measured_prefill(model, method: Method, state: PrefilledPrompt, prompt_token
     ragged = any(isinstance(layer, RaggedLayer) for layer in state.cache.layers)
     return GenerationOutput([], kept, _bytes_per_token(state.cache) * prompt_tokens, physical, prompt_tokens,
                             prefill_s, 0.0, None, None, None, per_head, logical, physical,
-                            KERNEL if ragged else None, state.scoring_s, masked is not None)
+                            kernel_name(model) if ragged else None, state.scoring_s, masked is not None)
 
 
 def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[int], return_logprobs: bool = False,

@@ -11,7 +11,8 @@ Attention never changes: `update()` hands the model a padded view (each head's p
 to the longest head, then the tail), built per call and freed after the layer, and `attention_mask()`
 gives the per-head additive mask that hides the padding; `hooks.per_layer_causal_masks` installs it.
 That is exactly attention per head over its own kept tokens (the padded columns get weight 0). This is the
-CPU path; no variable-length kernel (flash-attn varlen) is used, and `KERNEL` says so in the records.
+portable path (`KERNEL` in the records); on CUDA with flash-attn installed, `ragged_attention.py` attends
+with its variable-length kernel instead and the layer hands out only the tail (`packed_reads`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ KERNEL = "padded-view+per-head-mask"
 
 class RaggedLayer(DynamicLayer):
     """One layer's cache: per KV head its own prompt tokens ([n_h, dim] each), plus a shared dense tail."""
+
+    packed_reads = False  # set while ragged_attention's varlen kernel reads the heads' tensors itself
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, kept: torch.Tensor):
         """keys/values [1, heads, T, dim]; kept: bool [1, heads, T], at least one position per head."""
@@ -65,6 +68,8 @@ class RaggedLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
+        if self.packed_reads:
+            return self.keys, self.values
         return self._padded(self.head_keys, self.keys), self._padded(self.head_values, self.values)
 
     def get_seq_length(self) -> int:

@@ -142,11 +142,12 @@ def kvzip_reference(eager, ids, chunk_size, instructions, sinks, budget):
             for layer in scores]
 
 
-@pytest.mark.parametrize("instructions, rows_per_block", [(((), (), ()), 256), (((5, 6, 7), (8, 9), (10, 11)), 7)])
-def test_kvzip_matches_reference(models, monkeypatch, instructions, rows_per_block):
+# scratch of 1 logit: one repeat query per block; 1 << 30: all repeat queries in one block
+@pytest.mark.parametrize("instructions, scratch", [(((), (), ()), 1 << 30), (((5, 6, 7), (8, 9), (10, 11)), 1)])
+def test_kvzip_matches_reference(models, monkeypatch, instructions, scratch):
     model, eager, ids, _, _, _ = models
     monkeypatch.setattr(kvzip_module, "instruction_ids", lambda model: instructions)
-    monkeypatch.setattr(kvzip_module, "ROWS_PER_BLOCK", rows_per_block)  # blocks of repeat queries
+    monkeypatch.setattr(kvzip_module, "SCRATCH_ELEMENTS", scratch)  # blocks of repeat queries
     kept, state = kept_sets(model, get_method("kvzip", chunk_size=40), "30", ids)
     assert kept == kvzip_reference(eager, ids, 40, instructions, 4, 30)
     assert [layer.keys.shape[-2] for layer in state.cache.layers] == [30] * model.config.num_hidden_layers
