@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .attention_hooks import AttentionCall, after_attention
 from .base import Method, param
 from .families import decoder_layers
 from .layer_inputs import LayerInputs
@@ -131,26 +132,18 @@ class KVzip(Method):
                   for _ in layers]
         span = {}
 
-        def hook_for(layer_idx: int):
-            def score_and_trim(module, args, kwargs, output):
-                cache_layer = cache.layers[layer_idx]
-                hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-                cos, sin = kwargs["position_embeddings"]
-                inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, cache_layer.keys,
-                                     cache_layer.values)
-                start, end = span["start"], span["end"]
-                sinks = min(self.n_sink, start)
-                scores[layer_idx][..., start:end] = reconstruction_attention(inputs, start, end, sinks)
-                cache_layer.keys = cache_layer.keys[:, :, :context_len]  # drop the repeat tokens
-                cache_layer.values = cache_layer.values[:, :, :context_len]
-                if layer_idx == len(layers) - 1:
-                    raise _LastLayerScored  # nothing after the last attention changes a score: skip its MLP
+        def score_and_trim(call: AttentionCall) -> None:
+            cache_layer = cache.layers[call.layer_idx]
+            start, end = span["start"], span["end"]
+            sinks = min(self.n_sink, start)
+            inputs = call.layer_inputs(cache_layer.keys, cache_layer.values)
+            scores[call.layer_idx][..., start:end] = reconstruction_attention(inputs, start, end, sinks)
+            cache_layer.keys = cache_layer.keys[:, :, :context_len]  # drop the repeat tokens
+            cache_layer.values = cache_layer.values[:, :, :context_len]
+            if call.layer_idx == call.n_layers - 1:
+                raise _LastLayerScored  # nothing after the last attention changes a score: skip its MLP
 
-            return score_and_trim
-
-        handles = [layer.self_attn.register_forward_hook(hook_for(i), with_kwargs=True)
-                   for i, layer in enumerate(layers)]
-        try:
+        with after_attention(model, score_and_trim):
             for start, end, repeat in repeat_inputs(model, input_ids, self.chunk_size):
                 span.update(start=start, end=end)
                 positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
@@ -159,9 +152,6 @@ class KVzip(Method):
                                         past_key_values=cache, use_cache=True)
                 except _LastLayerScored:
                     pass
-        finally:
-            for handle in handles:
-                handle.remove()
         for layer_scores in scores:
             layer_scores[..., : self.n_sink] = float("inf")
         return scores
