@@ -117,13 +117,13 @@ def _checkpoints(total: int) -> set[int]:
 
 def progress_interval(config: pytest.Config) -> float:
     """Ini ``kvbench_progress_interval``: least seconds between one worker's plain lines (0: every sample)."""
-    raw = config.getini(INTERVAL_INI)
+    what = f"ini key {INTERVAL_INI} must be a number of seconds >= 0"
     try:
-        value = float(str(raw))
-    except ValueError:
-        value = math.nan
+        value = config.getini(INTERVAL_INI)
+    except (TypeError, ValueError, pytest.UsageError) as exc:  # pytest words its own without the key
+        raise pytest.UsageError(f"{what}: {exc}") from None
     if not math.isfinite(value) or value < 0:
-        raise pytest.UsageError(f"ini key {INTERVAL_INI} must be a number of seconds >= 0, got {raw!r}")
+        raise pytest.UsageError(f"{what}, got {value!r}")
     return value
 
 
