@@ -17,12 +17,12 @@ TTY_CONFTEST = HOOK_CONFTEST + (
 LINE = re.compile(r"\[kvbench\] (\S+): (\d+)/3 samples, [\d.]+ s/sample, item ETA \S+; items (\d+)/2")
 
 
-def run(tmp_path, *args, conftest=HOOK_CONFTEST):
+def run(tmp_path, *args, conftest=HOOK_CONFTEST, env=None):
     work = tmp_path / "work"
     work.mkdir()
     (work / "conftest.py").write_text(conftest)
     proc = run_bench(work, *GRID, "--kvbench-results", str(tmp_path / "res"),
-                     f"--junitxml={tmp_path / 'junit.xml'}", *args, keep_carriage_returns=True)
+                     f"--junitxml={tmp_path / 'junit.xml'}", *args, keep_carriage_returns=True, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return proc.stdout, (tmp_path / "junit.xml").read_text()
 
@@ -64,7 +64,8 @@ def xdist_runs(tmp_path_factory):
     for name, args, conftest in [("log", ["-o", "kvbench_progress_interval=0"], HOOK_CONFTEST),
                                  ("quiet", ["-q", "-o", "kvbench_progress_interval=0"], HOOK_CONFTEST),
                                  ("tty", [], TTY_CONFTEST)]:
-        runs[name] = run(tmp_path_factory.mktemp(name), *XDIST, *args, conftest=conftest)
+        # wide enough that the terminal row holds both workers' parts uncut
+        runs[name] = run(tmp_path_factory.mktemp(name), *XDIST, *args, conftest=conftest, env={"COLUMNS": "300"})
     return runs
 
 
