@@ -1,11 +1,11 @@
 """The xdist controller's view of its workers' progress: their latest snapshots, shown on its terminal.
 
 Under ``-n`` the items run in workers, whose output goes nowhere; each worker sends a snapshot
-after every sample (progress.SessionProgress.snapshot) and the controller shows them here. Snapshots arrive
-in execnet's receiver threads, while pytest's main thread writes the dots of finished items; one
-lock keeps the two from writing into each other's lines, and the main thread takes the terminal
-with ``terminal_turn()`` (progress.ProgressPlugin wraps the hooks that write dots), which first
-erases the progress line.
+after every sample (progress.SessionProgress.snapshot) and the controller shows them here.
+Snapshots arrive in execnet's receiver threads, while pytest's main thread writes the dots of
+finished items; one lock keeps the two apart, and the main thread takes the terminal with
+``terminal_turn()`` (progress.ProgressPlugin wraps the hooks that write dots), which clears the
+progress row meanwhile.
 
 On a terminal: one line for all busy workers on the row below the dots, cut to the terminal's
 width. It is drawn with VT100 moves written raw (``write_raw``, which pytest's line accounting
