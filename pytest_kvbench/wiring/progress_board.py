@@ -38,7 +38,7 @@ def _worker_order(worker: str) -> tuple[int, str]:
 
 
 class WorkersBoard:
-    """Snapshots by worker id in, progress lines out (TTY: one rewritten line; else throttled lines)."""
+    """Snapshots by worker id in, progress out (TTY: one row redrawn below the dots; else throttled lines)."""
 
     def __init__(self, reporter, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.reporter = reporter
