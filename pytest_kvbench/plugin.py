@@ -24,7 +24,7 @@ from pytest_kvbench.wiring import hookspecs, options
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.grid import GridError
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, suite_of
-from pytest_kvbench.wiring.progress import SessionProgress
+from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.resume import check_resume
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PROGRESS_KEY, RECORD_KEY, RUNNER_KEY, SESSION_KEY,
@@ -76,6 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
                          resumed=config.getoption("kvbench_resume") is not None)
     config.stash[SESSION_KEY] = session
     config.stash[GATE_KEY] = gate
+    config.pluginmanager.register(ProgressPlugin(config), "kvbench-progress")
     timeout = _positive_option(config, "kvbench_timeout", float, "a positive number of seconds")
     threads = _positive_option(config, "kvbench_torch_threads", int, "a positive integer")
     cores = os.cpu_count() or 1

@@ -105,6 +105,7 @@ INI_CASES = st.sampled_from([
     "kvbench_max_prompt_tokens = 0", "kvbench_max_prompt_tokens =", "kvbench_results = a_file.txt",
     "kvbench_results = " + "r" * 300, "kvbench_context_lengths = 0", "kvbench_dtype =",
     "kvbench_attn_implementation = fastest", "kvbench_seeds = ,", "kvbench_seed = -2",
+    "kvbench_progress_interval = soon", "kvbench_progress_interval = -1",
 ])
 
 PYPROJECT_CASES = st.sampled_from([
@@ -112,6 +113,7 @@ PYPROJECT_CASES = st.sampled_from([
     '[tool.pytest.ini_options]\nkvbench_results = "a_file.txt"', "[tool.pytest]\nkvbench_samples = 5",
     "[tool.pytest]\nkvbench_budgets = [128]", '[tool.pytest]\nkvbench_seed = "-1"',
     '[tool.pytest]\nkvbench_max_prompt_tokens = "0"', '[tool.pytest]\nkvbench_model = ["模型/x"]',
+    '[tool.pytest]\nkvbench_progress_interval = "-5"', "[tool.pytest]\nkvbench_progress_interval = 5",
 ])
 
 

@@ -17,12 +17,12 @@ TTY_CONFTEST = HOOK_CONFTEST + (
 LINE = re.compile(r"\[kvbench\] (\S+): (\d+)/3 samples, [\d.]+ s/sample, item ETA \S+; items (\d+)/2")
 
 
-def run(tmp_path, *args, conftest=HOOK_CONFTEST):
+def run(tmp_path, *args, conftest=HOOK_CONFTEST, env=None):
     work = tmp_path / "work"
     work.mkdir()
     (work / "conftest.py").write_text(conftest)
     proc = run_bench(work, *GRID, "--kvbench-results", str(tmp_path / "res"),
-                     f"--junitxml={tmp_path / 'junit.xml'}", *args, keep_carriage_returns=True)
+                     f"--junitxml={tmp_path / 'junit.xml'}", *args, keep_carriage_returns=True, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return proc.stdout, (tmp_path / "junit.xml").read_text()
 
@@ -48,3 +48,77 @@ def test_a_log_gets_plain_lines(tmp_path):
 def test_quiet_runs_show_no_progress(tmp_path):
     out, junit = run(tmp_path, "-q")
     assert "[kvbench]" not in out and "[kvbench]" not in junit
+
+
+# -- under xdist: the controller shows the workers' progress -------------------------------------
+
+WORKER_LINE = re.compile(r"^\[kvbench\] (gw\d+) (\S+) (\d+)/3 [\d.]+ s/sample ETA \S+; items (\d+)/2", re.M)
+XDIST = ["-p", "xdist", "-n", "2", "--kvbench-torch-threads", "1"]
+BOARD_ROW = re.compile("\x1b7\x1bD\r\x1b\\[K(.*?)\x1b8")  # progress_board's drawing: down a row, draw, back
+
+
+@pytest.fixture(scope="module")
+def xdist_runs(tmp_path_factory):
+    """stdout and junitxml of -n 2 runs: a log with a line per sample, quiet, and a (faked) terminal."""
+    runs = {}
+    for name, args, conftest in [("log", ["-o", "kvbench_progress_interval=0"], HOOK_CONFTEST),
+                                 ("quiet", ["-q", "-o", "kvbench_progress_interval=0"], HOOK_CONFTEST),
+                                 ("tty", [], TTY_CONFTEST)]:
+        # wide enough that the terminal row holds both workers' parts uncut
+        runs[name] = run(tmp_path_factory.mktemp(name), *XDIST, *args, conftest=conftest, env={"COLUMNS": "300"})
+    return runs
+
+
+def test_under_xdist_a_log_gets_every_workers_samples(xdist_runs):
+    out, junit = xdist_runs["log"]
+    shown = WORKER_LINE.findall(out)
+    by_item = {}
+    for worker, item, done, _ in shown:
+        by_item.setdefault(item, []).append((worker, int(done)))
+    assert sorted(by_item) == ["full-niah_single_1-ctx256", "snapkv-16-niah_single_1-ctx256"]
+    for item, seen in by_item.items():
+        assert [done for _, done in seen] == [1, 2, 3], item
+        assert len({worker for worker, _ in seen}) == 1, item  # one worker ran the item
+    assert out.count("[kvbench]") == len(shown) == 6  # every progress line on a line of its own
+    assert "\r" not in out and "\x1b" not in out
+    assert re.search(r"^\.{1,2}\s+\[100%\]$", out, re.M)  # pytest's count of the dots line stays right
+    assert "[kvbench]" not in junit
+
+
+def test_under_xdist_quiet_runs_show_no_progress(xdist_runs):
+    out, junit = xdist_runs["quiet"]
+    assert "[kvbench]" not in out and "[kvbench]" not in junit and "2 passed" in out
+
+
+def _junit_shape(junit: str) -> list:
+    """What junitxml says of each test, without what differs from run to run (times, host, timings)."""
+    import xml.etree.ElementTree as ET
+
+    cases = []
+    for case in ET.fromstring(junit).iter("testcase"):
+        properties = sorted((p.get("name"), p.get("value") if p.get("name") in ("kvbench_score", "kvbench_metric")
+                             else None) for p in case.iter("property"))
+        outputs = [(child.tag, child.text) for child in case if child.tag != "properties"]
+        cases.append((case.get("classname"), case.get("name"), properties, outputs))
+    return sorted(cases)
+
+
+def test_under_xdist_junitxml_is_the_same_with_and_without_progress(xdist_runs):
+    shape = _junit_shape(xdist_runs["log"][1])
+    assert len(shape) == 2 and all(properties for _, _, properties, _ in shape)
+    assert shape == _junit_shape(xdist_runs["quiet"][1])
+
+
+def test_under_xdist_a_terminal_gets_one_row_below_the_dots(xdist_runs):
+    out, junit = xdist_runs["tty"]
+    rows = [row for row in BOARD_ROW.findall(out) if row]
+    assert rows and all(row.startswith("[kvbench] gw") for row in rows)
+    seen = {(item, int(done)) for row in rows for item, done in re.findall(r"gw\d+ (\S+) (\d)/3 ", row)}
+    assert seen == {(item, done) for item in ("full-niah_single_1-ctx256", "snapkv-16-niah_single_1-ctx256")
+                    for done in (1, 2, 3)}
+    assert out.count("[kvbench]") == len(rows)  # nothing shown outside the drawn row
+    assert BOARD_ROW.findall(out)[-1] == ""  # cleared at the end
+    # without the drawing, the output is pytest's own: the dots and [100%] on one line
+    plain = BOARD_ROW.sub("", out).replace("\x1bD\x1bM", "")
+    assert "\x1b" not in plain and re.search(r"^\.\.\s+\[100%\]$", plain, re.M)
+    assert "[kvbench]" not in junit

@@ -72,6 +72,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--kvbench-results", dest="kvbench_results", default=None,
                     help="results directory (default: results/)")
     parser.addini("kvbench_results", "results directory", default="results")
+    parser.addini("kvbench_progress_interval", "under -n, least seconds between one worker's plain progress "
+                  "lines when the output is not a terminal (default 30; 0: every sample)", default="30")
     group.addoption("--kvbench-save", dest="kvbench_save", default=None,
                     help="write a baseline file from this run")
     group.addoption("--kvbench-save-force", dest="kvbench_save_force", action="store_true",

@@ -7,8 +7,13 @@ the runner reports each finished sample here, and the terminal shows
 pytest's conventions: nothing under ``-q``; on a terminal the line is rewritten in place and erased
 when the item ends; elsewhere (CI logs) a plain line at each fifth of the item. Output goes around
 pytest's capture (capturemanager.global_and_fixture_disabled, as live logging does), so it never
-lands in a test's captured output or in --junitxml. Only the process that owns the terminal shows
-it: under xdist the workers' items run silently (their results appear as usual).
+lands in a test's captured output or in --junitxml.
+
+Under xdist (``-n``) the workers' output goes nowhere, so each worker sends a snapshot after every
+sample to the controller, over an execnet channel that the controller opens per worker in
+``pytest_configure_node`` and hands over in ``workerinput`` (execnet carries channels inside
+messages). The controller shows them (progress_board.py). No report, event or hook call is made
+up: other plugins, the terminal's counts and junitxml see nothing of it.
 """
 
 from __future__ import annotations
@@ -19,25 +24,29 @@ from contextlib import nullcontext
 
 import pytest
 
-PREFIX = "[kvbench]"
+from pytest_kvbench.wiring.progress_text import PREFIX, duration, session_part
+
+CHANNEL_KEY = "kvbench_progress"  # workerinput key of the worker's channel to the controller
+INTERVAL_INI = "kvbench_progress_interval"
 
 
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+def _shows_progress(config: pytest.Config) -> bool:
+    return config.pluginmanager.get_plugin("terminalreporter") is not None and config.get_verbosity() >= 0
 
 
 class SessionProgress:
-    """Items done of the session and an ETA from the finished items' mean duration."""
+    """Items done of the session and an ETA from the finished items' mean duration.
+
+    In one process it shows the line itself; in an xdist worker that the controller gave a channel
+    it sends snapshots instead; otherwise it only keeps count.
+    """
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.reporter = config.pluginmanager.get_plugin("terminalreporter")
-        self.enabled = self.reporter is not None and config.get_verbosity() >= 0 and not hasattr(config, "workerinput")
+        worker_input = getattr(config, "workerinput", None)
+        self.channel = worker_input.get(CHANNEL_KEY) if worker_input is not None else None
+        self.enabled = worker_input is None and _shows_progress(config)
         self.items_total = 0
         self.item_seconds: list[float] = []
 
@@ -45,12 +54,19 @@ class SessionProgress:
         return ItemProgress(self, item_id)
 
     def session_part(self) -> str:
-        done = len(self.item_seconds)
-        part = f"items {done}/{self.items_total}"
-        if done:
-            left = self.items_total - done
-            part += f", session ETA {_duration(left * sum(self.item_seconds) / done)}"
-        return part
+        return session_part(len(self.item_seconds), self.items_total, sum(self.item_seconds))
+
+    def snapshot(self, item_id: str | None, done: int = 0, total: int = 0, per_sample: float = 0.0) -> dict:
+        """What a worker tells the controller (progress_board.WorkersBoard reads these keys)."""
+        return {"item": item_id, "done": done, "total": total, "per_sample": per_sample,
+                "items_done": len(self.item_seconds), "items_total": self.items_total,
+                "items_seconds": sum(self.item_seconds)}
+
+    def send(self, snapshot: dict) -> None:
+        try:
+            self.channel.send(snapshot)
+        except OSError:  # the controller is gone or closed its end: progress never fails an item
+            self.channel = None
 
     def show(self, line: str, *, final: bool = False) -> None:
         capture = self.config.pluginmanager.get_plugin("capturemanager")
@@ -72,21 +88,113 @@ class ItemProgress:
         self.started = time.perf_counter()
 
     def __call__(self, done: int, total: int) -> None:
-        if not self.session.enabled or not total:
+        session = self.session
+        if not total or not (session.enabled or session.channel):
             return
         per_sample = (time.perf_counter() - self.started) / max(done, 1)
-        if not self.session.reporter.isatty() and done not in _checkpoints(total):
+        if session.channel:
+            session.send(session.snapshot(self.item_id, done, total, per_sample))
             return
-        self.session.show(f"{PREFIX} {self.item_id}: {done}/{total} samples, {per_sample:.1f} s/sample, "
-                          f"item ETA {_duration(per_sample * (total - done))}; {self.session.session_part()}")
+        if not session.reporter.isatty() and done not in _checkpoints(total):
+            return
+        session.show(f"{PREFIX} {self.item_id}: {done}/{total} samples, {per_sample:.1f} s/sample, "
+                     f"item ETA {duration(per_sample * (total - done))}; {session.session_part()}")
 
     def finish(self) -> None:
-        self.session.item_seconds.append(time.perf_counter() - self.started)
-        if self.session.enabled and self.session.reporter.isatty():
-            self.session.show("", final=True)
+        session = self.session
+        session.item_seconds.append(time.perf_counter() - self.started)
+        if session.channel:
+            session.send(session.snapshot(None))
+        elif session.enabled and session.reporter.isatty():
+            session.show("", final=True)
 
 
 def _checkpoints(total: int) -> set[int]:
     """The sample counts at which a plain (non-terminal) line is written: every fifth of the item."""
     step = max(1, math.ceil(total / 5))
     return set(range(step, total + 1, step)) | {total}
+
+
+def progress_interval(config: pytest.Config) -> float:
+    """Ini ``kvbench_progress_interval``: least seconds between one worker's plain lines (0: every sample).
+
+    A string key, as the grid's numeric keys are (the ini types int/float need pytest 8.4)."""
+    raw = config.getini(INTERVAL_INI)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise pytest.UsageError(f"ini key {INTERVAL_INI} must be a number of seconds >= 0, got {raw!r}")
+    return value
+
+
+class ProgressPlugin:
+    """The xdist side of live progress, registered by plugin.py in every process.
+
+    Controller: opens a channel per worker and shows what arrives; keeps the progress line out of
+    the way of the dots (the wrapped hooks). Worker: closes its channel when the session ends.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.interval = progress_interval(config)  # checked in every process: bad input is a usage error
+        self.board = None  # the controller's, made for its first worker
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        if not _shows_progress(self.config):
+            return
+        if self.board is None:
+            from pytest_kvbench.wiring.progress_board import WorkersBoard
+
+            self.board = WorkersBoard(self.config.pluginmanager.get_plugin("terminalreporter"), self.interval)
+        worker, board = node.gateway.id, self.board
+        channel = node.gateway.newchannel()
+
+        def receive(snapshot) -> None:  # in execnet's receiver thread
+            if snapshot is None:
+                board.disconnect(worker)
+            else:
+                board.update(worker, snapshot)
+
+        channel.setcallback(receive, endmarker=None)
+        board.connect(worker)
+        node.workerinput[CHANNEL_KEY] = channel
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logstart(self):
+        with self._terminal_turn():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logreport(self):
+        with self._terminal_turn():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logfinish(self):
+        with self._terminal_turn():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True, optionalhook=True)
+    def pytest_testnodedown(self):
+        with self._terminal_turn():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtestloop(self):
+        """Innermost: the line is gone before the terminal writes its last progress and summary."""
+        try:
+            return (yield)
+        finally:
+            if self.board is not None:
+                self.board.close()
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        channel = getattr(session.config, "workerinput", {}).get(CHANNEL_KEY)
+        if channel is not None:
+            channel.close()
+
+    def _terminal_turn(self):
+        return self.board.terminal_turn() if self.board is not None else nullcontext()
