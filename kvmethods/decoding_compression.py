@@ -32,14 +32,26 @@ NEEDS_ALL_QUERIES = ("h2o",)
 
 
 @contextmanager
-def compressing_decode(model, state, scorer: Method, interval: int) -> Iterator[list[int]]:
-    """While active, each decoding forward buffers every layer's attention inputs, and every `interval`
-    steps each layer is cut back to `state.decode_layer_budgets` by `scorer.kept_indices` over the buffered
-    queries. Yields the list of the cache length (longest layer) after each step."""
+def compressing_decode(model, state, scorer: Method, interval: int, *, cut_at_exit: bool = False) -> Iterator[list[int]]:
+    """While active, each forward buffers every layer's attention inputs, and every `interval` forwards
+    each layer is cut back to `state.decode_layer_budgets` by `scorer.kept_indices` over the buffered
+    queries; `cut_at_exit` also cuts with what is buffered when the block ends (multi-turn re-compression
+    after each turn, protocols/turn_compression.py). Yields the list of the cache length (longest layer)
+    after each forward."""
     layers = decoder_layers(model)
     rotary = rotary_embedding(model)
     buffered: list[list[tuple]] = [[] for _ in layers]
     lengths: list[int] = []
+
+    def cut_back(layer_idx: int, module) -> None:
+        steps, buffered[layer_idx] = buffered[layer_idx], []
+        layer = state.cache.layers[layer_idx]
+        n_keep = state.decode_layer_budgets[layer_idx]
+        if steps and layer.keys.shape[-2] > n_keep:
+            hidden, cos, sin = (torch.cat(parts, dim=1) for parts in zip(*steps))
+            inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, layer.keys, layer.values,
+                                 None, rotary)
+            store_selection(state.cache, layer_idx, scorer, scorer.kept_indices(inputs, n_keep), n_keep)
 
     def hook_for(layer_idx: int):
         def compress(module, args, kwargs, output):
@@ -47,14 +59,7 @@ def compressing_decode(model, state, scorer: Method, interval: int) -> Iterator[
             cos, sin = kwargs["position_embeddings"]
             buffered[layer_idx].append((hidden, cos, sin))
             if len(buffered[layer_idx]) >= interval:
-                steps, buffered[layer_idx] = buffered[layer_idx], []
-                layer = state.cache.layers[layer_idx]
-                n_keep = state.decode_layer_budgets[layer_idx]
-                if layer.keys.shape[-2] > n_keep:
-                    hidden, cos, sin = (torch.cat(parts, dim=1) for parts in zip(*steps))
-                    inputs = LayerInputs(module, layer_idx, len(layers), hidden, cos, sin, layer.keys, layer.values,
-                                         None, rotary)
-                    store_selection(state.cache, layer_idx, scorer, scorer.kept_indices(inputs, n_keep), n_keep)
+                cut_back(layer_idx, module)
             if layer_idx == len(layers) - 1:
                 lengths.append(max(int(layer.keys.shape[-2]) for layer in state.cache.layers))
 
@@ -66,6 +71,9 @@ def compressing_decode(model, state, scorer: Method, interval: int) -> Iterator[
     finally:
         for handle in handles:
             handle.remove()
+    if cut_at_exit:
+        for layer_idx, layer in enumerate(layers):
+            cut_back(layer_idx, layer.self_attn)
 
 
 def check_decoding_scorer(owner: str, scorer: Method, interval: int) -> None:
