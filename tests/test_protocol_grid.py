@@ -138,7 +138,7 @@ def test_ruler_niah_puts_several_questions_on_one_haystack():
                 (get_task("niah_single_1").build_prompt(s, tokenizer, None) for s in single)}) == 2
 
 
-@pytest.mark.parametrize("task, message", [("vt:questions=2", "needs a niah task"),
+@pytest.mark.parametrize("task, message", [("cwe:questions=2", "needs a niah, vt or qa task"),
                                            ("passkey:questions=2", "takes no questions setting")])
 def test_questions_on_a_task_without_a_haystack_of_needles_is_a_usage_error(bench, task, message):
     result = bench.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-methods", "full",
