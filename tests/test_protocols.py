@@ -66,6 +66,19 @@ def test_the_compressed_context_is_restored_bitwise_after_a_question(model, meth
         assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
 
 
+@pytest.mark.parametrize("method", ["kivi", "snapkv+kivi", "think"])
+def test_shared_context_restores_stores_that_rewrite_themselves_on_append(model, method):
+    """KIVI moves its full-precision window into codes every `residual` tokens: cutting the tail back would
+    leave the codes of a question behind (the next forward then failed on mismatched lengths)."""
+    params = dict(bits=2, group_size=4, residual=4) if "kivi" in method else {}
+    budget = "r0" if method != "snapkv+kivi" else "24"
+    shared = answer_questions(model, get_method(method, **params), budget, CONTEXT, QUESTIONS, 8, set())
+    for question, out in zip(QUESTIONS, shared):
+        alone = generate(model, get_method(method, **params), budget, CONTEXT + question, len(CONTEXT), 8, set(),
+                         "query_agnostic")
+        assert out.tokens == alone.tokens
+
+
 def test_multi_turn_with_full_cache_equals_plain_greedy_generation_over_the_history(model):
     turns = run_turns(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS, 7, EOS)
     history = list(CONTEXT)
