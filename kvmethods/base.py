@@ -96,6 +96,8 @@ class Method:
     # layer of the cache once the prompt is compressed, and stored_bytes() gives its analytic size.
     quantizes: ClassVar[bool] = False
     query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
+    # True when the method is cut back to its budget after each turn of a multi-turn session (per_turn.py)
+    recompresses_per_turn: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))

@@ -33,32 +33,39 @@ NEEDS_ALL_QUERIES = ("h2o",)
 
 
 @contextmanager
-def compressing_decode(model, state, scorer: Method, interval: int) -> Iterator[list[int]]:
-    """While active, each decoding forward buffers every layer's attention inputs, and every `interval`
-    steps each layer is cut back to `state.decode_layer_budgets` by `scorer.kept_indices` over the buffered
-    queries. Yields the list of the cache length (longest layer) after each step."""
+def compressing_decode(model, state, scorer: Method, interval: int, *, cut_at_exit: bool = False) -> Iterator[list[int]]:
+    """While active, each forward buffers every layer's attention inputs, and every `interval` forwards
+    each layer is cut back to `state.decode_layer_budgets` by `scorer.kept_indices` over the buffered
+    queries; `cut_at_exit` also cuts with what is buffered when the block ends (multi-turn re-compression
+    after each turn, protocols/multi_turn.py). Yields the list of the cache length (longest layer)
+    after each forward."""
     rotary = rotary_embedding(model)
     buffered: list[list[AttentionCall]] = [[] for _ in decoder_layers(model)]
     lengths: list[int] = []
 
+    def cut_back(layer_idx: int) -> None:
+        steps, buffered[layer_idx] = buffered[layer_idx], []
+        layer = state.cache.layers[layer_idx]
+        n_keep = state.decode_layer_budgets[layer_idx]
+        if steps and layer.keys.shape[-2] > n_keep:
+            hidden, cos, sin = (torch.cat(parts, dim=1) for parts in
+                                zip(*((step.hidden, step.cos, step.sin) for step in steps)))
+            window = replace(steps[-1], hidden=hidden, cos=cos, sin=sin)
+            inputs = window.layer_inputs(layer.keys, layer.values, None, rotary)
+            store_selection(state.cache, layer_idx, scorer, scorer.kept_indices(inputs, n_keep), n_keep)
+
     def compress(call: AttentionCall) -> None:
-        idx = call.layer_idx
-        buffered[idx].append(call)
-        if len(buffered[idx]) >= interval:
-            steps, buffered[idx] = buffered[idx], []
-            layer = state.cache.layers[idx]
-            n_keep = state.decode_layer_budgets[idx]
-            if layer.keys.shape[-2] > n_keep:
-                hidden, cos, sin = (torch.cat(parts, dim=1) for parts in
-                                    zip(*((step.hidden, step.cos, step.sin) for step in steps)))
-                window = replace(call, hidden=hidden, cos=cos, sin=sin)
-                inputs = window.layer_inputs(layer.keys, layer.values, None, rotary)
-                store_selection(state.cache, idx, scorer, scorer.kept_indices(inputs, n_keep), n_keep)
-        if idx == call.n_layers - 1:
+        buffered[call.layer_idx].append(call)
+        if len(buffered[call.layer_idx]) >= interval:
+            cut_back(call.layer_idx)
+        if call.layer_idx == call.n_layers - 1:
             lengths.append(max(int(layer.keys.shape[-2]) for layer in state.cache.layers))
 
     with after_attention(model, compress):
         yield lengths
+    if cut_at_exit:
+        for layer_idx in range(len(buffered)):
+            cut_back(layer_idx)
 
 
 def check_decoding_scorer(owner: str, scorer: Method, interval: int) -> None:

@@ -231,8 +231,7 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
         out.kv_bytes_budget = int(budget.value * out.kv_bytes_before)
     target_logprobs = None
     if teacher_targets is not None:
-        forked = PrefilledPrompt(copy.deepcopy(state.cache), state.next_logits, state.next_position, state.uneven)
-        target_logprobs = _teacher_force_prefilled(model, forked, [int(t) for t in teacher_targets])
+        target_logprobs = teacher_force_copy(model, state, teacher_targets)
 
     started = time.perf_counter()
     out.tokens, out.stop_token, steps, out.decode_cache_lengths = decode_greedy(model, state, max_new_tokens, eos,
@@ -281,6 +280,12 @@ def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[i
                 return tokens, None, steps, lengths
             logits = _forward(model, state.cache, [next_token], state.next_position, state.uneven, 1)[-1]
             state.next_position += 1
+
+
+def teacher_force_copy(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:
+    """_teacher_force_prefilled on a copy of the prefilled cache, which stays as it was for decoding."""
+    forked = PrefilledPrompt(copy.deepcopy(state.cache), state.next_logits, state.next_position, state.uneven)
+    return _teacher_force_prefilled(model, forked, [int(t) for t in target_ids])
 
 
 def _teacher_force_prefilled(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:

@@ -28,6 +28,8 @@ from .hf_quantized import HFQuantized
 from .kivi import KIVI
 from .knorm import KNorm
 from .kvzip import KVzip
+from .per_turn import PARAMETER as PER_TURN
+from .per_turn import per_turn
 from .pyramidkv import PyramidKV
 from .random import Random
 from .rkv import RKV
@@ -111,6 +113,9 @@ def get_method(name: str, **params: Any) -> Method:
     if not isinstance(name, str):
         raise MethodError(f"method name must be a string, got {name!r}")
     name = name.strip()
+    if PER_TURN in params:  # any evicting method: snapkv:per_turn=true re-compresses after each turn (per_turn.py)
+        rest = {key: value for key, value in params.items() if key != PER_TURN}
+        return per_turn(get_method(name, **rest), params[PER_TURN])
     if PREFILL_CHUNK in params:  # any evicting method: snapkv:prefill_chunk=512 (chunked.py)
         rest = {key: value for key, value in params.items() if key != PREFILL_CHUNK}
         return chunked(get_method(name, **rest), params[PREFILL_CHUNK])

@@ -80,6 +80,11 @@ def test_a_grouped_run_scores_per_context_and_per_turn(grouped_run):
     assert set(turns["aggregate"]["turns"]) == {"1", "2", "3"} and turns["protocol"] == "multi_turn"
     shared = records["snapkv-64-scbench_kv-shared_context"]
     assert shared["aggregate"]["contexts"] == {"0": shared["score"]}
+    for protocol in ("shared_context", "multi_turn"):  # fidelity against full under the same protocol
+        full, snapkv = records[f"full-scbench_kv-{protocol}"], records[f"snapkv-64-scbench_kv-{protocol}"]
+        assert full["fidelity"] == {"kl": 0.0, "agreement": 1.0}
+        assert all(s["kl"] >= 0.0 and 0.0 <= s["agreement"] <= 1.0 for s in snapkv["samples"])
+        assert snapkv["fidelity"]["kl"] > 0.0  # 64 of a few hundred context tokens: the distributions move
     results = (directory / "results" / "RESULTS.md").read_text()
     assert "protocol multi_turn — score by turn" in results and "| Turn 3" in results
     assert "budget 64 — protocol shared_context" in results
@@ -138,9 +143,34 @@ def test_ruler_niah_puts_several_questions_on_one_haystack():
                 (get_task("niah_single_1").build_prompt(s, tokenizer, None) for s in single)}) == 2
 
 
-@pytest.mark.parametrize("task, message", [("vt:questions=2", "needs a niah task"),
+@pytest.mark.parametrize("task, message", [("cwe:questions=2", "needs a niah, vt or qa task"),
                                            ("passkey:questions=2", "takes no questions setting")])
 def test_questions_on_a_task_without_a_haystack_of_needles_is_a_usage_error(bench, task, message):
     result = bench.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-methods", "full",
                              "--kvbench-tasks", task)
     assert result.ret == 4 and message in result.stderr.str()
+
+
+def test_per_turn_runs_under_multi_turn_on_ruler_questions_and_starts_each_turn_from_the_budget(tmp_path):
+    (tmp_path / "test_ruler.py").write_text((BENCH / "test_ruler.py").read_text())
+    result = run_bench(tmp_path, "--kvbench-methods", "full,snapkv:per_turn=true", "--kvbench-budgets", "64",
+                       "--kvbench-tasks", "niah_single_1:questions=2", "--kvbench-samples", "2",
+                       "--kvbench-context-lengths", "512", "--kvbench-torch-threads", "1",
+                       "--kvbench-protocol", "multi_turn", "test_ruler.py")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    records = {r["record"]["method"]["name"]: r["record"] for r in hook_records(tmp_path)}
+    per_turn = records["snapkv"]
+    assert per_turn["method"]["params"]["per_turn"] is True and "snapkv(per_turn=True)" in per_turn["key"]
+    first, second = per_turn["samples"]
+    question = second["prompt_tokens"] - first["prompt_tokens"] - first["new_tokens"]
+    assert second["kept_tokens"] in (64 + question, 64 + 1 + question)  # + the last answer token if not fed
+    assert per_turn["fidelity"]["kl"] is not None
+
+
+def test_per_turn_under_a_protocol_without_turns_is_a_one_line_usage_error(bench):
+    result = bench.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-methods",
+                             "snapkv:per_turn=true", "--kvbench-tasks", "niah_single_1:questions=2",
+                             "--kvbench-protocol", "multi_turn,shared_context")
+    assert result.ret == 4
+    errors = [line for line in result.errlines if "ERROR" in line]
+    assert len(errors) == 1 and "per_turn re-compresses after each turn" in errors[0], result.errlines

@@ -66,6 +66,19 @@ def test_the_compressed_context_is_restored_bitwise_after_a_question(model, meth
         assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
 
 
+@pytest.mark.parametrize("method", ["kivi", "snapkv+kivi", "think"])
+def test_shared_context_restores_stores_that_rewrite_themselves_on_append(model, method):
+    """KIVI moves its full-precision window into codes every `residual` tokens: cutting the tail back would
+    leave the codes of a question behind (the next forward then failed on mismatched lengths)."""
+    params = dict(bits=2, group_size=4, residual=4) if "kivi" in method else {}
+    budget = "r0" if method != "snapkv+kivi" else "24"
+    shared = answer_questions(model, get_method(method, **params), budget, CONTEXT, QUESTIONS, 8, set())
+    for question, out in zip(QUESTIONS, shared):
+        alone = generate(model, get_method(method, **params), budget, CONTEXT + question, len(CONTEXT), 8, set(),
+                         "query_agnostic")
+        assert out.tokens == alone.tokens
+
+
 def test_multi_turn_with_full_cache_equals_plain_greedy_generation_over_the_history(model):
     turns = run_turns(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS, 7, EOS)
     history = list(CONTEXT)
@@ -130,3 +143,99 @@ def test_decoding_compression_refuses_scorers_and_intervals_it_cannot_use(spec):
     with pytest.raises(MethodError) as error:
         get_method(params.pop("name"), **params)
     assert "\n" not in str(error.value)
+
+
+def test_multi_turn_after_an_eos_stop_equals_plain_greedy_generation_over_the_history(model):
+    """A turn that stops at eos fed all its tokens already: the next turn starts right after them."""
+    eos = {run_turns(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS[:1], 7, set())[0].tokens[2]}
+    turns = run_turns(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS, 7, eos)
+    assert turns[0].stop_token in eos and len(turns[0].tokens) == 2
+    history = list(CONTEXT)
+    for question, out in zip(QUESTIONS, turns):
+        history += question
+        plain = generate(model, get_method("full"), NO_COMPRESSION, history, len(history), 7, eos, "question_in_window")
+        assert out.tokens == plain.tokens
+        history += plain.tokens
+
+
+# -- fidelity under the group protocols: teacher forcing on the full cache's answers ---------------------------
+
+def targets(outs) -> list[list[int]]:
+    return [out.tokens + ([out.stop_token] if out.stop_token is not None else []) for out in outs]
+
+
+@pytest.mark.parametrize("protocol", [answer_questions, run_turns])
+def test_full_cache_teacher_forced_on_its_own_answers_reproduces_its_distributions(model, protocol):
+    reference = protocol(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS, 6, EOS, return_logprobs=True)
+    forced = protocol(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS, 6, EOS,
+                      teacher_targets=targets(reference))
+    for ref, out in zip(reference, forced):
+        assert ref.logprobs.shape == out.target_logprobs.shape
+        torch.testing.assert_close(out.target_logprobs, ref.logprobs, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["snapkv", "knorm"])
+def test_shared_context_teacher_forcing_equals_one_prompt_teacher_forcing(model, method):
+    reference = answer_questions(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS, 6, EOS,
+                                 return_logprobs=True)
+    shared = answer_questions(model, get_method(method), "24", CONTEXT, QUESTIONS, 6, EOS,
+                              teacher_targets=targets(reference))
+    for question, target, out in zip(QUESTIONS, targets(reference), shared):
+        alone = generate(model, get_method(method), "24", CONTEXT + question, len(CONTEXT), 6, EOS, "query_agnostic",
+                         teacher_targets=target)
+        torch.testing.assert_close(out.target_logprobs, alone.target_logprobs)
+        assert not torch.allclose(out.target_logprobs, torch.zeros_like(out.target_logprobs))
+
+
+@pytest.mark.parametrize("method", ["snapkv", "snapkv:per_turn"])
+def test_multi_turn_teacher_forcing_holds_the_references_history(model, method):
+    """Turn k is teacher-forced on context + q1 + ref_a1 + ... + qk, whatever the method itself answered."""
+    reference = run_turns(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS, 6, set(), return_logprobs=True)
+    per_turn = method.endswith("per_turn")
+    forced = run_turns(model, get_method("snapkv", per_turn=per_turn), "24", CONTEXT, QUESTIONS, 6, set(),
+                       teacher_targets=targets(reference))
+    history = []
+    for question, target, out in zip(QUESTIONS, targets(reference), forced):
+        history += question
+        alone = generate(model, get_method("snapkv"), "24", CONTEXT + history, len(CONTEXT), 6, set(), "query_agnostic",
+                         teacher_targets=target)
+        same = torch.allclose(out.target_logprobs, alone.target_logprobs, atol=1e-5)
+        assert same != (per_turn and question is not QUESTIONS[0])  # re-compression changes later turns only
+        history += target
+
+
+# -- re-compression after each turn (kvmethods/per_turn.py) ------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["snapkv", "streamingllm", "knorm", "rkv"])
+def test_per_turn_cuts_the_cache_back_to_the_budget_after_every_turn(model, name):
+    turns = run_turns(model, get_method(name, per_turn=True), "24", CONTEXT, QUESTIONS, 7, set())
+    plain = run_turns(model, get_method(name), "24", CONTEXT, QUESTIONS, 7, set())
+    layers = len(turns[0].kept_tokens_per_layer)
+    assert turns[0].kept_tokens_per_layer == plain[0].kept_tokens_per_layer == [24 + len(QUESTIONS[0])] * layers
+    for question, out, grown in zip(QUESTIONS[1:], turns[1:], plain[1:]):
+        # the turn starts from the budget: the previous turn was cut back; + the last answer token and the question
+        assert out.kept_tokens_per_layer == [24 + 1 + len(question)] * layers
+        assert grown.kept_tokens_per_layer[0] > out.kept_tokens_per_layer[0]
+
+
+@pytest.mark.parametrize("name", ["snapkv", "knorm"])
+def test_per_turn_with_a_budget_above_the_final_length_is_plain_multi_turn(model, name):
+    turns = run_turns(model, get_method(name, per_turn=True), "1000", CONTEXT, QUESTIONS, 7, EOS)
+    plain = run_turns(model, get_method(name), "1000", CONTEXT, QUESTIONS, 7, EOS)
+    assert [out.tokens for out in turns] == [out.tokens for out in plain]
+    assert [out.kept_tokens_per_layer for out in turns] == [out.kept_tokens_per_layer for out in plain]
+
+
+def test_per_turn_is_a_parameter_of_the_methods_identity():
+    assert get_method("snapkv", per_turn="true").params() == get_method("snapkv").params() | {"per_turn": True}
+    assert get_method("snapkv", per_turn=False) == get_method("snapkv")
+    assert get_method("snapkv", per_turn=True, prefill_chunk=16).params()["prefill_chunk"] == 16
+
+
+@pytest.mark.parametrize("name", ["full", "h2o", "kvzip", "adakv", "kivi", "snapkv+kivi"])
+def test_per_turn_refuses_methods_that_cannot_cut_back_from_recent_queries(name):
+    from kvmethods import MethodError
+
+    with pytest.raises(MethodError) as error:
+        get_method(name, per_turn=True)
+    assert "\n" not in str(error.value) and "per_turn" in str(error.value)

@@ -17,7 +17,8 @@ import torch
 
 from ..base import Method
 from ..budget import Budget
-from ..generation import GenerationOutput, PrefilledPrompt, _forward, decode_greedy, measured_prefill, prefill
+from ..generation import (GenerationOutput, PrefilledPrompt, _forward, decode_greedy, measured_prefill, prefill,
+                          teacher_force_copy)
 from .cache_snapshot import CacheSnapshot
 
 
@@ -31,9 +32,12 @@ def ask(model, context: PrefilledPrompt, question: list[int]) -> PrefilledPrompt
 
 @torch.inference_mode()
 def answer_questions(model, method: Method, budget: Budget | str, context: list[int], questions: list[list[int]],
-                     max_new_tokens: int, eos_token_ids: set[int]) -> list[GenerationOutput]:
+                     max_new_tokens: int, eos_token_ids: set[int], *, return_logprobs: bool = False,
+                     teacher_targets: list[list[int]] | None = None) -> list[GenerationOutput]:
     """One output per question, in order. A question's prefill_s is its own prefill plus an equal share
-    of the one context prefill and compression."""
+    of the one context prefill and compression. ``return_logprobs``: each output keeps every decoding
+    step's distribution (the reference of fidelity); ``teacher_targets[i]`` is teacher-forced on a copy of
+    question i's cache (out.target_logprobs), as generate() does for one prompt."""
     context = [int(token) for token in context]
     eos = {int(token) for token in (eos_token_ids or ())}
     longest = max((len(q) for q in questions), default=0)
@@ -43,15 +47,24 @@ def answer_questions(model, method: Method, budget: Budget | str, context: list[
     context_share = (time.perf_counter() - started) / max(1, len(questions))
     compressed = CacheSnapshot.take(state.cache)
     outputs = []
-    for question in questions:
+    for index, question in enumerate(questions):
         started = time.perf_counter()
         asked = ask(model, state, [int(token) for token in question])
         out = measured_prefill(model, method, asked, len(context) + len(question),
                                context_share + time.perf_counter() - started)
-        started = time.perf_counter()
-        out.tokens, out.stop_token, _, out.decode_cache_lengths = decode_greedy(model, asked, max_new_tokens, eos,
-                                                                                 method=method)
-        out.decode_s = time.perf_counter() - started
+        if teacher_targets is not None:
+            out.target_logprobs = teacher_force_copy(model, asked, teacher_targets[index])
+        decode_answer(model, method, asked, out, max_new_tokens, eos, return_logprobs)
         compressed.restore(state.cache)
         outputs.append(out)
     return outputs
+
+
+def decode_answer(model, method: Method, state: PrefilledPrompt, out: GenerationOutput, max_new_tokens: int,
+                  eos: set[int], return_logprobs: bool) -> None:
+    """Greedy decoding on a question's cache into `out`: tokens, stop token, cache lengths, decode_s, logprobs."""
+    started = time.perf_counter()
+    out.tokens, out.stop_token, steps, out.decode_cache_lengths = decode_greedy(model, state, max_new_tokens, eos,
+                                                                             return_logprobs, method)
+    out.decode_s = time.perf_counter() - started
+    out.logprobs = torch.stack(steps) if return_logprobs else None

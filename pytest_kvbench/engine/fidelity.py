@@ -36,6 +36,17 @@ class Reference:
     argmax: torch.Tensor  # [n] the reference's greedy token at each position
 
 
+def reference_of(result: Any, what: str) -> Reference:
+    """The reference made of a full-cache generation run with return_logprobs: methods are teacher-forced
+    on its whole output, the stopping eos included; its per-step distributions leave the result."""
+    from pytest_kvbench.engine.finite_logits import check_logits_finite
+
+    target = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
+    logp, result.logprobs = result.logprobs, None
+    check_logits_finite(logp, what)
+    return make_reference(result, target, logp)
+
+
 def make_reference(result: Any, target_ids: list[int], logp: torch.Tensor, top_k: int = REFERENCE_TOP_K) -> Reference:
     logp = logp.float()
     argmax = logp.argmax(-1)

@@ -1,17 +1,21 @@
 """One item's generations under a group protocol (the runner dispatches: runner._run).
 
 question_in_window and query_agnostic run one prompt per sample in the runner, compared against the
-full-cache reference for fidelity, their prefills shared by the reference group. shared_context and multi_turn (kvmethods/protocols/) run a group of samples
-that share a context at once: the samples whose prompts start with the same context tokens, in turn
-order (SCBench's ``turn`` field, else file order). There, fidelity is not measured (no single-prompt
-reference to teacher-force against): kl and agreement are None.
+full-cache reference for fidelity, their prefills shared by the reference group. shared_context and
+multi_turn (kvmethods/protocols/) run a group of samples that share a context at once: the samples whose
+prompts start with the same context tokens, in turn order (SCBench's ``turn`` field, else file order).
+
+Fidelity there: the reference is `full` under the same protocol and question order, run once per group
+and cached per worker like the one-prompt references; every method is teacher-forced on the reference's
+answer to each question (shared_context: on a copy of that question's cache; multi_turn: in a session
+whose history holds the reference's own questions and answers), so kl and agreement mean what they mean
+under the default protocol.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import NamedTuple
-
 
 GROUP_RUNNERS = {"shared_context": "answer_questions", "multi_turn": "run_turns"}
 
@@ -35,19 +39,40 @@ def context_groups(samples: list, prompts: list) -> list[list[int]]:
 
 
 def generations(runner, case, task, method, budget, loaded, samples: list) -> Iterator[Generation]:
-    """Every sample's generation under a group protocol (shared_context, multi_turn), group by group;
-    one-prompt protocols run in the runner (runner._single_prompts), where prefills are shared."""
-    from kvmethods import protocols
+    """Every sample's generation under a group protocol (shared_context, multi_turn), group by group,
+    with its kl and agreement against the group's full-cache reference; one-prompt protocols run in the
+    runner (runner._single_prompts), where prefills are shared."""
+    from kvmethods import get_method, protocols
+    from pytest_kvbench.engine.fidelity import compare, reference_of
+    from pytest_kvbench.engine.finite_logits import check_logits_finite
+    from pytest_kvbench.engine.runner import NO_COMPRESSION
+    from pytest_kvbench.wiring.grid import FULL_METHOD
 
     prompts = [runner._prompt(case, task, sample, loaded) for sample in samples]
     run_group = getattr(protocols, GROUP_RUNNERS[case.protocol])
     for context_index, group in enumerate(context_groups(samples, prompts)):
         first = prompts[group[0]]
+        context = first.input_ids[: first.context_len]
         questions = [prompts[i].input_ids[prompts[i].context_len:] for i in group]
-        results = run_group(loaded.model, method, budget, first.input_ids[: first.context_len], questions,
-                            task.max_new_tokens, loaded.eos_token_ids)
-        for turn, (index, result) in enumerate(zip(group, results)):
-            yield Generation(samples[index], result, None, None, context_index, turn)
+
+        def full_cache_reference():
+            outs = run_group(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, context, questions,
+                             task.max_new_tokens, loaded.eos_token_ids, return_logprobs=True)
+            return [reference_of(out, f"full-cache reference of {case.task} sample {samples[i].id}")
+                    for i, out in zip(group, outs)]
+
+        key = (case.model, case.task, case.seed, case.context_length, tuple(samples[i].id for i in group),
+               case.protocol)
+        references = runner.references.get(key, full_cache_reference)
+        if case.method.name == FULL_METHOD:
+            for turn, (index, reference) in enumerate(zip(group, references)):
+                yield Generation(samples[index], reference.result, 0.0, 1.0, context_index, turn)
+            continue
+        results = run_group(loaded.model, method, budget, context, questions, task.max_new_tokens,
+                            loaded.eos_token_ids, teacher_targets=[r.target_ids for r in references])
+        for turn, (index, result, reference) in enumerate(zip(group, results, references)):
+            check_logits_finite(result.target_logprobs, f"{case.id} sample {samples[index].id}")
+            yield Generation(samples[index], result, *compare(reference, result.target_logprobs), context_index, turn)
 
 
 def group_position(context: int | None, turn: int | None) -> dict:

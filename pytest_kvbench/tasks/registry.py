@@ -2,7 +2,7 @@
 so collecting thousands of items stays fast; data and metrics load when first used.
 
 A task name may carry a generation length, ``math500:max_new_tokens=4096``: reasoning models
-need their long default, a small model or a quick run does not. RULER's niah tasks also take a
+need their long default, a small model or a quick run does not. RULER's niah, vt and qa tasks also take a
 number of questions per haystack, ``niah_single_1:questions=4`` (the shared_context protocol). A suite whose optional
 dependency is missing is a TaskError naming the extra to install, so a run stops at collection.
 """
@@ -61,7 +61,7 @@ _DEFAULT_TASKS = (
     "passage_retrieval_en", "hotpotqa", "trec", "lcc",
     "longbench_v2", "passkey", "aime2024:max_new_tokens=64", "scbench_vt",
 )
-_OVERRIDABLE = ("max_new_tokens", "questions")  # questions: per haystack (RULER niah)
+_OVERRIDABLE = ("max_new_tokens", "questions")  # questions: per haystack (RULER niah, vt, qa)
 
 
 def _module(suite: str, dotted: str):
@@ -129,7 +129,7 @@ def get_task(name: str) -> Task:
         raise TaskError(f"task {base!r}: {missing}")
     unknown = [key for key in overrides if not hasattr(spec, key)]
     if unknown:
-        raise TaskError(f"task {name!r}: {base} takes no {unknown[0]} setting (questions: RULER niah tasks only)")
+        raise TaskError(f"task {name!r}: {base} takes no {unknown[0]} setting (questions: RULER niah, vt and qa tasks only)")
     if overrides:
         spec = dataclasses.replace(spec, **overrides)
     task = _module(suite, _SUITE_TABLE[suite].task_class)(spec)

@@ -15,7 +15,8 @@ import pytest
 
 from pytest_kvbench import user_paths
 from pytest_kvbench.wiring import canonical, model_refs
-from pytest_kvbench.wiring.protocols import check_decoding_intervals, check_tasks_serve_protocols, parse_protocols
+from pytest_kvbench.wiring.protocols import (check_decoding_intervals, check_per_turn, check_tasks_serve_protocols,
+                                             parse_protocols)
 from pytest_kvbench.wiring.grid import (
     DEFAULT_MODEL,
     Grid,
@@ -307,6 +308,7 @@ def _validate(grid: Grid) -> None:
     grid.smoke_tasks = [t for t in grid.tasks if t in task_registry.SMOKE_TASKS]
     check_tasks_serve_protocols(grid, tasks_named)
     check_decoding_intervals(grid)
+    check_per_turn(grid)
     if not grid.context_lengths:
         grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
     grid.models = canonical.models(grid.models)

@@ -3,8 +3,9 @@
 A grid may hold several protocols (``--kvbench-protocol question_in_window,shared_context``): each
 case runs under one. Every task serves the single-prompt protocols and shared_context (samples with the
 same context form a group; a context with one question is a group of one); multi_turn needs a task whose
-samples are the turns of a conversation (``Task.has_turns``: SCBench). Naming a task that cannot serve a
-protocol is a usage error; a default task that cannot is left out of the grid.
+samples are the turns of a conversation (``Task.has_turns``: SCBench, RULER with ``:questions=K``). Naming
+a task that cannot serve a protocol is a usage error; a default task that cannot is left out of the grid.
+A method re-compressing after each turn (``per_turn=true``) needs multi_turn and nothing else.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def check_tasks_serve_protocols(grid: Grid, tasks_named: bool) -> None:
                 continue
             if tasks_named:
                 raise GridError(f"task {task_name} cannot run under protocol {protocol}: its samples have no "
-                                f"turns (multi_turn needs a multi-turn task such as SCBench's)")
+                                f"turns (multi_turn needs a multi-turn task such as SCBench's, or RULER's "
+                                f"niah/vt/qa with :questions=K)")
             grid.unserved.add((task_name, protocol))
 
 
@@ -60,3 +62,15 @@ def check_decoding_intervals(grid: Grid) -> None:
             if interval > generated:
                 raise GridError(f"method {spec.label}: interval {interval} exceeds the {generated} tokens {task_name} "
                                 f"generates, so it would never compress while decoding (lower the interval)")
+
+
+def check_per_turn(grid: Grid) -> None:
+    """GridError for a method re-compressing after each turn in a grid with a protocol that has no turns:
+    it would run as the plain method under another name."""
+    from kvmethods import get_method
+
+    others = [protocol for protocol in grid.protocols if protocol != "multi_turn"]
+    for spec in grid.methods:
+        if others and get_method(spec.name, **dict(spec.params)).recompresses_per_turn:
+            raise GridError(f"method {spec.label}: per_turn re-compresses after each turn, but protocol {others[0]} "
+                            f"has no turns (use --kvbench-protocol multi_turn alone)")

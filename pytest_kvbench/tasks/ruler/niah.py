@@ -81,7 +81,7 @@ def generate_niah_questions(
     ``depth`` (0..100) puts every needle at that depth (for depth grids); otherwise depths are
     drawn as RULER does. A needle at depth d goes after ``int(units * d / 100)`` haystack units
     (sentences for essays, lines otherwise). ``size_hint`` (the haystack size of the previous
-    sample) only speeds up sizing; the haystack is sized for the longest question.
+    sample) only speeds up sizing; the haystack is sized so that every question's prompt fits.
     """
     if config.haystack not in HAYSTACKS:
         raise TaskError(f"unknown haystack {config.haystack!r}; expected one of {', '.join(HAYSTACKS)}")
@@ -122,13 +122,12 @@ def generate_niah_questions(
 
     queries = [query_of(chosen) for chosen in per_question]
     prefixes = [prefix_template.format(type_needle_v=type_needle_v, query=query) for query in queries]
-    longest = max(range(questions), key=lambda j: len(queries[j]) + len(prefixes[j]))
 
     haystack = _haystack_builder(config, rng, set(keys), essay_text)
 
     built: dict[tuple[int, int], tuple[str, int]] = {}
 
-    def prompt_for(size: int, question: int = longest) -> tuple[str, int]:
+    def prompt_for(size: int, question: int) -> tuple[str, int]:
         if (size, question) not in built:
             units, joiner = haystack(size)
             context = joiner.join(_interleave(units, needles, depths))
@@ -138,7 +137,7 @@ def generate_niah_questions(
 
     budget = context_length - max_new_tokens
     size, length = largest_fitting_size(
-        lambda n: count_tokens(tokenizer, prompt_for(n)[0] + prefixes[longest]),
+        lambda n: max(count_tokens(tokenizer, prompt_for(n, j)[0] + prefixes[j]) for j in range(questions)),
         budget,
         max_size=2 * max(budget, 0) + 16,
         start=size_hint, what=f"niah prompt (context length {context_length} minus {max_new_tokens} generated tokens)",
@@ -148,7 +147,7 @@ def generate_niah_questions(
         text, question_start = prompt_for(size, j)
         examples.append(RulerExample(
             input=text, answer_prefix=prefixes[j], outputs=[value for i in chosen for value in values[i]],
-            length=length if j == longest else count_tokens(tokenizer, text + prefixes[j]), depths=depths,
+            length=length if questions == 1 else count_tokens(tokenizer, text + prefixes[j]), depths=depths,
             question_start=question_start, haystack_size=size,
         ))
     return examples

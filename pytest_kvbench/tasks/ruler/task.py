@@ -1,6 +1,6 @@
 """RULER tasks for the harness: per-sample seeding, sizing to the model, prompts and scores.
 
-Each sample gets its own generator seeded with the string ``"{seed}-{task}-{index}"``
+Each haystack gets its own generator seeded with the string ``"{seed}-{task}-{index}"`` (task: the base name)
 (``random.Random`` hashes strings with SHA-512, not with ``hash()``), so the same seed gives
 the same samples on every machine, process and xdist worker, whatever was generated before.
 The haystack budget leaves room for the generation and for the tokens the chat template or
@@ -19,6 +19,9 @@ from ..prompting import build_token_prompt, has_chat_template, middle_truncate, 
 DEFAULT_CONTEXT_LENGTH = 2048
 DEFAULT_NUM_SAMPLES = 100  # when the harness asks for "all" of an unbounded synthetic task
 GRID_DEPTHS = tuple(range(0, 101, 10))
+# Families whose generator puts several questions' answers into one haystack (`:questions=K`); cwe and fwe
+# build their haystack for its one answer (the most frequent words), so a second question has none.
+SEVERAL_QUESTIONS = ("niah", "vt", "qa")
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class RulerSpec:
     needs: str | None = None  # external text: "essay" | "squad" | "hotpotqa"
     niah_config: str | None = None  # key of NIAH_CONFIGS for the niah family
     grid: bool = False  # needle-depth grid: sample i sits at GRID_DEPTHS[i % 11]
-    questions: int = 1  # questions per haystack (niah: `niah_single_1:questions=4`, for shared_context)
+    questions: int = 1  # per haystack (niah, vt, qa: `qa_1:questions=4`), for shared_context / multi_turn
 
 
 class RulerTask(Task):
@@ -38,9 +41,14 @@ class RulerTask(Task):
 
     def __init__(self, spec) -> None:
         super().__init__(spec)
-        if spec.questions > 1 and spec.family != "niah":
-            raise TaskError(f"task {spec.name}: questions={spec.questions} needs a niah task (one haystack, "
-                            f"several needles); {spec.name} asks one question per haystack")
+        if spec.questions > 1 and spec.family not in SEVERAL_QUESTIONS:
+            raise TaskError(f"task {spec.name}: questions={spec.questions} needs a niah, vt or qa task; {spec.name} "
+                            f"asks the one question its haystack is built for (the most frequent words)")
+
+    @property
+    def has_turns(self) -> bool:
+        """Several questions on one haystack can be asked in one session (multi_turn), as SCBench does."""
+        return self.spec.questions > 1
 
     def load_samples(self, tokenizer, n: int | None = None, seed: int = 0, data_dir=None,
                      context_length: int | None = None) -> list[Sample]:
@@ -56,7 +64,7 @@ class RulerTask(Task):
         for index in range(n):
             haystack, turn = divmod(index, questions)  # samples of one haystack are consecutive
             if turn == 0:
-                rng = random.Random(f"{seed}-{self.name}-{haystack}")
+                rng = random.Random(f"{seed}-{self.spec.name}-{haystack}")  # the base name: :questions=1 is RULER's sample
                 depth = GRID_DEPTHS[haystack % len(GRID_DEPTHS)] if self.spec.grid else None
                 examples = generate(tokenizer, context_length, reserved, rng, depth, size_hint)
             example = examples[turn]
@@ -93,10 +101,11 @@ class RulerTask(Task):
                 config, tok, context_length=length, rng=rng, max_new_tokens=reserved, depth=depth, essay_text=essay,
                 size_hint=hint, questions=spec.questions)
         if spec.family == "vt":
-            from .variable_tracking import generate_vt
+            from .variable_tracking import generate_vt_questions
 
-            return lambda tok, length, reserved, rng, depth, hint: [generate_vt(
-                tok, context_length=length, rng=rng, max_new_tokens=reserved, size_hint=hint)]
+            return lambda tok, length, reserved, rng, depth, hint: generate_vt_questions(
+                tok, context_length=length, rng=rng, num_chains=spec.questions, max_new_tokens=reserved,
+                size_hint=hint)
         if spec.family == "cwe":
             from .common_words import generate_cwe
 
@@ -108,11 +117,12 @@ class RulerTask(Task):
             return lambda tok, length, reserved, rng, depth, hint: [generate_fwe(
                 tok, context_length=length, rng=rng, max_new_tokens=reserved, size_hint=hint)]
         from .external import load_qa_corpus
-        from .qa import generate_qa
+        from .qa import generate_qa_questions
 
         corpus = load_qa_corpus(spec.needs, data_dir)
-        return lambda tok, length, reserved, rng, depth, hint: [generate_qa(
-            tok, context_length=length, rng=rng, corpus=corpus, max_new_tokens=reserved, size_hint=hint)]
+        return lambda tok, length, reserved, rng, depth, hint: generate_qa_questions(
+            tok, context_length=length, rng=rng, corpus=corpus, questions=spec.questions, max_new_tokens=reserved,
+            size_hint=hint)
 
     def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
         text = sample.fields["input"]
