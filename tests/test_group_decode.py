@@ -4,13 +4,13 @@ while decoding another item's sample (an exception, out of memory, its time limi
 
 from __future__ import annotations
 
-import gc
 import signal
 
 import pytest
 import torch
 
 from kvmethods import Budget
+from kvmethods.testing import live_tensor_bytes, tensors_reachable
 from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
 from pytest_kvbench.engine.runner import Runner
 from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
@@ -33,31 +33,9 @@ def runner_and_cases(methods: list[str], samples: int, timeout_s: float | None =
     return runner, cases
 
 
-def tensors_reachable(root) -> list[torch.Tensor]:
-    seen, stack, found = set(), [root], []
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, type):
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, torch.Tensor):
-            found.append(obj)
-        else:
-            stack.extend(gc.get_referents(obj))
-    return found
-
-
-def storage_bytes(tensors) -> int:
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
-                if not isinstance(t, torch.nn.Parameter)}
-    return sum(storages.values())
-
-
 def live_bytes_beyond(runner: Runner, base: int) -> int:
     """Live tensor bytes beyond `base` (the model) and the run's fidelity references (cached by design)."""
-    gc.collect()
-    live = storage_bytes(obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor))
-    return live - base - storage_bytes(tensors_reachable(runner.references))
+    return live_tensor_bytes() - base - live_tensor_bytes(tensors_reachable(runner.references))
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +44,7 @@ def measured_run():
     compressed decoding, and the records."""
     runner, cases = runner_and_cases(SHARING, samples=3)
     loaded, _ = runner.models.get("default", runner.grid.dtype, runner.grid.attn_implementation)
-    gc.collect()
-    base = storage_bytes(obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor))
+    base = live_tensor_bytes()
     between, in_flight = [], []
     decode = runner._compressed
 
@@ -78,7 +55,7 @@ def measured_run():
     runner._compressed = measured_decode
 
     def progress(done, total):
-        between.append((storage_bytes(tensors_reachable(runner.shared)), live_bytes_beyond(runner, base)))
+        between.append((live_tensor_bytes(tensors_reachable(runner.shared)), live_bytes_beyond(runner, base)))
 
     records = [runner.run(case, progress) for case in cases]
     return runner, loaded, records, between, in_flight
@@ -121,16 +98,18 @@ def test_the_meter_scope_says_whose_decoding_each_item_ran(measured_run):
             assert row["decode_ms"] > 0
 
 
-def failing_member_run(error: BaseException, timeout_s: float | None = None, book_s: float = 0.0):
-    """Full, snapkv and h2o over 2 samples; h2o's decoding of sample 2 raises `error` (or runs until its
-    time is up when `error` is None). Returns the records or exceptions of each item, in order."""
+def failing_member_run(error: BaseException | None, timeout_s: float | None = None, time_left_s: float = 0.0):
+    """Full, snapkv and h2o over 2 samples; h2o's decoding of sample 2 raises `error` (or, when `error` is
+    None, runs until its time is up: time booked to h2o leaves it `time_left_s` of `timeout_s` for it).
+    Returns the records or exceptions of each item, in order."""
     runner, cases = runner_and_cases(["snapkv", "h2o"], samples=2, timeout_s=timeout_s)
     h2o = cases[2]
-    runner.shared.book(h2o, book_s)
     decode, calls = runner._compressed, []
 
     def failing_decode(case, method, budget, task, sample, prompt, loaded, reference, prefilled=None):
         calls.append(case.method.name)
+        if error is None and calls.count("snapkv") == 2 and case.method.name == "snapkv":  # h2o's is next
+            runner.shared.book(h2o, timeout_s - runner.shared.spent(h2o) - time_left_s)
         if case == h2o and calls.count("h2o") == 2:
             if error is None:
                 _busy(300_000_000)  # bounded: if the limit never fires, the test ends and fails
@@ -164,8 +143,8 @@ def test_out_of_memory_decoding_another_items_sample_fails_that_item_only():
 
 def test_decoding_another_item_runs_on_that_items_clock():
     """The full item's 600 s timer is paused while h2o's decoding runs on h2o's time left (its limit less
-    the 599.95 s booked to it): h2o times out, the full item does not."""
-    (full, snapkv, h2o), _ = failing_member_run(None, timeout_s=600.0, book_s=599.95)
+    the time booked to it, here 0.05 s): h2o times out, the full item does not."""
+    (full, snapkv, h2o), _ = failing_member_run(None, timeout_s=600.0, time_left_s=0.05)
     assert full["n_samples"] == 2 and snapkv["n_samples"] == 2
     assert isinstance(h2o, ItemTimeout)
 
