@@ -43,9 +43,11 @@ def _detached(error: BaseException, note: str) -> BaseException:
 
 
 def decode_members(running: Case, members: list[Case], shared, sample_id: str, decode: Decode,
-                   outcomes: SharedPrefills, limit: item_time_limit, timeout_s: float | None) -> None:
+                   outcomes: SharedPrefills, limit: item_time_limit,
+                   time_left: Callable[[Case], float | None]) -> None:
     """Decode every member's selection of `shared` (kvmethods.shared_prefill.SharedPrefill), freeing each cache
-    once decoded, and keep the outcomes. `running`'s own failures raise here; other members' are kept."""
+    once decoded, and keep the outcomes. `running`'s own failures raise here; other members' are kept, and
+    their decoding runs on `time_left(member)` while `limit` (the running item's) is paused."""
     for index, member in enumerate(members):
         state, shared.selections[index] = shared.selections[index], None
         own_s, error = shared.own_s[index], shared.errors[index]
@@ -59,9 +61,8 @@ def decode_members(running: Case, members: list[Case], shared, sample_id: str, d
             outcomes.fail(member, sample_id, _detached(error, note))
             continue
         started = time.perf_counter()
-        left = None if not timeout_s else max(timeout_s - outcomes.spent(member), 1e-3)
         try:
-            with limit.paused(left, f"{member.id} (sample {sample_id}, decoded in {running.id}'s run)"):
+            with limit.paused(time_left(member), f"{member.id} (sample {sample_id}, decoded in {running.id}'s run)"):
                 decoded = decode(member, state)
         except Exception as exc:  # noqa: BLE001 - the member's failure, raised when it runs
             state = None

@@ -146,7 +146,7 @@ class Runner:
             return self._compressed(member, self._method(member), member.budget, task, sample, prompt, loaded,
                                     reference, state)
 
-        decode_members(case, members, shared, sample.id, decode, self.shared, limit, self.timeout_s)
+        decode_members(case, members, shared, sample.id, decode, self.shared, limit, self._time_left)
 
     def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
         from kvmethods.shared_prefill import shared_prefill
@@ -233,7 +233,8 @@ class Runner:
                             meter.result, time.perf_counter() - started)
 
     def _time_left(self, case: Case) -> float | None:
-        """The item's time limit less its decoding already done in other items' runs (group_decode.py)."""
+        """The item's time limit less its decoding already done in other items' runs (group_decode.py);
+        None: no limit."""
         if not self.timeout_s:
             return self.timeout_s
         return max(self.timeout_s - self.shared.spent(case), 1e-3)
