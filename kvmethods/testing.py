@@ -66,3 +66,33 @@ BENCH_MODEL = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, 
 
 def bench_model():
     return tiny_model("llama", seed=0, **BENCH_MODEL)
+
+
+def tensors_reachable(root) -> list[torch.Tensor]:
+    """Every tensor reachable from `root` through references (gc.get_referents), classes excluded."""
+    import gc
+
+    seen, stack, found = set(), [root], []
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, type):
+            continue
+        seen.add(id(obj))
+        if issubclass(type(obj), torch.Tensor):
+            found.append(obj)
+        else:
+            stack.extend(gc.get_referents(obj))
+    return found
+
+
+def live_tensor_bytes(tensors=None) -> int:
+    """Bytes of the distinct storages of `tensors` (default: every live tensor), parameters excluded: what
+    memory tests count instead of timing."""
+    import gc
+
+    if tensors is None:
+        gc.collect()
+        tensors = (obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor))
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
+                if not issubclass(type(t), torch.nn.Parameter)}
+    return sum(storages.values())

@@ -12,7 +12,7 @@ from kvmethods import Budget, MethodError, available_methods, get_method
 from kvmethods.generation import generate
 from kvmethods.ragged import cache_bytes
 from kvmethods.shared_prefill import can_share_prefill, shared_prefill
-from kvmethods.testing import tiny_model
+from kvmethods.testing import live_tensor_bytes, tiny_model
 
 def _built(name: str):
     """The method with its defaults, or None when an optional backend is missing (hf_quantized's quanto)."""
@@ -73,17 +73,6 @@ def test_a_method_that_changes_the_forward_is_refused(model):
         shared_prefill(model, [(get_method("kvzip"), Budget.parse("4"))], prompt(), 30, "question_in_window")
 
 
-def _live_tensor_bytes() -> int:
-    seen, total = set(), 0
-    for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor) and not issubclass(type(obj), torch.nn.Parameter):
-            storage = obj.untyped_storage()
-            if storage.data_ptr() not in seen:
-                seen.add(storage.data_ptr())
-                total += storage.nbytes()
-    return total
-
-
 def test_peak_memory_is_one_full_cache_plus_the_compressed_caches(model):
     """Counted from live tensors at the end of every layer: at most the full cache (and its layer's
     transient activations, bounded by a plain prefill's peak) plus the selections' budget-sized caches
@@ -93,12 +82,12 @@ def test_peak_memory_is_one_full_cache_plus_the_compressed_caches(model):
     peaks = []
 
     def measure(module, args, output):
-        peaks.append(_live_tensor_bytes())
+        peaks.append(live_tensor_bytes())
 
     def peak_of(run):
         peaks.clear()
         gc.collect()
-        before = _live_tensor_bytes()
+        before = live_tensor_bytes()
         handle = model.model.layers[-1].register_forward_hook(measure)
         try:
             result = run()

@@ -97,3 +97,13 @@ def test_a_group_prefills_each_sample_once_and_labels_the_parts(runs):
     assert_one_forward_per_sample(runs["shared"])
     assert_one_forward_per_sample(runs["shared -n 2 -k"])  # loadgroup: a group's items share a worker
     assert all(s["shared_prefill_ms"] is None for r in runs["alone"].values() for s in r["samples"])
+
+
+def test_the_meter_scope_balances_decodes_done_for_and_in_other_items(runs):
+    """Every sample decode one item's run made for another is counted on both sides; none without sharing."""
+    assert all(r["meter_scope"] == {"decoded_for_other_items": 0, "decoded_in_other_items": 0}
+               for r in runs["alone"].values())
+    for name in ("shared", "shared -n 2 -k"):
+        scopes = [r["meter_scope"] for r in runs[name].values()]
+        hosted = sum(s["decoded_for_other_items"] for s in scopes)
+        assert hosted == sum(s["decoded_in_other_items"] for s in scopes) > 0, name

@@ -4,7 +4,8 @@ Everything expensive that does not depend on the method is shared between items 
 that live for the whole worker process: the model (models.py), the task's samples and tokenized
 prompts, the full-cache reference pass used for fidelity (fidelity.py), and the prefill itself:
 one forward per sample gives the reference's cache and the compressed cache of every planned item
-of the reference group (shared_prefills.py); each item then decodes its own.
+of the reference group, each decoded right away (group_decode.py); an item then takes its samples'
+outcomes (shared_prefills.py) and scores them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from kvmethods.generation import GROUP_PROTOCOLS
 from pytest_kvbench.engine.fidelity import ReferenceCache, compare, make_reference
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
 from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn, generations, group_position
-from pytest_kvbench.engine.shared_prefills import PreparedPrompt, SharedPrefills
+from pytest_kvbench.engine.shared_prefills import SharedPrefills
+from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
 from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
 
@@ -30,11 +32,10 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _prefill_split(prepared: PreparedPrompt | None, shared_reference=None) -> dict:
-    """The labelled parts of a sample's prefill_ms when it came from a shared prefill (else None):
-    the shared forward, spent once per sample for the whole reference group, and the item's own part."""
-    if prepared is not None:
-        return {"shared_prefill_ms": prepared.shared_s * 1000.0, "compression_ms": prepared.own_s * 1000.0}
+def _prefill_split(shared_reference=None) -> dict:
+    """The labelled parts of the reference's prefill_ms when it came from a shared prefill (else None):
+    the shared forward, spent once per sample for the whole reference group, and no compression.
+    (A compressed item's split comes with its outcome: group_decode.py.)"""
     if shared_reference is not None:
         return {"shared_prefill_ms": shared_reference.prefill_s * 1000.0, "compression_ms": 0.0}
     return {"shared_prefill_ms": None, "compression_ms": None}
@@ -83,25 +84,32 @@ class Runner:
     def _reference_key(self, case: Case, sample) -> tuple:
         return (case.model, case.task, case.seed, case.context_length, sample.id, case.protocol)
 
-    def _reference(self, case: Case, task, sample, prompt, loaded: LoadedModel):
-        """The full-cache pass of a sample, computed once per run and shared by every method."""
-        if self.shared.enabled:
-            return self.references.get(self._reference_key(case, sample),
-                                       lambda: self._share_prefill(case, task, sample, prompt, loaded))
-        return self.references.get(self._reference_key(case, sample),
-                                   lambda: self._decode_reference(case, task, sample, prompt, loaded))
+    def _reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, limit: item_time_limit):
+        """The full-cache pass of a sample, computed once per run and shared by every method. With sharing,
+        the first item of the group to need the sample (or a sharing item finding no outcome of its own)
+        runs the group's shared prefill and decoding for it."""
+        key = self._reference_key(case, sample)
+        if not self.shared.enabled:
+            return self.references.get(key, lambda: self._decode_reference(case, task, sample, prompt, loaded))
+        members = [c for c in self.shared.members(case, sample.id) if self._shares(c)]
+        if key not in self.references or (members and members[0] == case):
+            self._share_prefill(case, members, task, sample, prompt, loaded, limit)
+        return self.references.get(key, lambda: None)
 
-    def _decode_reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, prefilled=None,
-                          prefill_s: float = 0.0):
+    def _decode_reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, shared=None):
+        """The reference's generation; from the full cache of `shared` (a SharedPrefill), which it empties."""
         from kvmethods import get_method
         from kvmethods.generation import generate
         from pytest_kvbench.engine.finite_logits import check_logits_finite
 
+        prefilled = None
+        if shared is not None:  # the full cache is freed with this decoding, before any compressed one
+            prefilled, shared.reference = shared.reference, None
         result = generate(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, prompt.input_ids,
                           prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, case.protocol,
                           return_logprobs=True, prefilled=prefilled)
-        if prefilled is not None:
-            result.prefill_s = prefill_s
+        if shared is not None:
+            result.prefill_s = shared.forward_s
         # Methods are teacher-forced on the reference's whole output, the stopping eos included.
         target = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
         logp, result.logprobs = result.logprobs, None
@@ -123,18 +131,22 @@ class Runner:
 
         return case.method.name != FULL_METHOD and can_share_prefill(self._method(case))
 
-    def _share_prefill(self, case: Case, task, sample, prompt, loaded: LoadedModel):
-        """One prefill of the sample for the reference and every planned item of the group still to
-        run; their caches wait in self.shared. Returns the reference, made from the full cache."""
-        members = [c for c in self.shared.members(case, sample.id, self._shares) if self._shares(c)]
+    def _share_prefill(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
+                       limit: item_time_limit) -> None:
+        """One prefill of the sample for the reference (if not made yet) and every member (sharing items of
+        the group still to run), each member's cache decoded at once and only its outcome kept."""
+        from pytest_kvbench.engine.group_decode import decode_members
+
         shared = self._prefill_for(members, task, prompt, loaded, case.protocol)
-        for member, state, own_s, error in zip(members, shared.selections, shared.own_s, shared.errors):
-            if error is not None and member == case:
-                raise error
-            if error is None:  # a failing method fails as its own item, when it prefills alone
-                self.shared.keep(member, sample.id, PreparedPrompt(state, shared.forward_s, own_s))
-        full, forward_s, shared = shared.reference, shared.forward_s, None  # the selections live in self.shared
-        return self._decode_reference(case, task, sample, prompt, loaded, full, forward_s)
+        reference = self.references.get(self._reference_key(case, sample),
+                                        lambda: self._decode_reference(case, task, sample, prompt, loaded, shared))
+        shared.reference = None  # a reference made earlier: this full cache is not needed
+
+        def decode(member: Case, state):
+            return self._compressed(member, self._method(member), member.budget, task, sample, prompt, loaded,
+                                    reference, state)
+
+        decode_members(case, members, shared, sample.id, decode, self.shared, limit, self._time_left)
 
     def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
         from kvmethods.shared_prefill import shared_prefill
@@ -142,18 +154,19 @@ class Runner:
         return shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
                               prompt.context_len, protocol, len(prompt.input_ids) + task.max_new_tokens)
 
-    def _prepared(self, case: Case, task, sample, prompt, loaded: LoadedModel) -> PreparedPrompt:
-        """This item's compressed prompt of the sample, from the group's shared prefill (run now if
-        no earlier item made it)."""
-        prepared = self.shared.take(case, sample.id)
-        if prepared is None:
-            key = self._reference_key(case, sample)
-            if key in self.references:  # the reference is decoded already; its full cache is dropped
-                self._share_prefill(case, task, sample, prompt, loaded)
-            else:
-                self.references.get(key, lambda: self._share_prefill(case, task, sample, prompt, loaded))
-            prepared = self.shared.take(case, sample.id)
-        return prepared
+    def _compressed(self, case: Case, method, budget, task, sample, prompt, loaded: LoadedModel, reference,
+                    prefilled=None) -> tuple:
+        """(generation, kl, agreement) of the sample under the case's method: teacher-forced on the reference's
+        output and compared with it at once, so no vocabulary-sized log-probs outlive this call."""
+        from kvmethods.generation import generate
+        from pytest_kvbench.engine.finite_logits import check_logits_finite
+
+        result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len, task.max_new_tokens,
+                          loaded.eos_token_ids, case.protocol, teacher_targets=reference.target_ids,
+                          prefilled=prefilled)
+        logprobs, result.target_logprobs = result.target_logprobs, None
+        check_logits_finite(logprobs, f"{case.id} sample {sample.id}")
+        return (result, *compare(reference, logprobs))
 
     # -- the item ------------------------------------------------------------------------------
     def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> dict:
@@ -165,12 +178,11 @@ class Runner:
             with fail_on_out_of_memory(case.id):
                 return self._run(case, progress or (lambda done, total: None))
         finally:
-            self.shared.finish(case)  # caches left for this item (it failed mid-way) are freed
+            self.shared.finish(case)  # outcomes left for this item (it failed mid-way) are freed
 
     def _run(self, case: Case, progress: Callable[[int, int], None]) -> dict:
         from kvmethods.generation import record_fields
         from pytest_kvbench.engine.hardware.item_meter import ItemMeter
-        from pytest_kvbench.engine.time_limit import item_time_limit
         from pytest_kvbench.tasks import get_task
 
         started = time.perf_counter()
@@ -182,11 +194,12 @@ class Runner:
         samples = self._load_samples(case, task, loaded)
         rows: list[dict] = []
         scores: list[float] = []
-        with item_time_limit(self.timeout_s), ItemMeter(loaded.device) as meter:
+        limit = item_time_limit(self._time_left(case))
+        with limit, ItemMeter(loaded.device) as meter:
             if case.protocol in GROUP_PROTOCOLS:  # several questions on one compressed context: no shared prefill
                 produced = ((made, {}) for made in generations(self, case, task, method, budget, loaded, samples))
             else:
-                produced = self._single_prompts(case, task, method, budget, loaded, samples, sharing)
+                produced = self._single_prompts(case, task, method, budget, loaded, samples, sharing, limit)
             for (sample, result, kl, agreement, context, turn), timing in produced:
                 prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
                 answer = self._follow_up(task, sample, prediction, method, budget, loaded, case.protocol)
@@ -219,29 +232,29 @@ class Runner:
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,
                             meter.result, time.perf_counter() - started)
 
-    def _single_prompts(self, case: Case, task, method, budget, loaded: LoadedModel, samples: list, sharing: bool):
+    def _time_left(self, case: Case) -> float | None:
+        """The item's time limit less its decoding already done in other items' runs (group_decode.py);
+        None: no limit."""
+        if not self.timeout_s:
+            return self.timeout_s
+        return max(self.timeout_s - self.shared.spent(case), 1e-3)
+
+    def _single_prompts(self, case: Case, task, method, budget, loaded: LoadedModel, samples: list, sharing: bool,
+                        limit: item_time_limit):
         """One prompt per sample (question_in_window, query_agnostic): each sample's generation, compared
         with the full-cache reference, with its prefill split into the shared forward and its own part."""
-        from kvmethods.generation import generate
-        from pytest_kvbench.engine.finite_logits import check_logits_finite
-
         for sample in samples:
             prompt = self._prompt(case, task, sample, loaded)
-            reference = self._reference(case, task, sample, prompt, loaded)
-            prepared = self._prepared(case, task, sample, prompt, loaded) if sharing else None
-            timing = _prefill_split(prepared, reference.result if case.method.name == FULL_METHOD and
-                                    self.shared.enabled else None)
+            reference = self._reference(case, task, sample, prompt, loaded, limit)
             if case.method.name == FULL_METHOD:
-                yield Generation(sample, reference.result, 0.0, 1.0), timing
-                continue
-            result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
-                              task.max_new_tokens, loaded.eos_token_ids, case.protocol,
-                              teacher_targets=reference.target_ids, prefilled=prepared.state if prepared else None)
-            if prepared is not None:  # what this prefill costs alone: the forward + own compression
-                result.prefill_s = prepared.shared_s + prepared.own_s
-            prepared = None  # the cache is freed once decoded
-            check_logits_finite(result.target_logprobs, f"{case.id} sample {sample.id}")
-            yield Generation(sample, result, *compare(reference, result.target_logprobs)), timing
+                yield Generation(sample, reference.result, 0.0, 1.0), _prefill_split(
+                    reference.result if self.shared.enabled else None)
+            elif sharing:  # decoded with the group's shared prefill of the sample (maybe in another item's run)
+                decoded = self.shared.take(case, sample.id)
+                yield Generation(sample, decoded.result, decoded.kl, decoded.agreement), decoded.timing
+            else:
+                made = self._compressed(case, method, budget, task, sample, prompt, loaded, reference)
+                yield Generation(sample, *made), _prefill_split()
 
     def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel,
                    protocol: str = records.DEFAULT_PROTOCOL) -> str | None:
@@ -293,4 +306,5 @@ class Runner:
             "fidelity": {"kl": _mean([r["kl"] for r in rows]), "agreement": _mean([r["agreement"] for r in rows])},
             "energy_j": meter.get("energy_j"),
             "energy_source": meter.get("energy_source"),
+            "meter_scope": self.shared.meter_scope(case),
         }

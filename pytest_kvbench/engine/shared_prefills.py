@@ -1,10 +1,17 @@
-"""Which items of a worker share one prefill per sample, and their compressed caches until they run.
+"""Which items of a worker share one prefill per sample, and what each got from it until it runs.
 
-Items of one reference group (model, task, context length, seed: `Case.reference_group`) run the
-same prompts. The first of them to reach a sample computes one prefill (kvmethods.shared_prefill)
-for the full-cache reference and every planned item of the group that has not run yet; the other
-items' budget-sized caches wait here, keyed by (case key, sample id), and are handed out once
-(`take`) and dropped when their item ends (`finish`), whether it passed or failed.
+Items of one reference group (model, task, context length, seed, protocol: `Case.reference_group`)
+run the same prompts. The first of them to reach a sample computes one prefill (kvmethods.shared_prefill)
+for the full-cache reference and every planned item of the group that has not run yet, and decodes
+each of those items' compressed caches right away (engine/group_decode.py): what waits here is the
+small outcome of each (item, sample), `DecodedSample` (tokens, KL, agreement, timings, sizes; no cache
+and no vocabulary-sized log-probs), or what failed that item. So between samples a worker holds no
+compressed cache at all, and while a sample is in flight at most its group's caches.
+
+An item takes its outcomes once (`take`), re-raising what failed it where it failed; what is left
+for an item is dropped when it ends (`finish`), whether it passed or failed. Time spent decoding an
+item's samples inside another item's run is booked to it (`spent`), and both sides are counted for the
+record's `meter_scope`.
 
 The plan is the worker's selected items (after -k, --lf, shards, resume). Under xdist only
 `--dist loadgroup` guarantees that a group's items reach the same worker, so other schedules plan
@@ -13,7 +20,8 @@ nothing: an item then shares its prefill only with the reference, and results ar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,20 +29,26 @@ from pytest_kvbench.wiring.grid import Case
 
 
 @dataclass
-class PreparedPrompt:
-    """One item's compressed prompt for one sample, from a shared prefill."""
+class DecodedSample:
+    """One item's compressed generation of one sample, decoded right after the group's shared prefill."""
 
-    state: Any  # kvmethods.generation.PrefilledPrompt
-    shared_s: float  # the shared forward (spent once for the whole group)
-    own_s: float  # this item's own compression (+ its uncompressed question pass)
+    result: Any  # kvmethods.generation.GenerationOutput, its target_logprobs dropped
+    kl: float
+    agreement: float
+    timing: dict  # shared_prefill_ms (the group's forward) and compression_ms (this item's own part)
+    host: str  # the key of the item whose run decoded it
 
 
 class SharedPrefills:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
-        self._planned: dict[tuple, list[Case]] = {}
-        self._waiting: dict[tuple[str, str], PreparedPrompt] = {}
+        self._planned: dict[str, list[Case]] = {}
+        self._decoded: dict[tuple[str, str], DecodedSample] = {}
+        self._failed: dict[str, tuple[str, BaseException]] = {}  # case key -> (sample id, what it raised)
         self._finished: set[str] = set()
+        self._spent: Counter[str] = Counter()  # seconds of an item's decoding done in other items' runs
+        self._hosted: Counter[str] = Counter()  # other items' sample decodes run inside an item's run
+        self._elsewhere: Counter[str] = Counter()  # an item's own sample decodes run inside another's
 
     def plan(self, cases: Iterable[Case]) -> None:
         """The items this worker will run, in any order."""
@@ -42,24 +56,51 @@ class SharedPrefills:
         for case in cases:
             self._planned.setdefault(case.reference_group, []).append(case)
 
-    def members(self, case: Case, sample_id: str, shares: Callable[[Case], bool]) -> list[Case]:
-        """The items whose cache for this sample a prefill run now should make: `case` first, then
-        the planned, unfinished, sharing items of its group that have none waiting."""
-        others = [c for c in self._planned.get(case.reference_group, []) if c.key != case.key and shares(c)
-                  and c.key not in self._finished and (c.key, sample_id) not in self._waiting]
-        return [case] + others if self.enabled else [case]
+    def members(self, case: Case, sample_id: str) -> list[Case]:
+        """The items a prefill of this sample run now should serve: `case` first, then the planned items
+        of its group, those that have not ended, failed or got this sample already."""
+        group = [case] + [c for c in self._planned.get(case.reference_group, []) if c.key != case.key]
+        members = [c for c in group if c.key not in self._finished and c.key not in self._failed
+                   and (c.key, sample_id) not in self._decoded]
+        return members if self.enabled else members[:1]
 
-    def keep(self, case: Case, sample_id: str, prepared: PreparedPrompt) -> None:
-        self._waiting[(case.key, sample_id)] = prepared
+    def keep(self, case: Case, sample_id: str, decoded: DecodedSample) -> None:
+        self._decoded[(case.key, sample_id)] = decoded
+        if decoded.host != case.key:
+            self._hosted[decoded.host] += 1
 
-    def take(self, case: Case, sample_id: str) -> PreparedPrompt | None:
-        return self._waiting.pop((case.key, sample_id), None)
+    def fail(self, case: Case, sample_id: str, error: BaseException) -> None:
+        """`case` failed on this sample while another item's run decoded it: raised when `case` gets there."""
+        self._failed[case.key] = (sample_id, error)
+
+    def book(self, case: Case, seconds: float) -> None:
+        """Seconds of `case`'s own work done inside another item's run (its time limit counts them)."""
+        self._spent[case.key] += seconds
+
+    def spent(self, case: Case) -> float:
+        return self._spent[case.key]
+
+    def take(self, case: Case, sample_id: str) -> DecodedSample | None:
+        """This item's outcome of the sample (once); raises what failed the item on this sample."""
+        decoded = self._decoded.pop((case.key, sample_id), None)
+        failed = self._failed.get(case.key)
+        if decoded is None and failed is not None and failed[0] == sample_id:
+            raise failed[1]
+        if decoded is not None and decoded.host != case.key:
+            self._elsewhere[case.key] += 1
+        return decoded
+
+    def meter_scope(self, case: Case) -> dict:
+        """What the item's meter (peak memory, energy, wall time) saw beyond its own decoding: other items'
+        sample decodes it ran, and its own sample decodes another item's run made."""
+        return {"decoded_for_other_items": self._hosted[case.key], "decoded_in_other_items": self._elsewhere[case.key]}
 
     def finish(self, case: Case) -> None:
         """The item ended: what still waits for it is freed."""
         self._finished.add(case.key)
-        for key in [k for k in self._waiting if k[0] == case.key]:
-            del self._waiting[key]
+        self._failed.pop(case.key, None)
+        for key in [k for k in self._decoded if k[0] == case.key]:
+            del self._decoded[key]
 
     def waiting_count(self) -> int:
-        return len(self._waiting)
+        return len(self._decoded)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 TIMEOUT_OPTION = "--kvbench-timeout"
@@ -84,6 +86,18 @@ class item_time_limit:  # noqa: N801 - used like contextlib's lowercase context 
             # raised here carries only frames with known lines.
             raise ItemTimeout(str(exc)) from None
         return False
+
+    @contextmanager
+    def paused(self, seconds: float | None, where: str) -> Iterator[None]:
+        """Another item's work done inside this one (a reference group's shared decoding) runs on that
+        item's clock: this timer stops meanwhile and ``item_time_limit(seconds, where)`` runs instead."""
+        left = signal.setitimer(signal.ITIMER_REAL, 0)[0] if self.status.enforced else 0.0
+        try:
+            with item_time_limit(seconds, where):
+                yield
+        finally:
+            if self.status.enforced:
+                signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6))
 
     def _on_alarm(self, signum, frame) -> None:
         raise ItemTimeout(f"{self.where} exceeded its time limit of {self.seconds:g} s ({TIMEOUT_OPTION})")

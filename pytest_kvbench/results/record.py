@@ -94,6 +94,9 @@ class Record(TypedDict, total=False):
     fidelity: dict
     energy_j: float | None
     energy_source: str | None
+    # what the meter (memory, energy_j, latency.total_s) saw beyond the item's own decoding, under a shared
+    # prefill: {decoded_for_other_items: n, decoded_in_other_items: m} (sample decodes; engine/group_decode.py)
+    meter_scope: dict
     merged_from_run: str  # set by ``kvbench merge``
     crashed: bool  # set on the error record of an item whose xdist worker died
 
