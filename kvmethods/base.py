@@ -96,6 +96,8 @@ class Method:
     # layer of the cache once the prompt is compressed, and stored_bytes() gives its analytic size.
     quantizes: ClassVar[bool] = False
     query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
+    prunes_channels: ClassVar[bool] = False  # ThinK: a storage that thins keys, composable before a quantizer
+    takes_channels: ClassVar[bool] = False  # quantizers whose storage_layer() can quantize thin keys (KIVI)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))

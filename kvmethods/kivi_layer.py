@@ -15,6 +15,10 @@ model attends in its own dtype over the dequantized cache (the reference fuses t
 the values seen are the same). The new tokens are attended in full precision before they are
 quantized, as in the reference. `stored_bytes()` counts what the tensors hold: packed codes, scales,
 zero points and the full-precision window.
+
+With ThinK (`think+kivi`, `channels` given) the keys are thinned to their kept channels before they are
+quantized and widened back with zeros on read; the full-precision window keeps every channel, as in the
+ThinK reference's KIVI variant (ThinK_kivi/models/llama_kivi_think.py lines 184-186 and 258).
 """
 
 from __future__ import annotations
@@ -23,21 +27,24 @@ import torch
 
 from .compact_layer import CompactLayer
 from .quantization import QuantizedGroups, concatenated, quantize_groups, quantized_bytes
+from .thin_keys import INDEX_BYTES, thinned, widened
 
 
 class KIVILayer(CompactLayer):
     """`keys`/`values` hold the full-precision window; the quantized parts live beside them."""
 
-    def __init__(self, bits: int, group_size: int, residual: int):
+    def __init__(self, bits: int, group_size: int, residual: int, channels: torch.Tensor | None = None):
         super().__init__()
         self.bits, self.group_size, self.residual = bits, group_size, residual
+        self.channels = channels  # ThinK's kept key channels [batch, heads, kept], or None: every channel
         self.quantized_keys: QuantizedGroups | None = None  # [batch, heads, head_dim, n]: groups along tokens
         self.quantized_values: QuantizedGroups | None = None  # [batch, heads, n, head_dim]: groups along channels
 
     @classmethod
-    def holding(cls, keys: torch.Tensor, values: torch.Tensor, bits: int, group_size: int, residual: int) -> KIVILayer:
+    def holding(cls, keys: torch.Tensor, values: torch.Tensor, bits: int, group_size: int, residual: int,
+                channels: torch.Tensor | None = None) -> KIVILayer:
         """A layer storing these prompt keys/values ([batch, heads, T, head_dim]) the KIVI way."""
-        layer = cls(bits, group_size, residual)
+        layer = cls(bits, group_size, residual, channels)
         layer._append(keys, values)
         layer._flush()
         return layer
@@ -54,7 +61,10 @@ class KIVILayer(CompactLayer):
         """Move what left the full-precision window into the quantized store."""
         n_keys = self.keys.shape[-2] // self.residual * self.residual
         if n_keys:
-            block = quantize_groups(self.keys[..., :n_keys, :].transpose(-1, -2), self.bits, self.group_size)
+            block = self.keys[..., :n_keys, :]
+            if self.channels is not None:
+                block = thinned(block, self.channels)
+            block = quantize_groups(block.transpose(-1, -2), self.bits, self.group_size)
             self.quantized_keys = concatenated(self.quantized_keys, block, dim=-1)
             self.keys = self.keys[..., n_keys:, :].contiguous()
         n_values = max(self.values.shape[-2] - self.residual, 0)
@@ -67,7 +77,10 @@ class KIVILayer(CompactLayer):
         """Every key and value held, quantized ones dequantized, [batch, heads, tokens, head_dim]."""
         keys, values = self.keys, self.values
         if self.quantized_keys is not None:
-            keys = torch.cat([self.quantized_keys.dequantize().transpose(-1, -2), keys], dim=-2)
+            quantized = self.quantized_keys.dequantize().transpose(-1, -2)
+            if self.channels is not None:
+                quantized = widened(quantized, self.channels, keys.shape[-1])
+            keys = torch.cat([quantized, keys], dim=-2)
         if self.quantized_values is not None:
             values = torch.cat([self.quantized_values.dequantize(), values], dim=-2)
         return keys, values
@@ -84,15 +97,19 @@ class KIVILayer(CompactLayer):
 
     def stored_bytes(self) -> int:
         stores = [q.stored_bytes() for q in (self.quantized_keys, self.quantized_values) if q is not None]
-        return sum(stores) + sum(t.numel() * t.element_size() for t in (self.keys, self.values))
+        tensors = [t for t in (self.keys, self.values, self.channels) if t is not None]
+        return sum(stores) + sum(t.numel() * t.element_size() for t in tensors)
 
 
 def kivi_bytes(tokens: int, heads: int, head_dim: int, element_size: int, bits: int, group_size: int,
-               residual: int) -> int:
-    """Analytic bytes KIVILayer.holding() stores for `tokens` prompt tokens of one layer (batch 1)."""
+               residual: int, kept_channels: int | None = None) -> int:
+    """Analytic bytes KIVILayer.holding() stores for `tokens` prompt tokens of one layer (batch 1);
+    kept_channels: the key channels ThinK keeps (their indices count too), None for every channel."""
     quantized_keys = tokens // residual * residual
     quantized_values = max(tokens - residual, 0)
     full = (tokens - quantized_keys) + (tokens - quantized_values)
-    quantized = quantized_bytes(quantized_keys * head_dim, bits, group_size, element_size) + \
+    key_channels = head_dim if kept_channels is None else kept_channels
+    indices = 0 if kept_channels is None else kept_channels * INDEX_BYTES
+    quantized = quantized_bytes(quantized_keys * key_channels, bits, group_size, element_size) + \
         quantized_bytes(quantized_values * head_dim, bits, group_size, element_size)
-    return heads * (quantized + full * head_dim * element_size)
+    return heads * (quantized + full * head_dim * element_size + indices)
