@@ -12,7 +12,9 @@ Cache API; no attention forward is touched). What it stores follows the KIVI ref
 
 `update()` returns every key and value the layer holds, the quantized ones dequantized on read, so the
 model attends in its own dtype over the dequantized cache (the reference fuses that into its kernels;
-the values seen are the same). The new tokens are attended in full precision before they are
+the values seen are the same). Nothing dequantized is kept between reads: the stored bytes stay the
+quantized ones. Each read writes the codes' values straight into one new buffer per tensor (keys are
+stored token-major, quantized along axis -2, so no transpose), beside the copied window. The new tokens are attended in full precision before they are
 quantized, as in the reference. `stored_bytes()` counts what the tensors hold: packed codes, scales,
 zero points and the full-precision window.
 
@@ -37,7 +39,7 @@ class KIVILayer(CompactLayer):
         super().__init__()
         self.bits, self.group_size, self.residual = bits, group_size, residual
         self.channels = channels  # ThinK's kept key channels [batch, heads, kept], or None: every channel
-        self.quantized_keys: QuantizedGroups | None = None  # [batch, heads, head_dim, n]: groups along tokens
+        self.quantized_keys: QuantizedGroups | None = None  # [batch, heads, n, head_dim]: groups along tokens
         self.quantized_values: QuantizedGroups | None = None  # [batch, heads, n, head_dim]: groups along channels
 
     @classmethod
@@ -64,8 +66,8 @@ class KIVILayer(CompactLayer):
             block = self.keys[..., :n_keys, :]
             if self.channels is not None:
                 block = thinned(block, self.channels)
-            block = quantize_groups(block.transpose(-1, -2), self.bits, self.group_size)
-            self.quantized_keys = concatenated(self.quantized_keys, block, dim=-1)
+            block = quantize_groups(block, self.bits, self.group_size, axis=-2)
+            self.quantized_keys = concatenated(self.quantized_keys, block, dim=-2)
             self.keys = self.keys[..., n_keys:, :].contiguous()
         n_values = max(self.values.shape[-2] - self.residual, 0)
         if n_values:
@@ -75,15 +77,21 @@ class KIVILayer(CompactLayer):
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every key and value held, quantized ones dequantized, [batch, heads, tokens, head_dim]."""
-        keys, values = self.keys, self.values
-        if self.quantized_keys is not None:
-            quantized = self.quantized_keys.dequantize().transpose(-1, -2)
-            if self.channels is not None:
-                quantized = widened(quantized, self.channels, keys.shape[-1])
-            keys = torch.cat([quantized, keys], dim=-2)
-        if self.quantized_values is not None:
-            values = torch.cat([self.quantized_values.dequantize(), values], dim=-2)
-        return keys, values
+        keys = self._read(self.quantized_keys, self.keys, thin=self.channels is not None)
+        return keys, self._read(self.quantized_values, self.values, thin=False)
+
+    def _read(self, store: QuantizedGroups | None, window: torch.Tensor, thin: bool) -> torch.Tensor:
+        """One new [batch, heads, n + window, head_dim] tensor: the store dequantized, then the window."""
+        if store is None:
+            return window
+        n = store.shape[-2]  # tokens
+        held = window.new_empty(*window.shape[:2], n + window.shape[-2], window.shape[-1])
+        if thin:  # think+kivi: the kept channels come back, the pruned ones read as zeros
+            widened(store.dequantize(), self.channels, window.shape[-1], out=held[..., :n, :])
+        else:
+            store.dequantize(out=held[..., :n, :])
+        held[..., n:, :] = window
+        return held
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         self._append(key_states, value_states)

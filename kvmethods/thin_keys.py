@@ -17,7 +17,7 @@ def thinned(keys: torch.Tensor, channels: torch.Tensor) -> torch.Tensor:
     return keys.gather(-1, channels.unsqueeze(2).expand(-1, -1, keys.shape[2], -1)).contiguous()
 
 
-def widened(thin: torch.Tensor, channels: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """The inverse of thinned(): [batch, heads, tokens, head_dim], the pruned channels zero."""
-    full = thin.new_zeros(*thin.shape[:3], head_dim)
+def widened(thin: torch.Tensor, channels: torch.Tensor, head_dim: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The inverse of thinned(): [batch, heads, tokens, head_dim], the pruned channels zero (written into out)."""
+    full = thin.new_zeros(*thin.shape[:3], head_dim) if out is None else out.zero_()
     return full.scatter_(-1, channels.unsqueeze(2).expand(-1, -1, thin.shape[2], -1), thin)
