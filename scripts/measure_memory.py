@@ -118,12 +118,10 @@ def main() -> None:
     parser.add_argument("--decode-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.child:
-        print(json.dumps(child(args.child, args.prompt, args.new_tokens)))
-        return
-    if args.decode_child:
-        print(json.dumps(decode_child(args.decode_child, args.prompt, args.new_tokens)))
-        return
+    for label, run in ((args.child, child), (args.decode_child, decode_child)):  # inside a fresh process
+        if label:
+            print(json.dumps(run(label, args.prompt, args.new_tokens)))
+            return
     if args.decode_only:
         decode_only(args)
         return
