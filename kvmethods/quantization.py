@@ -52,6 +52,7 @@ class QuantizedGroups:
     def stored_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.codes, self.scale, self.zero))
 
+    @torch.no_grad()  # a quantized cache carries no gradient (rounding has none)
     def dequantize(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """The values, written into `out` (a view of the original shape may be strided) when given."""
         trailing = self.axis == -1  # grouped along the last axis: work on a trailing axis of size 1
@@ -76,6 +77,7 @@ def check_grouping(bits: int, group_size: int) -> None:
         raise ValueError(f"group_size must be a positive multiple of {8 // bits} at {bits} bits, got {group_size}")
 
 
+@torch.no_grad()
 def quantize_groups(x: torch.Tensor, bits: int, group_size: int, axis: int = -1) -> QuantizedGroups:
     """Quantize x in groups of group_size along `axis` (-1 or -2; its length a multiple of group_size)."""
     check_grouping(bits, group_size)

@@ -81,10 +81,11 @@ def decode_child(label: str, length: int, new_tokens: int) -> dict:
                 cache.layers[layer] = stored
         return PrefilledPrompt(cache, torch.randn(MODEL["vocab_size"], generator=generator), tokens, False)
 
-    decode_greedy(model, prefilled(600), 2, set(), method=method)  # warm-up
-    state = prefilled(length)
-    started = time.process_time()
-    tokens = decode_greedy(model, state, new_tokens, set(), method=method)[0]
+    with torch.inference_mode():  # as generate() decodes
+        decode_greedy(model, prefilled(600), 2, set(), method=method)  # warm-up
+        state = prefilled(length)
+        started = time.process_time()
+        tokens = decode_greedy(model, state, new_tokens, set(), method=method)[0]
     return {"cpu_s_per_token": (time.process_time() - started) / len(tokens)}
 
 
