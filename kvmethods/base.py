@@ -98,6 +98,8 @@ class Method:
     query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
     # True when the method is cut back to its budget after each turn of a multi-turn session (per_turn.py)
     recompresses_per_turn: ClassVar[bool] = False
+    prunes_channels: ClassVar[bool] = False  # ThinK: a storage that thins keys, composable before a quantizer
+    takes_channels: ClassVar[bool] = False  # quantizers whose storage_layer() can quantize thin keys (KIVI)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))

@@ -1,16 +1,20 @@
-"""Composition: one eviction method and one quantizer as a single method, `snapkv+kivi:bits=4`.
-(ThinK, think.py, counts as the storage part too: `snapkv+think`.)
+"""Composition: an eviction method, ThinK and/or a quantizer as a single method, `snapkv+think+kivi:bits=4`.
 
-The eviction method chooses the kept tokens during the prefill exactly as it does alone; the quantizer
-then stores them (KIVI: keys per channel, values per token, a full-precision window). The grid names the
-pair once, so it has one item id, one record and one table row. Parameters go to the part that declares
-them; a parameter both parts declare is written `part.name=value` (`snapkv+kivi:kivi.group_size=64`),
-and the record's params are prefixed the same way (`snapkv.window`, `kivi.bits`). Under a byte budget
-the pair keeps the most tokens whose quantized storage fits (memory_budget.py).
+The eviction method chooses the kept tokens during the prefill exactly as it does alone; the storage parts
+then store them: ThinK (think.py) prunes key channels, a quantizer (KIVI: keys per channel, values per
+token, a full-precision window) quantizes. With both, the thin keys are what KIVI quantizes and the
+full-precision window keeps every channel, as in the ThinK reference's KIVI variant; ThinK's own `recent`
+window then does not apply (KIVI's `residual` is the window) and naming it is an error. The grid names the
+composition once, so it has one item id, one record and one table row. Parameters go to the part that
+declares them; a parameter several parts declare is written `part.name=value`
+(`snapkv+think+kivi:think.window=16`), and the record's params are prefixed the same way (`snapkv.window`,
+`kivi.bits`). Under a byte budget the composition keeps the most tokens whose stored bytes fit
+(memory_budget.py); ThinK's ratio and the quantizer's bits stay as given.
 
-A composition needs exactly one quantizer and at most one eviction method; two quantizers, two
-eviction methods, the full cache or a head-adaptive (ragged) eviction method are MethodErrors, which
-the grid turns into one-line usage errors before any model loads.
+A composition has two or three parts: at most one eviction method, at most one ThinK, at most one quantizer,
+and ThinK or a quantizer to store the tokens. Two quantizers, two eviction methods, the full cache, a
+head-adaptive (ragged) eviction method or a quantizer that cannot take thin keys with ThinK are MethodErrors,
+which the grid turns into one-line usage errors before any model loads.
 """
 
 from __future__ import annotations
@@ -24,26 +28,39 @@ from .delegation import Delegating
 from .errors import MethodError
 
 SEPARATOR = "+"
+THINK_WINDOW = "recent"  # ThinK's full-channel window, replaced by the quantizer's own under think+kivi
 
 
 class Composition(Delegating):
-    """Selection is the evictor's (`inner`); storage and its byte count are the quantizer's."""
+    """Selection is the evictor's (`inner`, else the storage part: nothing is evicted); storage and its
+    byte count are the thinner's (ThinK) and/or the quantizer's."""
 
-    def __init__(self, evictor: Method, quantizer: Method, name: str):
-        super().__init__(evictor, name)
-        self.quantizer = quantizer
+    def __init__(self, parts: list[Method], evictor: Method | None, thinner: Method | None,
+                 quantizer: Method | None, name: str):
+        super().__init__(evictor or thinner or quantizer, name)
+        self.parts, self.thinner, self.quantizer = parts, thinner, quantizer
         self.quantizes = True
-        self.query_window = quantizer.query_window
+        self.query_window = thinner.query_window if thinner else 0
 
     def params(self) -> dict:
-        return {f"{part.name}.{key}": value for part in (self.inner, self.quantizer)
-                for key, value in part.params().items()}
+        return {f"{part.name}.{key}": value for part in self.parts for key, value in part.params().items()
+                if not (part is self.thinner and self.quantizer and key == THINK_WINDOW)}
 
     def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor | None = None):
-        return self.quantizer.storage_layer(keys, values, queries)
+        if self.quantizer is None:
+            return self.thinner.storage_layer(keys, values, queries)
+        if self.thinner is None:
+            return self.quantizer.storage_layer(keys, values, queries)
+        channels = self.thinner.kept_channel_indices(keys, queries)
+        return self.quantizer.storage_layer(keys, values, channels=channels)
 
     def stored_bytes(self, tokens: int, heads: int, head_dim: int, element_size: int) -> int:
-        return self.quantizer.stored_bytes(tokens, heads, head_dim, element_size)
+        if self.quantizer is None:
+            return self.thinner.stored_bytes(tokens, heads, head_dim, element_size)
+        if self.thinner is None:
+            return self.quantizer.stored_bytes(tokens, heads, head_dim, element_size)
+        return self.quantizer.stored_bytes(tokens, heads, head_dim, element_size,
+                                           kept_channels=self.thinner.kept_channels(head_dim))
 
 
 def _routed(parts: list[type[Method]], params: dict[str, Any], spec: str) -> list[dict[str, Any]]:
@@ -68,21 +85,37 @@ def _routed(parts: list[type[Method]], params: dict[str, Any], spec: str) -> lis
     return routed
 
 
+def _at_most_one(role: str, methods: list[Method], spec: str, why: str) -> Method | None:
+    if len(methods) > 1:
+        raise MethodError(f"{spec}: a composition takes at most one {role}, got {len(methods)} "
+                          f"({', '.join(m.name for m in methods)}); {why}")
+    return methods[0] if methods else None
+
+
 def compose(spec: str, params: dict[str, Any], load) -> Composition:
-    """The Composition named `a+b` (load: name -> Method class), parameters routed to its parts."""
+    """The Composition named `a+b` or `a+b+c` (load: name -> Method class), parameters routed to its parts.
+    Two or three parts with at most one per role always include ThinK or a quantizer to store the tokens."""
     names = [part.strip() for part in spec.split(SEPARATOR)]
-    if len(names) != 2 or not all(names):
-        raise MethodError(f"{spec}: a composition is one eviction method and one quantizer, like 'snapkv+kivi'")
+    if not 2 <= len(names) <= 3 or not all(names):
+        raise MethodError(f"{spec}: a composition is an eviction method, think and/or a quantizer, like "
+                          f"'snapkv+kivi' or 'snapkv+think+kivi'")
     classes = [load(name) for name in names]
-    methods = [cls.from_params(**kwargs) for cls, kwargs in zip(classes, _routed(classes, params, spec))]
-    quantizers = [m for m in methods if m.quantizes]
-    evictors = [m for m in methods if not m.quantizes]
-    if len(quantizers) != 1:
-        raise MethodError(f"{spec}: a composition needs exactly one quantizer, got {len(quantizers)} "
-                          f"({', '.join(m.name for m in quantizers) or 'none'}); a cache is quantized once")
-    evictor = evictors[0]
-    if not evictor.compresses:
-        raise MethodError(f"{spec}: {evictor.name} evicts nothing; name the quantizer alone ({quantizers[0].name})")
-    if evictor.name == "adakv":
-        raise MethodError(f"{spec}: adakv stores a ragged cache, which {quantizers[0].name} cannot quantize")
-    return Composition(evictor, quantizers[0], spec)
+    routed = _routed(classes, params, spec)
+    methods = [cls.from_params(**kwargs) for cls, kwargs in zip(classes, routed)]
+    evictor = _at_most_one("eviction method", [m for m in methods if not m.quantizes], spec,
+                           "they would each choose the kept tokens")
+    thinner = _at_most_one("think", [m for m in methods if m.prunes_channels], spec, "keys are thinned once")
+    quantizer = _at_most_one("quantizer", [m for m in methods if m.quantizes and not m.prunes_channels], spec,
+                             "a cache is quantized once")
+    if evictor is not None and not evictor.compresses:
+        raise MethodError(f"{spec}: {evictor.name} evicts nothing; name the storage alone "
+                          f"({SEPARATOR.join(m.name for m in methods if m is not evictor)})")
+    if evictor is not None and evictor.name == "adakv":
+        raise MethodError(f"{spec}: adakv stores a ragged cache, which {(thinner or quantizer).name} cannot store")
+    if thinner is not None and quantizer is not None:
+        if not quantizer.takes_channels:
+            raise MethodError(f"{spec}: {quantizer.name} cannot quantize think's thin keys; use kivi")
+        if THINK_WINDOW in routed[methods.index(thinner)]:
+            raise MethodError(f"{spec}: think's {THINK_WINDOW!r} does not apply with {quantizer.name}, whose "
+                              f"full-precision window keeps every key channel")
+    return Composition(methods, evictor, thinner, quantizer, spec)

@@ -126,6 +126,13 @@ def _check_request(method: Method, input_ids: list[int], context_len: int, proto
         raise MethodError(f"{method!r} is not a kvmethods Method")
 
 
+def tokens_kept(model, method: Method, budget: Budget, prompt_len: int, compressed_len: int) -> int:
+    """Tokens per layer a budget lets the compressed part of the prompt keep (prefill and shared_prefill)."""
+    if budget.kind == "memory":  # the whole prompt's bytes count, the uncompressed question included
+        return operating_point(method, budget, prompt_len, CacheGeometry.of(model), prompt_len - compressed_len)
+    return budget.tokens_for(compressed_len)
+
+
 @torch.inference_mode()
 def prefill(model, method: Method, budget: Budget, input_ids: list[int], context_len: int, protocol: str,
             total_tokens: int | None = None) -> PrefilledPrompt:
@@ -136,11 +143,7 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     budget = Budget.parse(budget)
     compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
     n_layers = len(decoder_layers(model))
-    if budget.kind == "memory":  # the whole prompt's bytes count, the uncompressed question included
-        budget_tokens = operating_point(method, budget, len(input_ids), CacheGeometry.of(model),
-                                        len(input_ids) - compressed_len)
-    else:
-        budget_tokens = budget.tokens_for(compressed_len)
+    budget_tokens = tokens_kept(model, method, budget, len(input_ids), compressed_len)
     layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
     active = method.compresses and compressed_len > 0 and min(layer_budgets) < compressed_len
     cache = DynamicCache()

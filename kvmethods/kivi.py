@@ -29,6 +29,7 @@ class KIVI(Method):
     name = "kivi"
     compresses: ClassVar[bool] = False  # keeps every token
     quantizes: ClassVar[bool] = True
+    takes_channels: ClassVar[bool] = True  # think+kivi: quantizes ThinK's thin keys
 
     bits: int = param(2, "bits per key and value (2 or 4)")
     group_size: int = param(32, "values per quantization group (tokens for keys, channels for values)", minimum=1)
@@ -45,11 +46,14 @@ class KIVI(Method):
             raise MethodError(f"kivi: parameter 'residual' ({self.residual}) must be a multiple of group_size "
                               f"({self.group_size}): keys are quantized a whole window at a time")
 
-    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries=None) -> KIVILayer:
+    def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries=None,
+                      channels: torch.Tensor | None = None) -> KIVILayer:
         if keys.shape[-1] % self.group_size:
             raise MethodError(f"kivi: group_size {self.group_size} does not divide the model's head_dim "
                               f"{keys.shape[-1]} (values are grouped along channels)")
-        return KIVILayer.holding(keys, values, self.bits, self.group_size, self.residual)
+        return KIVILayer.holding(keys, values, self.bits, self.group_size, self.residual, channels)
 
-    def stored_bytes(self, tokens: int, heads: int, head_dim: int, element_size: int) -> int:
-        return kivi_bytes(tokens, heads, head_dim, element_size, self.bits, self.group_size, self.residual)
+    def stored_bytes(self, tokens: int, heads: int, head_dim: int, element_size: int,
+                     kept_channels: int | None = None) -> int:
+        return kivi_bytes(tokens, heads, head_dim, element_size, self.bits, self.group_size, self.residual,
+                          kept_channels)

@@ -12,9 +12,15 @@ Cache API; no attention forward is touched). What it stores follows the KIVI ref
 
 `update()` returns every key and value the layer holds, the quantized ones dequantized on read, so the
 model attends in its own dtype over the dequantized cache (the reference fuses that into its kernels;
-the values seen are the same). The new tokens are attended in full precision before they are
+the values seen are the same). Nothing dequantized is kept between reads: the stored bytes stay the
+quantized ones. Each read writes the codes' values straight into one new buffer per tensor (keys are
+stored token-major, quantized along axis -2, so no transpose), beside the copied window. The new tokens are attended in full precision before they are
 quantized, as in the reference. `stored_bytes()` counts what the tensors hold: packed codes, scales,
 zero points and the full-precision window.
+
+With ThinK (`think+kivi`, `channels` given) the keys are thinned to their kept channels before they are
+quantized and widened back with zeros on read; the full-precision window keeps every channel, as in the
+ThinK reference's KIVI variant (ThinK_kivi/models/llama_kivi_think.py lines 184-186 and 258).
 """
 
 from __future__ import annotations
@@ -23,21 +29,24 @@ import torch
 
 from .compact_layer import CompactLayer
 from .quantization import QuantizedGroups, concatenated, quantize_groups, quantized_bytes
+from .thin_keys import INDEX_BYTES, thinned, widened
 
 
 class KIVILayer(CompactLayer):
     """`keys`/`values` hold the full-precision window; the quantized parts live beside them."""
 
-    def __init__(self, bits: int, group_size: int, residual: int):
+    def __init__(self, bits: int, group_size: int, residual: int, channels: torch.Tensor | None = None):
         super().__init__()
         self.bits, self.group_size, self.residual = bits, group_size, residual
-        self.quantized_keys: QuantizedGroups | None = None  # [batch, heads, head_dim, n]: groups along tokens
+        self.channels = channels  # ThinK's kept key channels [batch, heads, kept], or None: every channel
+        self.quantized_keys: QuantizedGroups | None = None  # [batch, heads, n, head_dim]: groups along tokens
         self.quantized_values: QuantizedGroups | None = None  # [batch, heads, n, head_dim]: groups along channels
 
     @classmethod
-    def holding(cls, keys: torch.Tensor, values: torch.Tensor, bits: int, group_size: int, residual: int) -> KIVILayer:
+    def holding(cls, keys: torch.Tensor, values: torch.Tensor, bits: int, group_size: int, residual: int,
+                channels: torch.Tensor | None = None) -> KIVILayer:
         """A layer storing these prompt keys/values ([batch, heads, T, head_dim]) the KIVI way."""
-        layer = cls(bits, group_size, residual)
+        layer = cls(bits, group_size, residual, channels)
         layer._append(keys, values)
         layer._flush()
         return layer
@@ -54,8 +63,11 @@ class KIVILayer(CompactLayer):
         """Move what left the full-precision window into the quantized store."""
         n_keys = self.keys.shape[-2] // self.residual * self.residual
         if n_keys:
-            block = quantize_groups(self.keys[..., :n_keys, :].transpose(-1, -2), self.bits, self.group_size)
-            self.quantized_keys = concatenated(self.quantized_keys, block, dim=-1)
+            block = self.keys[..., :n_keys, :]
+            if self.channels is not None:
+                block = thinned(block, self.channels)
+            block = quantize_groups(block, self.bits, self.group_size, axis=-2)
+            self.quantized_keys = concatenated(self.quantized_keys, block, dim=-2)
             self.keys = self.keys[..., n_keys:, :].contiguous()
         n_values = max(self.values.shape[-2] - self.residual, 0)
         if n_values:
@@ -65,12 +77,21 @@ class KIVILayer(CompactLayer):
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every key and value held, quantized ones dequantized, [batch, heads, tokens, head_dim]."""
-        keys, values = self.keys, self.values
-        if self.quantized_keys is not None:
-            keys = torch.cat([self.quantized_keys.dequantize().transpose(-1, -2), keys], dim=-2)
-        if self.quantized_values is not None:
-            values = torch.cat([self.quantized_values.dequantize(), values], dim=-2)
-        return keys, values
+        keys = self._read(self.quantized_keys, self.keys, thin=self.channels is not None)
+        return keys, self._read(self.quantized_values, self.values, thin=False)
+
+    def _read(self, store: QuantizedGroups | None, window: torch.Tensor, thin: bool) -> torch.Tensor:
+        """One new [batch, heads, n + window, head_dim] tensor: the store dequantized, then the window."""
+        if store is None:
+            return window
+        n = store.shape[-2]  # tokens
+        held = window.new_empty(*window.shape[:2], n + window.shape[-2], window.shape[-1])
+        if thin:  # think+kivi: the kept channels come back, the pruned ones read as zeros
+            widened(store.dequantize(), self.channels, window.shape[-1], out=held[..., :n, :])
+        else:
+            store.dequantize(out=held[..., :n, :])
+        held[..., n:, :] = window
+        return held
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         self._append(key_states, value_states)
@@ -84,15 +105,19 @@ class KIVILayer(CompactLayer):
 
     def stored_bytes(self) -> int:
         stores = [q.stored_bytes() for q in (self.quantized_keys, self.quantized_values) if q is not None]
-        return sum(stores) + sum(t.numel() * t.element_size() for t in (self.keys, self.values))
+        tensors = [t for t in (self.keys, self.values, self.channels) if t is not None]
+        return sum(stores) + sum(t.numel() * t.element_size() for t in tensors)
 
 
 def kivi_bytes(tokens: int, heads: int, head_dim: int, element_size: int, bits: int, group_size: int,
-               residual: int) -> int:
-    """Analytic bytes KIVILayer.holding() stores for `tokens` prompt tokens of one layer (batch 1)."""
+               residual: int, kept_channels: int | None = None) -> int:
+    """Analytic bytes KIVILayer.holding() stores for `tokens` prompt tokens of one layer (batch 1);
+    kept_channels: the key channels ThinK keeps (their indices count too), None for every channel."""
     quantized_keys = tokens // residual * residual
     quantized_values = max(tokens - residual, 0)
     full = (tokens - quantized_keys) + (tokens - quantized_values)
-    quantized = quantized_bytes(quantized_keys * head_dim, bits, group_size, element_size) + \
+    key_channels = head_dim if kept_channels is None else kept_channels
+    indices = 0 if kept_channels is None else kept_channels * INDEX_BYTES
+    quantized = quantized_bytes(quantized_keys * key_channels, bits, group_size, element_size) + \
         quantized_bytes(quantized_values * head_dim, bits, group_size, element_size)
-    return heads * (quantized + full * head_dim * element_size)
+    return heads * (quantized + full * head_dim * element_size + indices)

@@ -2,8 +2,8 @@
 
 Third-party methods appear in the grid like built-in ones, either by an entry point
 (`[project.entry-points."kvbench.methods"] mymethod = "mypkg.module:MyMethod"`) or by calling
-`register_method` (usable as a decorator) from a conftest. `a+b` composes an eviction method with a
-quantizer (composition.py). `kvpress:<PressName>` names any press of the
+`register_method` (usable as a decorator) from a conftest. `a+b` / `a+b+c` composes an eviction method
+with ThinK and/or a quantizer (composition.py). `kvpress:<PressName>` names any press of the
 optional kvpress package (kvpress_adapter.py). Entry points are read on every lookup, so a
 package installed into the running environment is visible without restarting anything.
 """
@@ -119,7 +119,7 @@ def get_method(name: str, **params: Any) -> Method:
     if PREFILL_CHUNK in params:  # any evicting method: snapkv:prefill_chunk=512 (chunked.py)
         rest = {key: value for key, value in params.items() if key != PREFILL_CHUNK}
         return chunked(get_method(name, **rest), params[PREFILL_CHUNK])
-    if SEPARATOR in name:  # snapkv+kivi: one eviction method and one quantizer
+    if SEPARATOR in name:  # snapkv+kivi, snapkv+think+kivi: eviction, ThinK and/or a quantizer
         return compose(name, params, _load)
     if name.startswith(KVPRESS_PREFIX):
         from .kvpress_adapter import kvpress_method  # imports kvpress only when a press is named

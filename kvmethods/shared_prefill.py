@@ -27,7 +27,7 @@ from .base import Method
 from .budget import Budget
 from .errors import MethodError
 from .families import check_family, decoder_layers, rotary_embedding
-from .generation import PrefilledPrompt, _check_request, _forward, prefill
+from .generation import PrefilledPrompt, _check_request, _forward, prefill, tokens_kept
 from .hooks import store_selection
 from .attention_hooks import AttentionCall, after_attention, projected_queries
 from .ragged import RaggedLayer
@@ -61,8 +61,9 @@ class _Selection:
     error: BaseException | None = None  # what the method raised: the others go on without it
 
 
-def _plan(model, method: Method, budget, compressed_len: int, n_layers: int) -> _Selection:
-    layer_budgets = method.layer_budgets(Budget.parse(budget).tokens_for(compressed_len), n_layers, compressed_len)
+def _plan(model, method: Method, budget, prompt_len: int, compressed_len: int, n_layers: int) -> _Selection:
+    budget_tokens = tokens_kept(model, method, Budget.parse(budget), prompt_len, compressed_len)
+    layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
     if not method.compresses or min(layer_budgets) >= compressed_len:  # keeps everything, as prefill() does
         layer_budgets = [compressed_len] * n_layers
     elif len(layer_budgets) != n_layers or min(layer_budgets) < 1:
@@ -138,7 +139,8 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
         return SharedPrefill(plain[0], plain[1:], time.perf_counter() - started, [0.0] * len(requests),
                              [None] * len(requests))
     n_layers = len(decoder_layers(model))
-    selections = [_plan(model, method, budget, compressed_len, n_layers) for method, budget in requests]
+    selections = [_plan(model, method, budget, len(input_ids), compressed_len, n_layers)
+                  for method, budget in requests]
     full = DynamicCache()
     started = time.perf_counter()
     with _selecting_hooks(model, full, selections):

@@ -11,6 +11,11 @@ resident memory during prefill + decoding above the resident size just before th
 - decoding: tokens/s of `kivi` over `full` (the quantized cache is dequantized on every read).
 
     python scripts/measure_memory.py [--prompt 16384] [--new-tokens 32] [--threads 2]
+
+`--decode-only --rounds R` measures decoding alone, without the prompt's prefill (minutes at 16k tokens on a
+CPU): each layer's cache is filled with random keys and values of the prompt's length (through the method's
+storage: KIVI quantizes them), then `--new-tokens` greedy steps; CPU seconds per token, medians over R rounds
+that interleave the methods, each in a fresh process. Attention costs the same whatever the cached values.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -25,8 +31,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from tabulate import tabulate
 
+from transformers import DynamicCache
+
 from kvmethods import get_method
-from kvmethods.generation import generate
+from kvmethods.generation import PrefilledPrompt, decode_greedy, generate
 from kvmethods.testing import tiny_model
 from measure_methods import _status_kib, prompt_ids, run_child
 
@@ -56,8 +64,47 @@ def child(label: str, length: int, new_tokens: int) -> dict:
             "tokens": len(out.tokens), "kv_bytes": out.kv_bytes_physical, "cpu_s": cpu}
 
 
-def measure(label: str, args) -> dict:
-    return run_child(__file__, ["--child", label, "--prompt", str(args.prompt), "--new-tokens", str(args.new_tokens),
+def decode_child(label: str, length: int, new_tokens: int) -> dict:
+    """CPU seconds of `new_tokens` greedy steps over a cache of `length` random tokens per layer."""
+    name, params, _ = RUNS[label]
+    model, method = tiny_model("llama", **MODEL), get_method(name, **params)
+    heads, head_dim = MODEL["num_key_value_heads"], MODEL["hidden_size"] // MODEL["num_attention_heads"]
+    generator = torch.Generator().manual_seed(0)
+
+    def prefilled(tokens: int) -> PrefilledPrompt:
+        cache = DynamicCache()
+        for layer in range(MODEL["num_hidden_layers"]):
+            keys, values = (torch.randn(1, heads, tokens, head_dim, generator=generator) for _ in range(2))
+            cache.update(keys, values, layer)
+            stored = method.storage_layer(keys, values)
+            if stored is not None:
+                cache.layers[layer] = stored
+        return PrefilledPrompt(cache, torch.randn(MODEL["vocab_size"], generator=generator), tokens, False)
+
+    with torch.inference_mode():  # as generate() decodes
+        decode_greedy(model, prefilled(600), 2, set(), method=method)  # warm-up
+        state = prefilled(length)
+        started = time.process_time()
+        tokens = decode_greedy(model, state, new_tokens, set(), method=method)[0]
+    return {"cpu_s_per_token": (time.process_time() - started) / len(tokens)}
+
+
+def decode_only(args) -> None:
+    labels = ["full", "kivi (2 bits)", "kivi:bits=4"]
+    seconds = {label: [] for label in labels}
+    for _ in range(args.rounds):
+        for label in labels:
+            seconds[label].append(measure(label, args, "--decode-child")["cpu_s_per_token"])
+    medians = {label: statistics.median(values) for label, values in seconds.items()}
+    print(f"decoding only: random Llama {MODEL}, float32, a {args.prompt}-token random cache, {args.new_tokens} "
+          f"steps, {args.threads} thread(s), {args.rounds} interleaved rounds, torch {torch.__version__}")
+    print(tabulate([[label, f"{1 / medians[label]:.2f}", f"{medians['full'] / medians[label]:.3f}",
+                     " ".join(f"{1 / s:.2f}" for s in seconds[label])] for label in labels],
+                   headers=["method", "tokens/CPU s (median)", "over full", "each round"]))
+
+
+def measure(label: str, args, mode: str = "--child") -> dict:
+    return run_child(__file__, [mode, label, "--prompt", str(args.prompt), "--new-tokens", str(args.new_tokens),
                                 "--threads", str(args.threads)])
 
 
@@ -66,11 +113,18 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=16384)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--decode-only", action="store_true", help="decoding alone, on a random cache")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (with --decode-only)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--decode-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.child:
-        print(json.dumps(child(args.child, args.prompt, args.new_tokens)))
+    for label, run in ((args.child, child), (args.decode_child, decode_child)):  # inside a fresh process
+        if label:
+            print(json.dumps(run(label, args.prompt, args.new_tokens)))
+            return
+    if args.decode_only:
+        decode_only(args)
         return
     results = {label: measure(label, args) for label in RUNS}
     rows = [[label, f"{r['growth_kib'] / 1024:.0f}", f"{r['prefill_s']:.1f}", f"{r['tokens'] / r['decode_s']:.2f}",

@@ -39,6 +39,18 @@ def test_dequantized_values_match_a_brute_force_reference_within_half_a_step(bit
     assert quantized.codes.dtype == torch.uint8 and quantized.codes.shape[-1] == x.shape[-1] * bits // 8
 
 
+@pytest.mark.parametrize("bits", [2, 4])
+def test_groups_along_the_tokens_match_the_reference_and_read_into_a_strided_buffer(bits):
+    x = torch.randn(1, 2, 64, 8, generator=torch.Generator().manual_seed(bits)) * 3  # [.., tokens, channels]
+    quantized = quantize_groups(x, bits, 16, axis=-2)  # per channel, groups of 16 tokens (KIVI's keys)
+    expected, _ = brute_force(x.transpose(-1, -2).contiguous(), bits, 16)
+    assert quantized.codes.shape == (1, 2, 64 * bits // 8, 8) and quantized.shape == x.shape
+    buffer = torch.full((1, 2, 70, 8), 7.0)
+    quantized.dequantize(out=buffer[..., :64, :])
+    torch.testing.assert_close(buffer[..., :64, :], expected.transpose(-1, -2), rtol=0, atol=1e-5)
+    assert bool((buffer[..., 64:, :] == 7.0).all())  # nothing written past the view
+
+
 def test_fewer_bits_lose_more():
     x = torch.randn(4, 256, generator=torch.Generator().manual_seed(0))
     errors = [(quantize_groups(x, bits, 32).dequantize() - x).abs().mean() for bits in (2, 4, 8)]

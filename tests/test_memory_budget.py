@@ -1,4 +1,4 @@
-"""Byte budgets ("m0.25") and compositions ("snapkv+kivi"): each method's operating point stays within
+"""Byte budgets ("m0.25") and compositions ("snapkv+kivi", "snapkv+think+kivi"): each method's operating point stays within
 the budget, the record says how far from it, and bad specs are one-line usage errors at collection."""
 
 import pytest
@@ -33,7 +33,7 @@ def test_byte_budgets_parse_print_and_sort_after_the_other_kinds():
 @pytest.mark.parametrize("spec, params", [
     ("snapkv", {}), ("streamingllm", {}), ("kivi", {"bits": 2}), ("kivi", {"bits": 4}),
     ("snapkv+kivi", {"bits": 2}), ("snapkv+kivi", {"bits": 4}), ("h2o+kivi", {"bits": 4, "residual": 64}),
-    ("snapkv+think", {}),
+    ("snapkv+think", {}), ("think+kivi", {"bits": 2}), ("snapkv+think+kivi", {"bits": 4}),
 ])
 @pytest.mark.parametrize("protocol", ["question_in_window", "query_agnostic"])
 @pytest.mark.parametrize("fraction", ["m0.25", "m0.5"])
@@ -70,16 +70,18 @@ def test_a_composition_is_one_method_with_prefixed_parameters():
 
 
 @pytest.mark.parametrize("spec, fragment", [
-    ("kivi+kivi", "a composition needs exactly one quantizer, got 2"),
-    ("think+kivi", "a composition needs exactly one quantizer, got 2"),
+    ("kivi+kivi", "a composition takes at most one quantizer, got 2"),
+    ("snapkv+think+think", "a composition takes at most one think, got 2"),
+    ("think+kivi:recent=8", "think's 'recent' does not apply with kivi"),
     ("think:pruning_ratio=1", "'pruning_ratio' must be in [0, 1)"),
-    ("snapkv+h2o", "a composition needs exactly one quantizer, got 0"),
+    ("snapkv+h2o", "a composition takes at most one eviction method, got 2"),
     ("full+kivi", "full evicts nothing"),
     ("adakv+kivi", "adakv stores a ragged cache"),
     ("snapkv+kivi:bitz=2", "unknown parameter 'bitz'"),
     ("snapkv+kivi:h2o.bits=2", "'h2o.bits' names no part"),
     ("snapkv+kivi:bits=3", "'bits' must be 2 or 4"),
-    ("snapkv+kivi+h2o", "one eviction method and one quantizer"),
+    ("snapkv+kivi+h2o", "a composition takes at most one eviction method, got 2"),
+    ("snapkv+think+kivi+h2o", "a composition is an eviction method, think and/or a quantizer"),
     ("kvzip:prefill_chunk=64", "kvzip: cannot prefill in chunks"),  # chunked prefill (test_chunked_prefill.py)
     ("adakv:prefill_chunk=64", "adakv: cannot prefill in chunks"),
     ("snapkv:prefill_chunk=-1", "'prefill_chunk' must be >= 0"),
@@ -93,10 +95,13 @@ def test_bad_compositions_and_chunks_are_one_line_usage_errors_at_collection(ben
 
 
 def test_byte_budgets_and_compositions_are_grid_items_and_bad_fractions_usage_errors(bench):
-    result = bench.runpytest(*GRID[:5], "m0.25", *GRID[6:], "--kvbench-methods", "snapkv+kivi:bits=4,kivi")
+    result = bench.runpytest(*GRID[:5], "m0.25", *GRID[6:], "--kvbench-methods",
+                             "snapkv+kivi:bits=4,kivi,think+kivi,snapkv+think+kivi:bits=4")
     assert result.ret == 0
     assert sorted(collected_ids(result)) == ["kivi-m0.25-passage_retrieval_en",
-                                             "snapkv+kivi(bits=4)-m0.25-passage_retrieval_en"]
+                                             "snapkv+kivi(bits=4)-m0.25-passage_retrieval_en",
+                                             "snapkv+think+kivi(bits=4)-m0.25-passage_retrieval_en",
+                                             "think+kivi-m0.25-passage_retrieval_en"]
     result = bench.runpytest(*GRID[:5], "m1.5", *GRID[6:], "--kvbench-methods", "snapkv")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "fraction of the full cache's bytes must be in (0, 1]" in result.stderr.str()

@@ -103,3 +103,14 @@ def test_peak_memory_is_one_full_cache_plus_the_compressed_caches(model):
     full = cache_bytes(shared.reference.cache)[1]
     assert compressed * 4 <= full * len(requests)  # budget-sized: each far smaller than a full cache
     assert shared_peak <= plain_peak + compressed
+
+
+@pytest.mark.parametrize("name", ["snapkv", "pyramidkv"])
+def test_a_byte_budget_shares_at_the_methods_operating_point(model, name):
+    ids, context_len, budget = prompt(), 30, Budget.parse("m0.25")
+    shared = shared_prefill(model, [(get_method(name), budget)], ids, context_len, "query_agnostic")
+    alone = generate(model, get_method(name), budget, ids, context_len, 4, set(), "query_agnostic")
+    together = generate(model, get_method(name), budget, ids, context_len, 4, set(), "query_agnostic",
+                        prefilled=shared.selections[0])
+    assert alone.tokens == together.tokens and alone.kept_tokens_per_layer == together.kept_tokens_per_layer
+    assert alone.kept_tokens_per_layer[0] < context_len
