@@ -9,13 +9,16 @@ same tokens; they go straight to the pipeline's forward, skipping only its token
 
     python kvpress_pipeline_run.py JOB.json ANSWERS.json
 JOB.json: {model_dir, threads, max_new_tokens, prompts: [{id, context_ids, question_ids}],
-           runs: [{key, press, inner, ratio}]};  ANSWERS.json: {key: {sample id: answer}}.
+           runs: [{key, press, arguments, ratio}]} (an argument naming a press
+builds it with its defaults);  ANSWERS.json: {answers: {key: {sample id: answer}}, seconds: {key: pipeline
+wall seconds of its samples}}.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 
 def main(job_path: str, answers_path: str) -> None:
@@ -30,16 +33,20 @@ def main(job_path: str, answers_path: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(job["model_dir"])
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device="cpu")
     answers: dict[str, dict[str, str]] = {}
+    seconds: dict[str, float] = {}
     for run in job["runs"]:
-        inner = {"press": getattr(kvpress, run["inner"])()} if run["inner"] else {}
-        press = getattr(kvpress, run["press"])(**inner)
+        start = time.perf_counter()
+        press = getattr(kvpress, run["press"])(**{
+            name: getattr(kvpress, value)() if str(value).endswith("Press") else value
+            for name, value in run["arguments"].items()})
         press.compression_ratio = run["ratio"]
         answers[run["key"]] = {
             prompt["id"]: pipe.forward({"context_ids": torch.tensor([prompt["context_ids"]]),
                                         "questions_ids": [torch.tensor([prompt["question_ids"]])]},
                                        press=press, max_new_tokens=job["max_new_tokens"])[0]
             for prompt in job["prompts"]}
-    open(answers_path, "w").write(json.dumps(answers))
+        seconds[run["key"]] = time.perf_counter() - start
+    open(answers_path, "w").write(json.dumps({"answers": answers, "seconds": seconds}))
 
 
 if __name__ == "__main__":

@@ -42,9 +42,12 @@ def test_every_mapped_method_is_valid_and_its_kvpress_run_is_keyed_like_its_reco
         spec = MethodSpec.parse(method)
         get_method(spec.name, **dict(spec.params))  # MethodError if the spec were wrong
     snapkv = runs[len(budgets) - 1]
-    assert snapkv == {"key": "snapkv(kernel=5,window=64)|r0.9", "press": "SnapKVPress", "inner": None, "ratio": 0.9}
+    assert snapkv == {"key": "snapkv(kernel=5,window=64)|r0.9", "press": "SnapKVPress", "arguments": {}, "ratio": 0.9}
     assert [run["ratio"] for run in runs[:4]] == [0.25, 0.5, 0.75, 0.9]
-    assert {run["inner"] for run in runs if run["press"] in ("AdaKVPress", "CriticalKVPress")} == {"SnapKVPress"}
+    assert {run["key"]: run["arguments"] for run in runs if run["press"] == "CriticalKVPress"} == {
+        f"{label}|{budget}": {"press": inner} for label, inner in [("criticalkv(kernel=5,window=64)", "SnapKVPress"),
+                                                                   ("criticalkv(base=expected_attention)",
+                                                                    "ExpectedAttentionPress")] for budget in budgets}
 
 
 def test_pytest_arguments_run_the_reference_and_the_pipeline_protocol():
@@ -69,11 +72,12 @@ PRESS_NAMES = {"window": "window_size", "kernel": "kernel_size", "sinks": "n_sin
 
 def test_mapped_settings_equal_the_presses_defaults():
     kvpress = pytest.importorskip("kvpress")
-    for method, (press, inner) in CK.METHOD_PRESSES.items():
+    for method, (press, arguments) in CK.METHOD_PRESSES.items():
         spec = MethodSpec.parse(method)
         ours = get_method(spec.name, **dict(spec.params)).params()
-        theirs = {name: p.default for cls in (press, inner) if cls
-                  for name, p in inspect.signature(getattr(kvpress, cls)).parameters.items()}
+        presses = [*(value for value in arguments.values() if str(value).endswith("Press")), press]  # the wrapper's win
+        theirs = {name: p.default for cls in presses for name, p in inspect.signature(getattr(kvpress, cls)).parameters.items()}
+        theirs.update((name, value) for name, value in arguments.items() if not str(value).endswith("Press"))
         shared = {name: value for name, value in ours.items() if PRESS_NAMES.get(name, name) in theirs}
         assert shared or not ours, method
         assert {name: theirs[PRESS_NAMES.get(name, name)] for name in shared} == shared, method
