@@ -122,13 +122,14 @@ def time_split(records: list[dict], kvpress_out: dict, ours: Timing, theirs: Tim
     for sample in samples:  # the shared forward is spent once per sample, whichever item ran it
         forward[sample["id"]] = max(forward.get(sample["id"], 0.0), sample["shared_prefill_ms"] or 0.0)
     items = sum(record["latency"]["total_s"] for record in records)
-    parts = {"prefill forward": sum(forward.values()) / 1000,
+    parts = {"model load": sum(r["model"]["load_s"] for r in records if r["model"]["loaded_by_this_item"]),
+             "prefill forward": sum(forward.values()) / 1000,
              "selections": sum(sample["compression_ms"] or 0.0 for sample in samples) / 1000,
              "decoding": sum(sample["decode_ms"] for sample in samples) / 1000}
     calls = sum(kvpress_out["seconds"].values())
     return [f"ours, last round: items {items:.1f} s of {ours.wall_s:.1f} s wall ("
             + ", ".join(f"{name} {value:.1f} s" for name, value in parts.items())
-            + f", the rest of the items {items - sum(parts.values()):.1f} s: fidelity, scoring, records)",
+            + f", the rest of the items {items - sum(parts.values()):.1f} s: fidelity, scores, records)",
             f"kvpress, last round: pipeline calls {calls:.1f} s of {theirs.wall_s:.1f} s wall"]
 
 
