@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Wall time of a benchmark run with one shared prefill per sample against every item prefilling alone.
+"""Wall and CPU time of a benchmark run with one shared prefill per sample against every item prefilling alone.
 
 The two variants alternate (shared, alone, shared, ...) so that load on a shared machine hits both
-alike; medians are printed. Everything after `--` goes to pytest unchanged:
+alike; medians of wall time and of CPU time (the fairer figure on a loaded machine) are printed.
+Everything after `--` goes to pytest unchanged:
 
     python scripts/measure_shared_prefill.py --repeat 3 -- bench/test_ruler.py --kvbench-torch-threads 1 \\
         --kvbench-methods full,snapkv --kvbench-budgets 128,256 --kvbench-samples 4
@@ -11,9 +12,8 @@ alike; medians are printed. Everything after `--` goes to pytest unchanged:
 from __future__ import annotations
 
 import argparse
-import statistics
 
-from timed_run import wall_seconds
+from timed_run import Timing, print_medians, print_ratio, timed_pytest
 
 VARIANTS = {"shared prefill": [], "alone (--kvbench-no-share-prefill)": ["--kvbench-no-share-prefill"]}
 
@@ -24,15 +24,13 @@ def main() -> None:
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest arguments")
     args = parser.parse_args()
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    times: dict[str, list[Timing]] = {name: [] for name in VARIANTS}
     for _ in range(args.repeat):
         for name, extra in VARIANTS.items():
-            times[name].append(wall_seconds(pytest_args + extra))
+            times[name].append(timed_pytest(pytest_args + extra)[0])
     print(f"pytest {' '.join(pytest_args)}; rounds: {args.repeat}")
-    for name, values in times.items():
-        print(f"{name:36s} median {statistics.median(values):7.1f} s  ({', '.join(f'{v:.1f}' for v in values)})")
-    shared, alone = (statistics.median(values) for values in times.values())
-    print(f"shared / alone: {shared / alone:.2f}x")
+    shared, alone = print_medians(times).values()
+    print_ratio("shared / alone", shared, alone)
 
 
 if __name__ == "__main__":
