@@ -20,7 +20,7 @@ from pytest_kvbench.results import record as records
 from pytest_kvbench.results.environment import capture_environment
 from pytest_kvbench.results.run_writer import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
-from pytest_kvbench.wiring import hookspecs, options
+from pytest_kvbench.wiring import fixture, hookspecs, options, xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.grid import GridError
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, suite_of
@@ -32,8 +32,6 @@ from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PROGRESS_KEY, RECORD_KEY
 from pytest_kvbench.wiring.xdist_groups import xdist_group_name
 from pytest_kvbench.wiring.xdist_hooks import check_worker_count, pin_worker_device
 
-# the kvbench fixture and xdist's hooks live in their own modules
-pytest_plugins = ["pytest_kvbench.wiring.fixture", "pytest_kvbench.wiring.xdist_hooks"]
 SLOW_CONTEXT = 8192  # RULER items from this context length on are marked slow
 
 MARKERS = {
@@ -53,6 +51,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    # The kvbench fixture and xdist's hooks live in their own modules. They are registered as module
+    # objects (not `pytest_plugins` names), because this module has imported them already and pytest
+    # would warn that it cannot rewrite their assertions.
+    config.pluginmanager.register(fixture, "kvbench-fixture")
+    config.pluginmanager.register(xdist_hooks, "kvbench-xdist")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     try:

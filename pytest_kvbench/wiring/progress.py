@@ -119,7 +119,10 @@ def progress_interval(config: pytest.Config) -> float:
     """Ini ``kvbench_progress_interval``: least seconds between one worker's plain lines (0: every sample).
 
     A string key, as the grid's numeric keys are (the ini types int/float need pytest 8.4)."""
-    raw = config.getini(INTERVAL_INI)
+    try:
+        raw = config.getini(INTERVAL_INI)
+    except (TypeError, ValueError) as exc:  # pytest 9's native TOML ini values are typed
+        raise pytest.UsageError(f"ini key {INTERVAL_INI}: {exc}") from None
     try:
         value = float(raw)
     except ValueError:
