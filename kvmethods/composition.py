@@ -118,4 +118,6 @@ def compose(spec: str, params: dict[str, Any], load) -> Composition:
         if THINK_WINDOW in routed[methods.index(thinner)]:
             raise MethodError(f"{spec}: think's {THINK_WINDOW!r} does not apply with {quantizer.name}, whose "
                               f"full-precision window keeps every key channel")
-    return Composition(methods, evictor, thinner, quantizer, spec)
+    # one name per composition whatever the order given (`kivi+snapkv` is `snapkv+kivi`): eviction, think, quantizer
+    name = SEPARATOR.join(m.name for m in (evictor, thinner, quantizer) if m is not None)
+    return Composition(methods, evictor, thinner, quantizer, name)

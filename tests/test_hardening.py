@@ -43,6 +43,17 @@ def test_method_parameters_are_spelled_as_the_method_reads_them(pytester):
     assert collected_ids(result) == ["snapkv(window=64)-64-passage_retrieval_en"]
 
 
+def test_a_composition_in_any_order_is_one_item_spelled_in_role_order(pytester):
+    add_bench_files(pytester)
+    result = pytester.runpytest_inprocess(
+        "--collect-only", "-q", "-p", "no:cacheprovider",
+        "--kvbench-methods", "kivi+snapkv,snapkv+kivi,kivi+think,think+kivi,kivi+think+snapkv",
+        "--kvbench-budgets", "64", "--kvbench-tasks", "passage_retrieval_en")
+    assert result.ret == 0, result.stderr.str()
+    assert collected_ids(result) == ["snapkv+kivi-64-passage_retrieval_en", "think+kivi-64-passage_retrieval_en",
+                                     "snapkv+think+kivi-64-passage_retrieval_en"]
+
+
 # -- the gate compares only like with like ----------------------------------------------------
 
 

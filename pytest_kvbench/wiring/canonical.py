@@ -30,16 +30,17 @@ def unique(values: Iterable[T], key: Callable[[T], Hashable] = lambda v: v) -> l
     return out
 
 
-def method(spec: MethodSpec, params: dict) -> tuple[MethodSpec, Hashable]:
-    """The spec with its parameter values as the method coerced them, and the key of what it measures.
+def method(spec: MethodSpec, params: dict, name: str) -> tuple[MethodSpec, Hashable]:
+    """The spec with the method's own name (a composition's parts in role order: ``kivi+snapkv`` is
+    ``snapkv+kivi``) and its parameter values as the method coerced them, and the key of what it measures.
 
     Two specs measure the same thing when every parameter ends up equal (``snapkv`` and
     ``snapkv:window=32`` when 32 is the default), unless one pins the seed that the other
     takes from the run.
     """
-    canonical = MethodSpec(spec.name, tuple(sorted((k, _spelling(_coerced(params, k, v))) for k, v in spec.params)))
+    canonical = MethodSpec(name, tuple(sorted((k, _spelling(_coerced(params, k, v))) for k, v in spec.params)))
     pins_seed = any(k == "seed" for k, _ in spec.params)
-    return canonical, (spec.name, tuple(sorted((k, repr(v)) for k, v in params.items())), pins_seed)
+    return canonical, (name, tuple(sorted((k, repr(v)) for k, v in params.items())), pins_seed)
 
 
 def _coerced(params: dict, name: str, given: object) -> object:

@@ -287,13 +287,14 @@ def _validate(grid: Grid) -> None:
     methods = []
     for spec in grid.methods:  # get_method names the valid methods for an unknown one
         try:
-            params = get_method(spec.name, **dict(spec.params)).params()
+            built = get_method(spec.name, **dict(spec.params))
+            params = built.params()
         except MethodError as exc:
             raise GridError(str(exc)) from None
         for name, value in params.items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise GridError(f"{spec.name}: parameter {name!r} must be a finite number, got {value!r}")
-        methods.append(canonical.method(spec, params))
+        methods.append(canonical.method(spec, params, built.name if "+" in spec.name else spec.name))
     grid.methods = [spec for spec, _ in canonical.unique(methods, key=lambda pair: pair[1])]
     try:
         grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
