@@ -16,7 +16,7 @@ from typing import Any
 
 from kvmethods import Budget
 from kvmethods.generation import GROUP_PROTOCOLS
-from pytest_kvbench.engine.fidelity import ReferenceCache, compare, make_reference
+from pytest_kvbench.engine.fidelity import ReferenceCache, compare, reference_of
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
 from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn, generations, group_position
 from pytest_kvbench.engine.shared_prefills import SharedPrefills
@@ -100,7 +100,6 @@ class Runner:
         """The reference's generation; from the full cache of `shared` (a SharedPrefill), which it empties."""
         from kvmethods import get_method
         from kvmethods.generation import generate
-        from pytest_kvbench.engine.finite_logits import check_logits_finite
 
         prefilled = None
         if shared is not None:  # the full cache is freed with this decoding, before any compressed one
@@ -110,11 +109,7 @@ class Runner:
                           return_logprobs=True, prefilled=prefilled)
         if shared is not None:
             result.prefill_s = shared.forward_s
-        # Methods are teacher-forced on the reference's whole output, the stopping eos included.
-        target = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
-        logp, result.logprobs = result.logprobs, None
-        check_logits_finite(logp, f"full-cache reference of {case.task} sample {sample.id}")
-        return make_reference(result, target, logp)
+        return reference_of(result, f"full-cache reference of {case.task} sample {sample.id}")
 
     # -- the shared prefill --------------------------------------------------------------------
     def _method(self, case: Case):
