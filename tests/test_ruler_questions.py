@@ -13,6 +13,7 @@ from test_tasks_support import tiny_tokenizer
 
 from pytest_kvbench.engine.protocol_runs import context_groups
 from pytest_kvbench.tasks import TaskError, get_task
+from pytest_kvbench.tasks.registry import split_name
 from pytest_kvbench.tasks.ruler.specs import _NIAH_TASKS
 
 CONTEXT = 1024
@@ -96,6 +97,13 @@ def test_word_frequency_tasks_refuse_several_questions_in_one_line(name):
     with pytest.raises(TaskError) as error:
         get_task(f"{name}:questions=2")
     assert "\n" not in str(error.value) and "the most frequent words" in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["qa_1:questions=1025", "niah_single_1:questions=" + "9" * 400,
+                                  "math500:max_new_tokens=1048577"])
+def test_a_setting_beyond_its_maximum_is_refused_at_collection(name):
+    with pytest.raises(TaskError, match="must be at most"):
+        split_name(name)
 
 
 def test_several_questions_make_ruler_serve_multi_turn():

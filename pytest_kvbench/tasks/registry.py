@@ -62,6 +62,9 @@ _DEFAULT_TASKS = (
     "longbench_v2", "passkey", "aime2024:max_new_tokens=64", "scbench_vt",
 )
 _OVERRIDABLE = ("max_new_tokens", "questions")  # questions: per haystack (RULER niah, vt, qa)
+# Largest value of each setting: far above any real use (a 1M-token generation; 1,024 questions in one
+# haystack), low enough that a mistyped number is refused at collection instead of failing a run.
+_OVERRIDE_MAXIMUM = {"max_new_tokens": 2**20, "questions": 1024}
 
 
 def _module(suite: str, dotted: str):
@@ -107,6 +110,9 @@ def split_name(name: str) -> tuple[str, dict[str, int]]:
             raise TaskError(f"task {name!r}: unknown setting {part!r}; a task accepts {', '.join(_OVERRIDABLE)}=N")
         if not value.isdigit() or int(value) <= 0:
             raise TaskError(f"task {name!r}: {key} must be a positive integer, got {value!r}")
+        if int(value) > _OVERRIDE_MAXIMUM[key]:
+            raise TaskError(f"task {name[:80]!r}: {key} must be at most {_OVERRIDE_MAXIMUM[key]:,}, "
+                            f"got {value if len(value) <= 20 else value[:20] + '...'}")
         overrides[key] = int(value)
     return base, overrides
 
