@@ -34,9 +34,9 @@ class AttentionCall:
     sin: torch.Tensor | None
 
     def layer_inputs(self, keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor | None = None,
-                     rotary=None) -> LayerInputs:
+                     rotary=None, memo=None) -> LayerInputs:
         return LayerInputs(self.module, self.layer_idx, self.n_layers, self.hidden, self.cos, self.sin,
-                           keys, values, queries, rotary)
+                           keys, values, queries, rotary, memo)
 
 
 def _call(module: torch.nn.Module, layer_idx: int, n_layers: int, args: tuple, kwargs: dict) -> AttentionCall:

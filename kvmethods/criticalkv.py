@@ -20,11 +20,13 @@ import torch
 
 from .base import param
 from .errors import MethodError
+from .kernel_memo import layer_kernel
 from .layer_inputs import LayerInputs
 from .scoring import score_dtype
 from .wrapping import WrapperMethod
 
 
+@layer_kernel
 def output_projected_value_norms(layer: LayerInputs) -> torch.Tensor:
     """[batch, kv_heads, T]: ||v W_o^h||_1 of each cached value, averaged over the query heads h of the
     KV head. One query head at a time, so the scratch is T x hidden."""

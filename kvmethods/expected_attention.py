@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import Method, param
+from .kernel_memo import layer_kernel
 from .layer_inputs import LayerInputs
 from .scoring import score_dtype
 
@@ -34,6 +35,34 @@ def averaged_rope_rotation(layer: LayerInputs, start: int, count: int, dtype: to
     return torch.diag(cos) + sin.unsqueeze(0) * rotate_half
 
 
+@layer_kernel
+def expected_attention_scores(layer: LayerInputs, n_future_positions: int, n_sink: int, use_covariance: bool,
+                              use_vnorm: bool, epsilon: float) -> torch.Tensor:
+    """[batch, kv_heads, T] scores (the first n_sink +inf); they do not depend on the budget, so the
+    selections of a shared prefill compute them once per layer."""
+    T, sink = layer.seq_len, min(n_sink, layer.seq_len - 1)
+    dtype = score_dtype(layer.keys)
+    queries = layer.queries(rope=False).to(dtype)[:, :, sink:]  # [batch, q_heads, T - sink, dim]
+    mean = queries.mean(dim=2)  # [batch, q_heads, dim]
+    rotation = averaged_rope_rotation(layer, T, n_future_positions, dtype)
+    mean = mean @ rotation.T
+    batch, kv_heads, groups, dim = layer.keys.shape[0], layer.num_kv_heads, layer.num_groups, layer.head_dim
+    keys = layer.keys[:, :, sink:].to(dtype)  # [batch, kv_heads, n, dim]
+    keys_per_query_head = keys.repeat_interleave(groups, dim=1)
+    logits = (keys_per_query_head @ mean.unsqueeze(-1)).squeeze(-1) / dim**0.5  # [batch, q_heads, n]
+    if use_covariance:
+        centered = queries - queries.mean(dim=2, keepdim=True)
+        covariance = centered.transpose(-1, -2) @ centered / queries.shape[2]  # [batch, q_heads, dim, dim]
+        covariance = rotation @ covariance @ rotation.T
+        quadratic = ((keys_per_query_head @ covariance) * keys_per_query_head).sum(dim=-1)
+        logits = logits + quadratic / dim / 2
+    scores = logits.softmax(dim=-1).view(batch, kv_heads, groups, -1).mean(dim=2)
+    if use_vnorm:
+        scores = (scores + epsilon) * layer.values[:, :, sink:].to(dtype).norm(dim=-1)
+    sinks = scores.new_full((batch, kv_heads, sink), float("inf"))
+    return torch.cat([sinks, scores], dim=-1)
+
+
 @dataclass
 class ExpectedAttention(Method):
     name = "expected_attention"
@@ -44,24 +73,5 @@ class ExpectedAttention(Method):
     epsilon: float = param(0.0, "added to the scores before the value-norm rescaling", minimum=0.0)
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
-        T, sink = layer.seq_len, min(self.n_sink, layer.seq_len - 1)
-        dtype = score_dtype(layer.keys)
-        queries = layer.queries(rope=False).to(dtype)[:, :, sink:]  # [batch, q_heads, T - sink, dim]
-        mean = queries.mean(dim=2)  # [batch, q_heads, dim]
-        rotation = averaged_rope_rotation(layer, T, self.n_future_positions, dtype)
-        mean = mean @ rotation.T
-        batch, kv_heads, groups, dim = layer.keys.shape[0], layer.num_kv_heads, layer.num_groups, layer.head_dim
-        keys = layer.keys[:, :, sink:].to(dtype)  # [batch, kv_heads, n, dim]
-        keys_per_query_head = keys.repeat_interleave(groups, dim=1)
-        logits = (keys_per_query_head @ mean.unsqueeze(-1)).squeeze(-1) / dim**0.5  # [batch, q_heads, n]
-        if self.use_covariance:
-            centered = queries - queries.mean(dim=2, keepdim=True)
-            covariance = centered.transpose(-1, -2) @ centered / queries.shape[2]  # [batch, q_heads, dim, dim]
-            covariance = rotation @ covariance @ rotation.T
-            quadratic = ((keys_per_query_head @ covariance) * keys_per_query_head).sum(dim=-1)
-            logits = logits + quadratic / dim / 2
-        scores = logits.softmax(dim=-1).view(batch, kv_heads, groups, -1).mean(dim=2)
-        if self.use_vnorm:
-            scores = (scores + self.epsilon) * layer.values[:, :, sink:].to(dtype).norm(dim=-1)
-        sinks = scores.new_full((batch, kv_heads, sink), float("inf"))
-        return torch.cat([sinks, scores], dim=-1)
+        return expected_attention_scores(layer, self.n_future_positions, self.n_sink, self.use_covariance,
+                                         self.use_vnorm, self.epsilon)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .kernel_memo import KernelMemo
+
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
@@ -32,6 +34,7 @@ class LayerInputs:
     values: torch.Tensor  # [batch, num_kv_heads, T, head_dim]
     projected_queries: torch.Tensor | None = None  # [batch, T, q_heads * head_dim], q_proj output if captured
     rotary: nn.Module | None = None  # the decoder's rotary_emb: cos/sin at any position (rope_at)
+    memo: KernelMemo | None = None  # kernels shared with the other selections of a shared prefill
 
     @property
     def seq_len(self) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .kernel_memo import layer_kernel
 from .layer_inputs import LayerInputs
 
 # Bound on the attention block materialised per chunk in accumulated_attention. On CPU a block that stays
@@ -34,6 +35,7 @@ def _grouped_queries(layer: LayerInputs, last: int | None) -> torch.Tensor:
     return q.view(batch, layer.num_kv_heads, layer.num_groups, n, dim)
 
 
+@layer_kernel
 @torch.no_grad()
 def window_attention(layer: LayerInputs, n: int) -> torch.Tensor:
     """[batch, num_kv_heads, G, n, T] softmax attention of the last n queries over all T keys (causal)."""
@@ -48,6 +50,7 @@ def window_attention(layer: LayerInputs, n: int) -> torch.Tensor:
     return logits.softmax(dim=-1)
 
 
+@layer_kernel
 @torch.no_grad()
 def accumulated_attention(layer: LayerInputs, scratch_bytes: int | None = None) -> torch.Tensor:
     """[batch, num_kv_heads, T] attention each key receives, summed over all T queries (causal),

@@ -6,7 +6,9 @@ layers kept: the M x B compressed prefills of a sweep are the same forward. This
 forward once, with the full cache (the reference's), and a forward hook per attention module hands
 each selection the layer's inputs (its own copy of the layer's keys and values, freed once its kept
 positions are gathered, so a method that writes into them harms only itself) and stores its
-selection in the selection's own cache (hooks.store_selection). What a selection's method raises is
+selection in the selection's own cache (hooks.store_selection). The scoring that does not depend on the
+budget (SnapKV's window attention at four budgets, H2O's accumulated attention) is computed once per layer
+and shared by the selections that read it (kernel_memo.py). What a selection's method raises is
 handed back with it (`errors`); the others go on.
 
 Methods that change the forward itself (KVzip's reconstruction pass, kvpress presses, anything with
@@ -29,6 +31,7 @@ from .errors import MethodError
 from .families import check_family, decoder_layers, rotary_embedding
 from .generation import PrefilledPrompt, _check_request, _forward, prefill, tokens_kept
 from .hooks import store_selection
+from .kernel_memo import KernelMemo
 from .attention_hooks import AttentionCall, after_attention, projected_queries
 from .ragged import RaggedLayer
 
@@ -89,23 +92,29 @@ def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
         layer_idx = call.layer_idx
         keys, values = full.layers[layer_idx].keys, full.layers[layer_idx].values
         queries = projected.take(call)
-        for selection in (s for s in selections if s.error is None):
+        memo = KernelMemo()  # budget-independent scoring, computed once for the layer's selections
+        for number, selection in enumerate(selections):
             n_keep = selection.layer_budgets[layer_idx]
+            if selection.error is not None:
+                continue
             if n_keep >= keys.shape[-2]:
                 _adopt(selection.cache, layer_idx, keys, values)
                 continue
             started = time.perf_counter()
+            memo.user = number
             # its own copy of the layer: a method that writes into what it reads harms only itself
             own_keys, own_values = keys.clone(), values.clone()
             _adopt(selection.cache, layer_idx, own_keys, own_values)
-            inputs = call.layer_inputs(own_keys, own_values, queries, rotary)
+            inputs = call.layer_inputs(own_keys, own_values, queries, rotary, memo)
             try:
                 kept = selection.method.kept_indices(inputs, n_keep)
                 selection.kept[layer_idx] = store_selection(selection.cache, layer_idx, selection.method, kept,
                                                             n_keep)
             except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
                 selection.error, selection.cache = exc, DynamicCache()
-            selection.seconds += time.perf_counter() - started
+            selection.seconds += time.perf_counter() - started - memo.computing_seconds(number)
+        for number, seconds in memo.shares().items():  # shared kernels: each user pays its share
+            selections[number].seconds += seconds
 
     with projected_queries(model) as projected, after_attention(model, select):
         yield
