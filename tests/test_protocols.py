@@ -218,6 +218,29 @@ def test_per_turn_cuts_the_cache_back_to_the_budget_after_every_turn(model, name
         assert grown.kept_tokens_per_layer[0] > out.kept_tokens_per_layer[0]
 
 
+def test_the_cut_back_after_a_turn_is_booked_in_that_turns_decode_time(model, monkeypatch):
+    """A clock that moves only while a layer is cut back: each turn's decode_s is its cuts' time, so a per_turn
+    cut is never lost between turns (nor counted in the next question's prefill)."""
+    import kvmethods.decoding_compression as decoding_compression
+    import kvmethods.protocols.multi_turn as multi_turn
+    import kvmethods.protocols.shared_context as shared_context
+
+    clock = [0.0]
+    cut = decoding_compression.store_selection
+
+    def slow_cut(*args, **kwargs):
+        clock[0] += 1.0
+        return cut(*args, **kwargs)
+
+    for module in (multi_turn, shared_context):
+        monkeypatch.setattr(module.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(decoding_compression, "store_selection", slow_cut)
+    turns = run_turns(model, get_method("snapkv", per_turn=True), "24", CONTEXT, QUESTIONS, 7, set())
+    layers = len(turns[0].kept_tokens_per_layer)
+    assert [out.decode_s for out in turns] == [float(layers)] * len(QUESTIONS)  # every layer cut after each turn
+    assert all(out.prefill_s == 0.0 for out in turns[1:])
+
+
 @pytest.mark.parametrize("name", ["snapkv", "knorm"])
 def test_per_turn_with_a_budget_above_the_final_length_is_plain_multi_turn(model, name):
     turns = run_turns(model, get_method(name, per_turn=True), "1000", CONTEXT, QUESTIONS, 7, EOS)

@@ -55,6 +55,8 @@ def run_turns(model, method: Method, budget: Budget | str, context: list[int], t
             out = measured_prefill(model, method, state, state.next_position,
                                    context_s + time.perf_counter() - started)
             decode_answer(model, method, state, out, max_new_tokens, eos, return_logprobs)
+            cut_started = time.perf_counter()
+        out.decode_s += time.perf_counter() - cut_started  # per_turn's cut back at the scope's exit: the turn's work
         state.uneven = state.uneven or _uneven(state.cache)
         context_s = 0.0
         pending = out.tokens[-1:] if out.stop_token is None else []  # an eos stop fed every token
