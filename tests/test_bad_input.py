@@ -140,7 +140,8 @@ def workdir(pytester, monkeypatch):
 def assert_one_line_usage_error(pytester, *args: str) -> str:
     results = pytester.path / "results"
     before = _files(pytester.path, results)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+    # the inner run does not need hypothesis's plugin; loaded again mid-test it warns of this module's strategies
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args)
     out, err = result.stdout.str(), result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, (args, out[-2000:], err[-2000:])
     lines = [line for line in err.splitlines() if line.strip()]
