@@ -30,7 +30,7 @@ import torch
 from .attention_hooks import AttentionCall, after_attention
 from .base import Method, param
 from .families import decoder_layers
-from .layer_inputs import LayerInputs
+from .kvzip_attention import RepeatSpan, scoring_attention
 from .scoring import score_dtype
 
 FIRST_INSTRUCTION = "\n\nRepeat the previous context exactly."
@@ -78,37 +78,10 @@ def repeat_inputs(model, context: torch.Tensor, chunk_size: int) -> list[tuple[i
     return out
 
 
-# Logits scored at once: about 2 MiB of float32, the size of an L2 cache. Each block of logits is written by
-# the matmul, masked, softmaxed in place and max-reduced while it is still in cache; blocks of 256 query rows
-# (8 MB on the tiny bench model) made the scoring memory-bound and 2.4x slower.
+# Logits computed at once per block of repeat queries: about 2 MiB of float32, the size of an L2 cache, so that
+# each block is written by the matmul, masked, exponentiated, reduced and multiplied by the values while it is
+# still in cache; blocks of 256 query rows (8 MB on the tiny bench model) made the scoring memory-bound.
 SCRATCH_ELEMENTS = 1 << 19
-
-
-def reconstruction_attention(layer: LayerInputs, start: int, end: int, sinks: int) -> torch.Tensor:
-    """[batch, kv_heads, end - start]: max attention the repeat tokens (the last R cached) give the chunk's
-    keys, the softmax running over the sinks, the chunk and the repeat tokens (causal among them).
-
-    Computed as in the reference: one matmul of a block of repeat queries against [sinks | chunk | repeat]
-    keys, the repeat tokens' future masked, a softmax, the max over the block's rows and the query heads
-    sharing each KV head; blocks are small enough that their logits stay in cache."""
-    repeat = layer.hidden_states.shape[1]
-    dtype = score_dtype(layer.keys)
-    queries = layer.queries(repeat).to(dtype) * layer.head_dim**-0.5  # [batch, q_heads, R, dim]
-    keys = layer.keys.to(dtype)
-    scored = torch.cat([keys[:, :, :sinks], keys[:, :, start:end], keys[:, :, -repeat:]], dim=2)
-    scored = scored.transpose(-1, -2).contiguous()  # [b, kv, dim, sinks + chunk + R]
-    batch, groups, chunk = keys.shape[0], layer.num_groups, end - start
-    rows_per_block = max(1, SCRATCH_ELEMENTS // (queries.shape[1] * scored.shape[-1]))
-    best = torch.zeros(batch, layer.num_kv_heads, chunk, dtype=dtype, device=keys.device)
-    for first in range(0, repeat, rows_per_block):
-        last = min(repeat, first + rows_per_block)
-        block = queries[:, :, first:last].reshape(batch, layer.num_kv_heads, groups * (last - first), -1)
-        logits = (block @ scored[..., : sinks + chunk + last]).view(batch, layer.num_kv_heads, groups, last - first, -1)
-        future = torch.ones(last - first, last, dtype=torch.bool, device=keys.device).triu_(first + 1)
-        logits[..., sinks + chunk :].masked_fill_(future, float("-inf"))
-        weights = torch.softmax(logits, dim=-1)
-        torch.maximum(best, weights[..., sinks : sinks + chunk].amax(dim=(2, 3)), out=best)
-    return best
 
 
 class _LastLayerScored(Exception):
@@ -130,26 +103,25 @@ class KVzip(Method):
         dtype = score_dtype(cache.layers[0].keys)
         scores = [torch.zeros(input_ids.shape[0], heads, context_len, dtype=dtype, device=input_ids.device)
                   for _ in layers]
-        span = {}
+        current = {}
 
-        def score_and_trim(call: AttentionCall) -> None:
+        def take_scores_and_trim(call: AttentionCall) -> None:
+            span = current["span"]
+            scores[call.layer_idx][..., span.start:span.end] = span.take_scores(call.layer_idx)
             cache_layer = cache.layers[call.layer_idx]
-            start, end = span["start"], span["end"]
-            sinks = min(self.n_sink, start)
-            inputs = call.layer_inputs(cache_layer.keys, cache_layer.values)
-            scores[call.layer_idx][..., start:end] = reconstruction_attention(inputs, start, end, sinks)
             cache_layer.keys = cache_layer.keys[:, :, :context_len]  # drop the repeat tokens
             cache_layer.values = cache_layer.values[:, :, :context_len]
             if call.layer_idx == call.n_layers - 1:
                 raise _LastLayerScored  # nothing after the last attention changes a score: skip its MLP
 
-        with after_attention(model, score_and_trim):
+        with after_attention(model, take_scores_and_trim):
             for start, end, repeat in repeat_inputs(model, input_ids, self.chunk_size):
-                span.update(start=start, end=end)
+                current["span"] = RepeatSpan(context_len, start, end, min(self.n_sink, start), SCRATCH_ELEMENTS)
                 positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
                 try:
-                    model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0),
-                                        past_key_values=cache, use_cache=True)
+                    with scoring_attention(model, current["span"]):
+                        model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0),
+                                            past_key_values=cache, use_cache=True)
                 except _LastLayerScored:
                     pass
         for layer_scores in scores:
