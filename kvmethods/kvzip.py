@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .attention_hooks import AttentionCall, after_attention
 from .base import Method, param
 from .families import decoder_layers
 from .kvzip_attention import RepeatSpan, scoring_attention
@@ -84,10 +83,6 @@ def repeat_inputs(model, context: torch.Tensor, chunk_size: int) -> list[tuple[i
 SCRATCH_ELEMENTS = 1 << 19
 
 
-class _LastLayerScored(Exception):
-    """Ends a repeat forward once the last layer is scored: its MLP and the final norm are not needed."""
-
-
 @dataclass
 class KVzip(Method):
     name = "kvzip"
@@ -103,27 +98,14 @@ class KVzip(Method):
         dtype = score_dtype(cache.layers[0].keys)
         scores = [torch.zeros(input_ids.shape[0], heads, context_len, dtype=dtype, device=input_ids.device)
                   for _ in layers]
-        current = {}
-
-        def take_scores_and_trim(call: AttentionCall) -> None:
-            span = current["span"]
-            scores[call.layer_idx][..., span.start:span.end] = span.take_scores(call.layer_idx)
-            cache_layer = cache.layers[call.layer_idx]
-            cache_layer.keys = cache_layer.keys[:, :, :context_len]  # drop the repeat tokens
-            cache_layer.values = cache_layer.values[:, :, :context_len]
-            if call.layer_idx == call.n_layers - 1:
-                raise _LastLayerScored  # nothing after the last attention changes a score: skip its MLP
-
-        with after_attention(model, take_scores_and_trim):
-            for start, end, repeat in repeat_inputs(model, input_ids, self.chunk_size):
-                current["span"] = RepeatSpan(context_len, start, end, min(self.n_sink, start), SCRATCH_ELEMENTS)
-                positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
-                try:
-                    with scoring_attention(model, current["span"]):
-                        model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0),
-                                            past_key_values=cache, use_cache=True)
-                except _LastLayerScored:
-                    pass
+        for start, end, repeat in repeat_inputs(model, input_ids, self.chunk_size):
+            positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
+            with scoring_attention(model, RepeatSpan(context_len, start, end, min(self.n_sink, start),
+                                                     SCRATCH_ELEMENTS, scores)):
+                model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0), past_key_values=cache,
+                                    use_cache=True)
+            for layer in cache.layers:  # drop the repeat tokens: the cache is the prefill's again
+                layer.keys, layer.values = layer.keys[:, :, :context_len], layer.values[:, :, :context_len]
         for layer_scores in scores:
             layer_scores[..., : self.n_sink] = float("inf")
         return scores

@@ -41,21 +41,20 @@ ATTENTION_NAME = "kvbench_kvzip_repeat"  # the name registered with transformers
 @dataclass
 class RepeatSpan:
     """What one repeat forward reconstructs: context tokens [start, end) of `context_len`, the first `sinks`
-    tokens in every row's subset; `scratch` logits are computed per block of query rows."""
+    tokens in every row's subset; `scratch` logits are computed per block of query rows. Each layer's
+    attention writes the chunk's columns of its `scores` [batch, kv_heads, context_len]."""
 
     context_len: int
     start: int
     end: int
     sinks: int
     scratch: int
-    scores: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [batch, kv_heads, end - start]
+    scores: list[torch.Tensor]
+    scored_layers: set[int] = field(default_factory=set)
 
-    def take_scores(self, layer_idx: int) -> torch.Tensor:
-        """The layer's chunk scores, written by its attention in this forward."""
-        if layer_idx not in self.scores:
-            raise MethodError(f"kvzip: layer {layer_idx}'s attention did not run through transformers' "
-                              "AttentionInterface, so it could not be scored")
-        return self.scores.pop(layer_idx)
+
+class _LastLayerScored(Exception):
+    """Ends a repeat forward at the last layer's attention: nothing after it changes a score."""
 
 
 _active_span: ContextVar[RepeatSpan | None] = ContextVar("kvbench_kvzip_span", default=None)
@@ -69,34 +68,39 @@ def reconstruction_layout(states: torch.Tensor, span: RepeatSpan) -> torch.Tenso
 
 
 def attend_and_score(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, span: RepeatSpan,
-                     scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(attention output [batch, R, q_heads, dim], chunk scores [batch, kv_heads, end - start]) of the repeat
-    queries [batch, q_heads, R, dim] over key/value [batch, kv_heads, T + R, dim]."""
+                     scaling: float, with_output: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(attention output [batch, R, q_heads, dim] or None without `with_output`, chunk scores [batch, kv_heads,
+    end - start]) of the repeat queries [batch, q_heads, R, dim] over key/value [batch, kv_heads, T + R, dim].
+    Without the output only the subset's columns are computed."""
     dtype = score_dtype(key)
     batch, q_heads, repeat, dim = query.shape
     kv_heads, context, chunk = key.shape[1], span.context_len, span.end - span.start
     groups = q_heads // kv_heads
     keys = reconstruction_layout(key, span).to(dtype)
-    values = reconstruction_layout(value, span).to(dtype)
     others = context - span.sinks - chunk  # columns outside the subset; repeat token r is column context + r
+    skipped = 0 if with_output else others  # leading columns not computed
     grouped = (query.to(dtype) * scaling).contiguous().view(batch, kv_heads, groups, repeat, dim)
-    out = torch.empty(batch, repeat, kv_heads, groups, dim, dtype=dtype, device=query.device)
+    if with_output:
+        values = reconstruction_layout(value, span).to(dtype)
+        out = torch.empty(batch, repeat, kv_heads, groups, dim, dtype=dtype, device=query.device)
     best = torch.zeros(batch, kv_heads, chunk, dtype=dtype, device=query.device)
-    rows_per_block = max(1, span.scratch // (q_heads * (context + repeat)))
+    rows_per_block = max(1, span.scratch // (q_heads * (context + repeat - skipped)))
     for first in range(0, repeat, rows_per_block):
         last = min(repeat, first + rows_per_block)
         rows, columns = last - first, context + last
         block = grouped[:, :, :, first:last].reshape(batch, kv_heads, groups * rows, dim)
-        logits = block @ keys[:, :, :columns].transpose(-1, -2)  # [batch, kv_heads, groups * rows, columns]
-        per_row = logits.view(batch, kv_heads, groups, rows, columns)
+        logits = block @ keys[:, :, skipped:columns].transpose(-1, -2)  # [batch, kv_heads, groups * rows, .]
+        per_row = logits.view(batch, kv_heads, groups, rows, columns - skipped)
         future = torch.ones(rows, rows, dtype=torch.bool, device=query.device).triu_(1)
-        per_row[..., context + first:].masked_fill_(future, float("-inf"))
-        subset, rest = logits[..., others:], logits[..., :others]
+        per_row[..., context - skipped + first:].masked_fill_(future, float("-inf"))
+        subset, rest = logits[..., others - skipped:], logits[..., :others - skipped]
         subset_max = subset.amax(-1, keepdim=True)
         subset.sub_(subset_max).exp_()
         subset_sum = subset.sum(-1, keepdim=True)
         subset.div_(subset_sum)  # KVzip's attention: the softmax restricted to [sinks | chunk | repeat]
-        torch.maximum(best, per_row[..., others + span.sinks:context].amax(dim=(2, 3)), out=best)
+        torch.maximum(best, per_row[..., others - skipped + span.sinks:context - skipped].amax(dim=(2, 3)), out=best)
+        if not with_output:
+            continue
         block_out = subset @ values[:, :, others:columns]
         if others:
             row_max = torch.maximum(rest.amax(-1, keepdim=True), subset_max)
@@ -105,15 +109,21 @@ def attend_and_score(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
             block_out.mul_(subset_weight).add_(rest @ values[:, :, :others])
             block_out.div_(subset_weight + rest.sum(-1, keepdim=True))
         out[:, first:last] = block_out.view(batch, kv_heads, groups, rows, dim).permute(0, 3, 1, 2, 4)
-    return out.view(batch, repeat, q_heads, dim), best
+    return (out.view(batch, repeat, q_heads, dim) if with_output else None), best
 
 
 def repeat_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                      **kwargs):
-    """A transformers attention function: the repeat forward's attention, its chunk scores kept for kvzip."""
+    """A transformers attention function: the repeat forward's attention, its chunk scores written for kvzip.
+    The last layer's output is not computed: the forward stops there."""
     span = _active_span.get()
-    output, span.scores[module.layer_idx] = attend_and_score(
-        query, key, value, span, query.shape[-1] ** -0.5 if scaling is None else scaling)
+    last_layer = module.layer_idx == len(span.scores) - 1
+    output, best = attend_and_score(query, key, value, span, query.shape[-1] ** -0.5 if scaling is None else scaling,
+                                    with_output=not last_layer)
+    span.scores[module.layer_idx][..., span.start:span.end] = best
+    span.scored_layers.add(module.layer_idx)
+    if last_layer:
+        raise _LastLayerScored
     return output.to(query.dtype), None
 
 
@@ -128,12 +138,19 @@ AttentionMaskInterface.register(ATTENTION_NAME, no_mask)
 
 @contextmanager
 def scoring_attention(model, span: RepeatSpan) -> Iterator[RepeatSpan]:
-    """While active, the model's attention is the repeat forward's, each layer's chunk scores in `span`."""
+    """While active, the model's attention is the repeat forward's: a forward scores the chunk in every layer
+    of `span.scores` and ends at the last layer's attention (the cache then still holds the repeat tokens)."""
     previous = model.config._attn_implementation
     token = _active_span.set(span)
     model.set_attn_implementation(ATTENTION_NAME)
     try:
         yield span
+    except _LastLayerScored:
+        pass
     finally:
         model.set_attn_implementation(previous)
         _active_span.reset(token)
+    unscored = sorted(set(range(len(span.scores))) - span.scored_layers)
+    if unscored:
+        raise MethodError(f"kvzip: the attention of layers {unscored} did not run through transformers' "
+                          "AttentionInterface, so they could not be scored")

@@ -17,7 +17,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 import kvmethods.kvzip as kvzip_module
 from kvmethods import MethodError, get_method
 from kvmethods.generation import prefill
-from kvmethods.kvzip_attention import ATTENTION_NAME, RepeatSpan, scoring_attention
+from kvmethods.kvzip_attention import ATTENTION_NAME, RepeatSpan, attend_and_score, scoring_attention
 from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (one_thread applies here)
 
@@ -46,13 +46,24 @@ def context_cache(model):
     return cache
 
 
-def repeat_forward(model, cache, repeat):
-    """Hidden states of every layer for the repeat tokens, attending over the context's cache."""
+def repeat_forward(model, cache, repeat, outputs):
+    """Appends each decoder layer's output for the repeat tokens, attending over the context's cache, to
+    `outputs` (a forward under scoring_attention ends at the last layer's attention: that layer adds none)."""
+    hooks = [layer.register_forward_hook(lambda module, args, output: outputs.append(output))
+             for layer in model.model.layers]
     positions = torch.arange(len(CONTEXT), len(CONTEXT) + len(repeat)).unsqueeze(0)
-    with torch.no_grad():
-        out = model.get_decoder()(input_ids=torch.tensor([repeat]), position_ids=positions, past_key_values=cache,
-                                  use_cache=True, output_hidden_states=True)
-    return out.hidden_states
+    try:
+        with torch.no_grad():
+            model.get_decoder()(input_ids=torch.tensor([repeat]), position_ids=positions, past_key_values=cache,
+                                use_cache=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def empty_scores(model, dtype):
+    heads = model.config.num_key_value_heads
+    return [torch.zeros(1, heads, len(CONTEXT), dtype=dtype) for _ in range(model.config.num_hidden_layers)]
 
 
 _captured: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -100,35 +111,54 @@ def test_repeat_attention_equals_sdpa_and_its_scores_equal_the_brute_force(famil
     model = model_in(family, dtype)
     repeat = INSTRUCTION + CONTEXT[start:end]
     cache = context_cache(model)
-    expected = repeat_forward(model, copy.deepcopy(cache), repeat)
-    span = RepeatSpan(len(CONTEXT), start, end, sinks, scratch)
+    expected, got = [], []
+    repeat_forward(model, copy.deepcopy(cache), repeat, expected)
+    span = RepeatSpan(len(CONTEXT), start, end, sinks, scratch, empty_scores(model, dtype))
     with scoring_attention(model, span):
         assert model.config._attn_implementation == ATTENTION_NAME
-        got = repeat_forward(model, cache, repeat)
+        repeat_forward(model, cache, repeat, got)
     assert model.config._attn_implementation == "sdpa"
+    assert len(got) == model.config.num_hidden_layers - 1  # stopped at the last layer's attention
     for layer, (ours, theirs) in enumerate(zip(got, expected)):
-        torch.testing.assert_close(ours, theirs, rtol=tolerance, atol=tolerance, msg=f"layer {layer - 1}")
-    reference = brute_force_scores(model, start, end, sinks, repeat)
-    assert sorted(span.scores) == list(range(model.config.num_hidden_layers))
-    for layer, expected_scores in enumerate(reference):
-        torch.testing.assert_close(span.take_scores(layer)[0], expected_scores, rtol=tolerance, atol=tolerance)
+        torch.testing.assert_close(ours, theirs, rtol=tolerance, atol=tolerance, msg=f"layer {layer}")
+    assert span.scored_layers == set(range(model.config.num_hidden_layers))
+    for layer, expected_scores in enumerate(brute_force_scores(model, start, end, sinks, repeat)):
+        torch.testing.assert_close(span.scores[layer][0, :, start:end], expected_scores, rtol=tolerance,
+                                   atol=tolerance)
+        assert not span.scores[layer][..., :start].any() and not span.scores[layer][..., end:].any()
+
+
+@pytest.mark.parametrize("start, end, sinks", SPANS)
+@pytest.mark.parametrize("scratch", [1, 1 << 12, 1 << 30])
+def test_attend_and_score_equals_sdpa_with_a_causal_mask_and_scores_alone_are_the_same(start, end, sinks, scratch):
+    """At the function: random GQA tensors (8 query / 2 KV heads), the mask sdpa would get over a cache."""
+    generator = torch.Generator().manual_seed(start)
+    T, R, dim = len(CONTEXT), 5 + end - start, 16
+    query = torch.randn(1, 8, R, dim, generator=generator, dtype=torch.float64) * 3
+    key, value = (torch.randn(1, 2, T + R, dim, generator=generator, dtype=torch.float64) for _ in range(2))
+    span = RepeatSpan(T, start, end, sinks, scratch, [])
+    out, scores = attend_and_score(query, key, value, span, dim**-0.5)
+    sees = torch.ones(R, T + R, dtype=torch.bool).tril_(T)  # row r: the context and repeat tokens up to r
+    expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=sees, enable_gqa=True)
+    torch.testing.assert_close(out, expected.transpose(1, 2), rtol=1e-12, atol=1e-12)
+    alone, scores_alone = attend_and_score(query, key, value, span, dim**-0.5, with_output=False)
+    assert alone is None
+    torch.testing.assert_close(scores_alone, scores, rtol=1e-12, atol=1e-12)
 
 
 def test_the_attention_implementation_is_restored_when_the_forward_raises(family):
     model = model_in(family, torch.float32)
-    span = RepeatSpan(len(CONTEXT), 0, 40, 0, 1 << 19)
+    span = RepeatSpan(len(CONTEXT), 0, 40, 0, 1 << 19, empty_scores(model, torch.float32))
     with pytest.raises(RuntimeError, match="stop"):
         with scoring_attention(model, span):
             raise RuntimeError("stop")
     assert model.config._attn_implementation == "sdpa"
-    with pytest.raises(MethodError, match="layer 0's attention did not run through"):
-        span.take_scores(0)
 
 
 def test_kvzip_refuses_a_model_whose_attention_bypasses_the_interface(family, monkeypatch):
     model = model_in(family, torch.float32)
     monkeypatch.setattr(model, "set_attn_implementation", lambda implementation: None)  # sdpa stays in place
-    with pytest.raises(MethodError, match="did not run through transformers' AttentionInterface"):
+    with pytest.raises(MethodError, match=r"layers \[0, 1, 2, 3\] did not run through transformers' Attention"):
         prefill(model, get_method("kvzip", chunk_size=40), "30", CONTEXT, len(CONTEXT), "question_in_window")
 
 
