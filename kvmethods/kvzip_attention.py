@@ -41,7 +41,7 @@ ATTENTION_NAME = "kvbench_kvzip_repeat"  # the name registered with transformers
 @dataclass
 class RepeatSpan:
     """What one repeat forward reconstructs: context tokens [start, end) of `context_len`, the first `sinks`
-    tokens in every row's subset; `scratch` logits are computed per block of query rows. Each layer's
+    tokens in every row's subset; blocks of query rows have up to `scratch` logits per KV head. Each layer's
     attention writes the chunk's columns of its `scores` [batch, kv_heads, context_len]."""
 
     context_len: int
@@ -84,7 +84,7 @@ def attend_and_score(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         values = reconstruction_layout(value, span).to(dtype)
         out = torch.empty(batch, repeat, kv_heads, groups, dim, dtype=dtype, device=query.device)
     best = torch.zeros(batch, kv_heads, chunk, dtype=dtype, device=query.device)
-    rows_per_block = max(1, span.scratch // (q_heads * (context + repeat - skipped)))
+    rows_per_block = max(1, span.scratch // (groups * (context + repeat - skipped)))
     for first in range(0, repeat, rows_per_block):
         last = min(repeat, first + rows_per_block)
         rows, columns = last - first, context + last
