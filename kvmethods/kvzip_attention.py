@@ -19,6 +19,8 @@ then rescaled by one factor per row. Keys and values are laid out once per layer
 [other context | sinks | chunk | repeat], so the columns a block sees are one prefix of them (the repeat
 tokens after the block's last row are never computed) and the subset is that prefix's tail.
 The mask transformers builds is not needed: the layout says what each row sees (one sequence, no padding).
+The last layer computes the scores only (its subset's columns) and ends the forward there: its output, its
+MLP and the final norm would change no score.
 """
 
 from __future__ import annotations
