@@ -1,10 +1,9 @@
 """Hooks on every decoder layer's attention module, registered and removed in one place.
 
 kvmethods never replaces an attention forward: whatever acts layer by layer during a forward
-(compression at prefill, the shared prefill's selections, compression while decoding, KVzip's
-reconstruction scores, ThinK's window queries, per-layer causal masks) hooks each layer's attention
-module through PyTorch's public hook API and removes the hooks when the forward is done, also when
-it raised. This module does that registration, unpacks what a hook receives into an
+(compression at prefill, the shared prefill's selections, compression while decoding, ThinK's
+window queries, per-layer causal masks) hooks each layer's attention module through PyTorch's public
+hook API and removes the hooks when the forward is done, also when it raised. This module does that registration, unpacks what a hook receives into an
 `AttentionCall`, and keeps q_proj's output so that queries need not be projected twice.
 """
 

@@ -7,9 +7,15 @@ prefilled cache, and a key's score is the largest attention it receives from tho
 the repeat queries and the query heads sharing its KV head). As in the reference, each chunk's softmax
 runs over the first `n_sink` tokens, the chunk's own keys and the repeat tokens only; later chunks'
 instructions end with the previous chunk's last 8 tokens, and the first n_sink tokens are always kept.
-The repeat tokens are dropped from the cache after each layer, so the cache ends as it was, and each repeat
-forward stops once the last layer is scored (its MLP would change no score); the extra forwards are part of
-the prefill time and reported separately (`scoring_ms` in the records).
+The scores come from inside the repeat forward's attention, as in the reference: `kvzip_attention.py`, an
+attention function registered with transformers' AttentionInterface and named by the model only during
+these forwards, computes each block of logits once for both the layer's output and the chunk's scores (the
+hidden states equal sdpa's to float rounding). Each repeat forward ends at the last layer's attention, which
+computes the scores only (its output, MLP and the final norm would change no score), and the repeat tokens
+are then dropped from the cache, so the cache ends as it was. The extra forwards are part of the prefill time
+and reported separately (`scoring_ms` in the records): at 4,096 tokens on CPU, prefill + scoring is 3.2x a
+plain prefill on the tiny bench model, where attention dominates, and 2.26x on an MLP-dominated one (README
+"Performance": the repeat forwards attend over 2.5x the query-key pairs of the causal prefill by design).
 
 Defaults chunk_size=2048 and n_sink=4 are kvpress KVzipPress's (the instruction strings too). Unlike
 KVzipPress (which shares the budget over all heads and, by default, all layers), plain `kvzip` keeps the
@@ -27,10 +33,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .attention_hooks import AttentionCall, after_attention
 from .base import Method, param
 from .families import decoder_layers
-from .layer_inputs import LayerInputs
+from .kvzip_attention import RepeatSpan, scoring_attention
 from .scoring import score_dtype
 
 FIRST_INSTRUCTION = "\n\nRepeat the previous context exactly."
@@ -78,41 +83,12 @@ def repeat_inputs(model, context: torch.Tensor, chunk_size: int) -> list[tuple[i
     return out
 
 
-# Logits scored at once: about 2 MiB of float32, the size of an L2 cache. Each block of logits is written by
-# the matmul, masked, softmaxed in place and max-reduced while it is still in cache; blocks of 256 query rows
-# (8 MB on the tiny bench model) made the scoring memory-bound and 2.4x slower.
+# Logits per KV head computed at once by the repeat attention (kvzip_attention.py): 2 MiB of float32, the size
+# of an L2 cache, so that one KV head's block of logits stays in cache from the matmul to the product with the
+# values, while each key and value read serves as many query rows as that allows. Measured (kvzip over a plain
+# prefill, 4,096 tokens): 2^18 per KV head 3.26 (bench model) / 2.28 (mlp-bound), 2^19: 3.30 / 2.22, 2^20: 3.35
+# (bench); blocks of 256 query rows (8 MB on the bench model) had made the old scoring memory-bound.
 SCRATCH_ELEMENTS = 1 << 19
-
-
-def reconstruction_attention(layer: LayerInputs, start: int, end: int, sinks: int) -> torch.Tensor:
-    """[batch, kv_heads, end - start]: max attention the repeat tokens (the last R cached) give the chunk's
-    keys, the softmax running over the sinks, the chunk and the repeat tokens (causal among them).
-
-    Computed as in the reference: one matmul of a block of repeat queries against [sinks | chunk | repeat]
-    keys, the repeat tokens' future masked, a softmax, the max over the block's rows and the query heads
-    sharing each KV head; blocks are small enough that their logits stay in cache."""
-    repeat = layer.hidden_states.shape[1]
-    dtype = score_dtype(layer.keys)
-    queries = layer.queries(repeat).to(dtype) * layer.head_dim**-0.5  # [batch, q_heads, R, dim]
-    keys = layer.keys.to(dtype)
-    scored = torch.cat([keys[:, :, :sinks], keys[:, :, start:end], keys[:, :, -repeat:]], dim=2)
-    scored = scored.transpose(-1, -2).contiguous()  # [b, kv, dim, sinks + chunk + R]
-    batch, groups, chunk = keys.shape[0], layer.num_groups, end - start
-    rows_per_block = max(1, SCRATCH_ELEMENTS // (queries.shape[1] * scored.shape[-1]))
-    best = torch.zeros(batch, layer.num_kv_heads, chunk, dtype=dtype, device=keys.device)
-    for first in range(0, repeat, rows_per_block):
-        last = min(repeat, first + rows_per_block)
-        block = queries[:, :, first:last].reshape(batch, layer.num_kv_heads, groups * (last - first), -1)
-        logits = (block @ scored[..., : sinks + chunk + last]).view(batch, layer.num_kv_heads, groups, last - first, -1)
-        future = torch.ones(last - first, last, dtype=torch.bool, device=keys.device).triu_(first + 1)
-        logits[..., sinks + chunk :].masked_fill_(future, float("-inf"))
-        weights = torch.softmax(logits, dim=-1)
-        torch.maximum(best, weights[..., sinks : sinks + chunk].amax(dim=(2, 3)), out=best)
-    return best
-
-
-class _LastLayerScored(Exception):
-    """Ends a repeat forward once the last layer is scored: its MLP and the final norm are not needed."""
 
 
 @dataclass
@@ -130,28 +106,14 @@ class KVzip(Method):
         dtype = score_dtype(cache.layers[0].keys)
         scores = [torch.zeros(input_ids.shape[0], heads, context_len, dtype=dtype, device=input_ids.device)
                   for _ in layers]
-        span = {}
-
-        def score_and_trim(call: AttentionCall) -> None:
-            cache_layer = cache.layers[call.layer_idx]
-            start, end = span["start"], span["end"]
-            sinks = min(self.n_sink, start)
-            inputs = call.layer_inputs(cache_layer.keys, cache_layer.values)
-            scores[call.layer_idx][..., start:end] = reconstruction_attention(inputs, start, end, sinks)
-            cache_layer.keys = cache_layer.keys[:, :, :context_len]  # drop the repeat tokens
-            cache_layer.values = cache_layer.values[:, :, :context_len]
-            if call.layer_idx == call.n_layers - 1:
-                raise _LastLayerScored  # nothing after the last attention changes a score: skip its MLP
-
-        with after_attention(model, score_and_trim):
-            for start, end, repeat in repeat_inputs(model, input_ids, self.chunk_size):
-                span.update(start=start, end=end)
-                positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
-                try:
-                    model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0),
-                                        past_key_values=cache, use_cache=True)
-                except _LastLayerScored:
-                    pass
+        for start, end, repeat in repeat_inputs(model, input_ids, self.chunk_size):
+            positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
+            with scoring_attention(model, RepeatSpan(context_len, start, end, min(self.n_sink, start),
+                                                     SCRATCH_ELEMENTS, scores)):
+                model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0), past_key_values=cache,
+                                    use_cache=True)
+            for layer in cache.layers:  # drop the repeat tokens: the cache is the prefill's again
+                layer.keys, layer.values = layer.keys[:, :, :context_len], layer.values[:, :, :context_len]
         for layer_scores in scores:
             layer_scores[..., : self.n_sink] = float("inf")
         return scores
