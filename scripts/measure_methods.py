@@ -17,10 +17,15 @@ The children run with a fixed glibc mmap threshold so that freed tensors leave t
 
 `--model mlp-bound` measures a random Llama whose linear layers dominate the prefill (hidden 1024, MLP
 4096, 4 layers, 16 query / 4 KV heads of 64), closer to the 7-8B models of the papers than the tiny bench
-model, on which attention dominates at 4,096 tokens.
+model, on which attention dominates at 4,096 tokens. `--model llama3-8b-layers` has Llama-3-8B's layer shapes
+(hidden 4096, MLP 14336, 32 query / 8 KV heads of 128), the papers' setting, with `--layers` of them (4 by
+default: each prefill is ~2 TFLOP per layer, minutes on a CPU). KVzip's repeat forward stops after the last
+layer's scores, so its cost per layer depends on the layer count; `--layers 2` and `--layers 4` give the
+per-layer costs that `kvzip_extrapolated` (printed when both runs are named with `--extrapolate`) turns into
+the ratio of the 32-layer model. `--no-memory` skips the peak-memory children (each repeats a prefill).
 
-    python scripts/measure_methods.py [--model bench|mlp-bound] [--prompt 4096] [--budget 1024] [--repeats 5]
-                                      [--threads 1]
+    python scripts/measure_methods.py [--model bench|mlp-bound|llama3-8b-layers] [--layers N] [--prompt 4096]
+                                      [--budget 1024] [--repeats 5] [--threads 1] [--no-memory]
 """
 
 from __future__ import annotations
@@ -51,11 +56,26 @@ MODELS = {
     "bench": BENCH_MODEL,
     "mlp-bound": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=16,
                       num_key_value_heads=4, vocab_size=32000),
+    "llama3-8b-layers": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=4, num_attention_heads=32,
+                             num_key_value_heads=8, vocab_size=32000),
 }
 
 
-def load_model(name: str):
-    return tiny_model("llama", seed=0, **MODELS[name])
+def load_model(name: str, layers: int | None = None):
+    shape = MODELS[name] | ({"num_hidden_layers": layers} if layers else {})
+    return tiny_model("llama", seed=0, **shape)
+
+
+def kvzip_extrapolated(runs: dict[int, tuple[float, float]], layers: int) -> float:
+    """kvzip / plain prefill for a model of `layers` layers, from runs {L: (plain CPU s, kvzip CPU s)} at two
+    layer counts: a plain prefill costs L x p, kvzip's extra (L - 1) x r + r_last (the last layer only
+    scores), so two counts give p, r and r_last."""
+    (small, (plain_small, kvzip_small)), (large, (plain_large, kvzip_large)) = sorted(runs.items())[:2]
+    per_layer_plain = (plain_large - plain_small) / (large - small)
+    per_layer_repeat = ((kvzip_large - plain_large) - (kvzip_small - plain_small)) / (large - small)
+    last_layer = (kvzip_small - plain_small) - (small - 1) * per_layer_repeat
+    fixed_plain = plain_small - small * per_layer_plain  # embedding, final norm, the last position's logits
+    return 1 + ((layers - 1) * per_layer_repeat + last_layer) / (layers * per_layer_plain + fixed_plain)
 
 
 def prompt_ids(length: int) -> list[int]:
@@ -83,8 +103,8 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def memory_child(model_name: str, method_name: str, budget: str, length: int) -> dict:
-    model = load_model(model_name)
+def memory_child(model_name: str, method_name: str, budget: str, length: int, layers: int | None = None) -> dict:
+    model = load_model(model_name, layers)
     run_prefill(model, method_name, budget, prompt_ids(256))  # load kernels and code paths
     ids = prompt_ids(length)
     with open("/proc/self/clear_refs", "w") as clear:
@@ -96,7 +116,8 @@ def memory_child(model_name: str, method_name: str, budget: str, length: int) ->
 
 
 def measure_memory(method_name: str, args) -> dict:
-    return run_child(__file__, ["--memory-child", method_name, "--model", args.model, "--prompt", str(args.prompt),
+    layers = ["--layers", str(args.layers)] if args.layers else []
+    return run_child(__file__, ["--memory-child", method_name, "--model", args.model, *layers, "--prompt", str(args.prompt),
                                 "--budget", args.budget, "--threads", str(args.threads)])
 
 
@@ -117,15 +138,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--layers", type=int, help="decoder layers of the model (default: the model's own)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory children")
+    parser.add_argument("--extrapolate", nargs=2, metavar="L:PLAIN_S:KVZIP_S",
+                        help="two runs' (layers, plain, kvzip CPU s): print kvzip's ratio at 32 layers and exit")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.extrapolate:
+        runs = {int(layers): (float(plain), float(kvzip))
+                for layers, plain, kvzip in (run.split(":") for run in args.extrapolate)}
+        print(f"kvzip / plain prefill at 32 layers: {kvzip_extrapolated(runs, 32):.3f}")
+        return
     torch.set_num_threads(args.threads)
     if args.memory_child:
-        print(json.dumps(memory_child(args.model, args.memory_child, args.budget, args.prompt)))
+        print(json.dumps(memory_child(args.model, args.memory_child, args.budget, args.prompt, args.layers)))
         return
 
     methods = args.methods.split(",")
-    model, ids = load_model(args.model), prompt_ids(args.prompt)
+    model, ids = load_model(args.model, args.layers), prompt_ids(args.prompt)
     for name in ["full", *methods]:
         run_prefill(model, name, args.budget, ids[:512])  # warm-up
     times: dict[str, list[float]] = {name: [] for name in ["full", *methods]}
@@ -135,11 +165,12 @@ def main() -> None:
             cpu, scoring_share[name], kv_bytes[name] = timed_prefill(model, name, args.budget, ids)
             times[name].append(cpu)
     plain_time = min(times["full"])
-    plain_memory = measure_memory("full", args)
+    skipped = {"extra_kib": float("nan"), "peak_kib": float("nan")}
+    plain_memory = skipped if args.no_memory else measure_memory("full", args)
 
     rows = []
     for name in methods:
-        memory = measure_memory(name, args)
+        memory = skipped if args.no_memory else measure_memory(name, args)
         time_ratio = min(times[name]) / plain_time
         extra_ratio = memory["extra_kib"] / plain_memory["extra_kib"]
         process_ratio = memory["peak_kib"] / plain_memory["peak_kib"]
@@ -149,9 +180,10 @@ def main() -> None:
                      "-" if target is None else ("ok" if time_ratio <= target else "OVER") + f" (<= {target})",
                      f"{scoring_share[name]:.2f}" if scoring_share[name] else "-",
                      f"{memory['extra_kib'] / 1024:.1f}", f"{extra_ratio:.3f}", f"{process_ratio:.3f}",
-                     "ok" if extra_ratio <= 1.15 else "OVER",
+                     "-" if args.no_memory else "ok" if extra_ratio <= 1.15 else "OVER",
                      f"{physical / logical:.3f}" + ("" if physical <= BYTES_TARGET * logical else " OVER")])
-    print(f"random Llama {MODELS[args.model]}, prompt {args.prompt} tokens, budget {args.budget}, "
+    shape = MODELS[args.model] | ({"num_hidden_layers": args.layers} if args.layers else {})
+    print(f"random Llama {shape}, prompt {args.prompt} tokens, budget {args.budget}, "
           f"{args.threads} thread(s), torch {torch.__version__}")
     print(f"plain prefill: {plain_time:.3f} CPU s (min of {args.repeats}); peak {plain_memory['extra_kib'] / 1024:.1f} MiB "
           f"above the loaded model (process peak {plain_memory['peak_kib'] / 1024:.1f} MiB)")
