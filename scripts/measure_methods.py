@@ -144,9 +144,16 @@ def main() -> None:
                         help="two runs' (layers, plain, kvzip CPU s): print kvzip's ratio at 32 layers and exit")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.layers is not None and args.layers < 1:
+        parser.error("--layers must be a positive integer")
     if args.extrapolate:
-        runs = {int(layers): (float(plain), float(kvzip))
-                for layers, plain, kvzip in (run.split(":") for run in args.extrapolate)}
+        try:
+            runs = {int(layers): (float(plain), float(kvzip))
+                    for layers, plain, kvzip in (run.split(":") for run in args.extrapolate)}
+        except ValueError:
+            parser.error("--extrapolate takes two LAYERS:PLAIN_S:KVZIP_S runs, e.g. 2:43.0:70.2 4:81.1:157.9")
+        if len(runs) != 2 or min(runs) < 1:
+            parser.error("--extrapolate needs runs at two different positive layer counts")
         print(f"kvzip / plain prefill at 32 layers: {kvzip_extrapolated(runs, 32):.3f}")
         return
     torch.set_num_threads(args.threads)
