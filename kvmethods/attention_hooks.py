@@ -4,13 +4,16 @@ kvmethods never replaces an attention forward: whatever acts layer by layer duri
 (compression at prefill, the shared prefill's selections, compression while decoding, ThinK's
 window queries, per-layer causal masks) hooks each layer's attention module through PyTorch's public
 hook API and removes the hooks when the forward is done, also when it raised. This module does that registration, unpacks what a hook receives into an
-`AttentionCall`, and keeps q_proj's output so that queries need not be projected twice.
+`AttentionCall`, and keeps q_proj's output so that queries need not be projected twice. Where a whole
+attention computation must differ (ragged caches, KVzip's repeat forwards), `attention_function` names a
+function registered with transformers' public AttentionInterface for the duration of a block.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +21,20 @@ from torch.utils.hooks import RemovableHandle
 
 from .families import decoder_layers
 from .layer_inputs import LayerInputs
+
+
+@contextmanager
+def attention_function(model, name: str, state: ContextVar, value) -> Iterator[None]:
+    """While active, the model's attention runs the AttentionInterface function registered as `name`, which
+    reads `value` from `state`; the previous implementation and state are restored also when the forward raised."""
+    previous = model.config._attn_implementation
+    token = state.set(value)
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+        state.reset(token)
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,8 @@ class KernelMemo:
         entry = self._entries.get(key)
         if entry is None:
             started = time.perf_counter()
-            entry = _Entry(compute(), 0.0)
-            entry.seconds = time.perf_counter() - started
-            self._entries[key] = entry
+            value = compute()
+            entry = self._entries[key] = _Entry(value, time.perf_counter() - started)
             self._computing[self.user] += entry.seconds
         entry.users.add(self.user)
         return entry.value.clone()

@@ -34,6 +34,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
+from .attention_hooks import attention_function
 from .errors import MethodError
 from .scoring import score_dtype
 
@@ -142,16 +143,11 @@ AttentionMaskInterface.register(ATTENTION_NAME, no_mask)
 def scoring_attention(model, span: RepeatSpan) -> Iterator[RepeatSpan]:
     """While active, the model's attention is the repeat forward's: a forward scores the chunk in every layer
     of `span.scores` and ends at the last layer's attention (the cache then still holds the repeat tokens)."""
-    previous = model.config._attn_implementation
-    token = _active_span.set(span)
-    model.set_attn_implementation(ATTENTION_NAME)
     try:
-        yield span
+        with attention_function(model, ATTENTION_NAME, _active_span, span):
+            yield span
     except _LastLayerScored:
         pass
-    finally:
-        model.set_attn_implementation(previous)
-        _active_span.reset(token)
     unscored = sorted(set(range(len(span.scores))) - span.scored_layers)
     if unscored:
         raise MethodError(f"kvzip: the attention of layers {unscored} did not run through transformers' "

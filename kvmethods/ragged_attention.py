@@ -33,6 +33,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from .attention_hooks import attention_function
 from .ragged import KERNEL as PADDED_KERNEL
 from .ragged import RaggedLayer
 
@@ -114,15 +115,11 @@ def ragged_attention(model, cache) -> Iterator[None]:
     if not ragged or kernel_name(model) != VARLEN_KERNEL:
         yield
         return
-    previous = model.config._attn_implementation
-    token = _active_cache.set(cache)
     for layer in ragged:
         layer.packed_reads = True
-    model.set_attn_implementation(ATTENTION_NAME)
     try:
-        yield
+        with attention_function(model, ATTENTION_NAME, _active_cache, cache):
+            yield
     finally:
-        model.set_attn_implementation(previous)
         for layer in ragged:
             layer.packed_reads = False
-        _active_cache.reset(token)
