@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -42,7 +43,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from tabulate import tabulate
 
-from kvmethods import get_method
+from kvmethods import MethodError, get_method
 from kvmethods.generation import prefill
 from kvmethods.ragged import cache_bytes
 from kvmethods.testing import BENCH_MODEL, tiny_model
@@ -51,6 +52,7 @@ METHODS = ["snapkv", "pyramidkv", "tova", "knorm", "streamingllm", "random", "h2
            "expected_attention", "kvzip"]
 TIME_TARGETS = {"h2o": 1.5, "random": None, "adakv": 1.15, "criticalkv": 1.15, "expected_attention": 1.15,
                 "kvzip": 2.2}  # random: no target in the issue
+MAX_LAYERS = 128  # deeper random models would only exhaust memory: the layer count is for extrapolation
 BYTES_TARGET = 1.05  # physical / logical KV bytes (adakv's ragged storage)
 MODELS = {
     "bench": BENCH_MODEL,
@@ -61,9 +63,12 @@ MODELS = {
 }
 
 
+def model_shape(name: str, layers: int | None = None) -> dict:
+    return MODELS[name] | ({"num_hidden_layers": layers} if layers else {})
+
+
 def load_model(name: str, layers: int | None = None):
-    shape = MODELS[name] | ({"num_hidden_layers": layers} if layers else {})
-    return tiny_model("llama", seed=0, **shape)
+    return tiny_model("llama", seed=0, **model_shape(name, layers))
 
 
 def kvzip_extrapolated(runs: dict[int, tuple[float, float]], layers: int) -> float:
@@ -144,8 +149,16 @@ def main() -> None:
                         help="two runs' (layers, plain, kvzip CPU s): print kvzip's ratio at 32 layers and exit")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.layers is not None and args.layers < 1:
-        parser.error("--layers must be a positive integer")
+    for name in ("prompt", "repeats", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive integer")
+    try:
+        for name in args.methods.split(","):
+            get_method(name)
+    except MethodError as error:
+        parser.error(f"--methods: {error}")
+    if args.layers is not None and not 1 <= args.layers <= MAX_LAYERS:
+        parser.error(f"--layers must be an integer from 1 to {MAX_LAYERS}")
     if args.extrapolate:
         try:
             runs = {int(layers): (float(plain), float(kvzip))
@@ -154,6 +167,8 @@ def main() -> None:
             parser.error("--extrapolate takes two LAYERS:PLAIN_S:KVZIP_S runs, e.g. 2:43.0:70.2 4:81.1:157.9")
         if len(runs) != 2 or min(runs) < 1:
             parser.error("--extrapolate needs runs at two different positive layer counts")
+        if not all(0 < seconds < math.inf for run in runs.values() for seconds in run):
+            parser.error("--extrapolate: CPU seconds must be positive finite numbers")
         print(f"kvzip / plain prefill at 32 layers: {kvzip_extrapolated(runs, 32):.3f}")
         return
     torch.set_num_threads(args.threads)
@@ -189,8 +204,7 @@ def main() -> None:
                      f"{memory['extra_kib'] / 1024:.1f}", f"{extra_ratio:.3f}", f"{process_ratio:.3f}",
                      "-" if args.no_memory else "ok" if extra_ratio <= 1.15 else "OVER",
                      f"{physical / logical:.3f}" + ("" if physical <= BYTES_TARGET * logical else " OVER")])
-    shape = MODELS[args.model] | ({"num_hidden_layers": args.layers} if args.layers else {})
-    print(f"random Llama {shape}, prompt {args.prompt} tokens, budget {args.budget}, "
+    print(f"random Llama {model_shape(args.model, args.layers)}, prompt {args.prompt} tokens, budget {args.budget}, "
           f"{args.threads} thread(s), torch {torch.__version__}")
     print(f"plain prefill: {plain_time:.3f} CPU s (min of {args.repeats}); peak {plain_memory['extra_kib'] / 1024:.1f} MiB "
           f"above the loaded model (process peak {plain_memory['peak_kib'] / 1024:.1f} MiB)")
