@@ -69,10 +69,11 @@ def empty_scores(model, dtype):
 _captured: list[tuple[torch.Tensor, torch.Tensor]] = []
 
 
-def capturing_sdpa(module, query, key, value, attention_mask, **kwargs):
-    """sdpa, keeping each layer's RoPE'd queries and keys for the brute force."""
+def capturing_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
+    """sdpa, keeping each layer's RoPE'd queries and keys for the brute force. Takes `dropout` by position,
+    as transformers' attention functions do: kvpress's patch, once imported, calls every registered one so."""
     _captured.append((query[0], key[0]))
-    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, **kwargs)
 
 
 AttentionInterface.register(CAPTURE, capturing_sdpa)
