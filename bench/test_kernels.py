@@ -10,6 +10,7 @@ scripts/measure_methods.py reports the end-to-end ratios against a plain prefill
 
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache
 
 from kvmethods import get_method
 from kvmethods.layer_inputs import LayerInputs
@@ -29,20 +30,19 @@ def layer_inputs():
     model = bench_model()
     ids = torch.randint(3, 32000, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(0))
     captured = {}
+    cache = DynamicCache()  # passed by us and read after the forward: no reliance on the hook's kwarg names
 
     def capture(module, args, kwargs, output):
-        layer = kwargs["past_key_values"].layers[0]
-        cos, sin = kwargs["position_embeddings"]
-        captured["inputs"] = LayerInputs(module, 0, model.config.num_hidden_layers, kwargs["hidden_states"],
-                                         cos, sin, layer.keys, layer.values)
-        captured["layer_kwargs"] = kwargs
+        captured["call"] = (module, kwargs["hidden_states"], *kwargs["position_embeddings"])
 
     attention = model.model.layers[0].self_attn
     handle = attention.register_forward_hook(capture, with_kwargs=True)
     with torch.inference_mode():
-        model(ids, use_cache=True, logits_to_keep=1)
+        model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
     handle.remove()
-    yield model, captured["inputs"]
+    module, hidden, cos, sin = captured["call"]
+    layer = cache.layers[0]
+    yield model, LayerInputs(module, 0, model.config.num_hidden_layers, hidden, cos, sin, layer.keys, layer.values)
     torch.set_num_threads(previous)
 
 

@@ -8,6 +8,7 @@ models get peaked attention (qk_scale) to keep top-k boundaries well above that 
 
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache
 
 from kvmethods import Budget, get_method
 from kvmethods.generation import prefill
@@ -147,17 +148,19 @@ def test_random_is_reproducible_per_seed(models):
 def test_accumulated_attention_is_independent_of_chunking(models):
     model, attentions, ids = models
     captured = {}
+    cache = DynamicCache()  # passed by us and read after the forward: no reliance on the hook's kwarg names
 
     def capture(module, args, kwargs, output):
-        layer = kwargs["past_key_values"].layers[0]
-        cos, sin = kwargs["position_embeddings"]
-        captured["inputs"] = LayerInputs(module, 0, 1, kwargs["hidden_states"], cos, sin, layer.keys, layer.values)
+        captured["call"] = (module, kwargs["hidden_states"], *kwargs["position_embeddings"])
 
     attention = model.model.layers[0].self_attn
     handle = attention.register_forward_hook(capture, with_kwargs=True)
     with torch.no_grad():
-        model(torch.tensor([ids]), use_cache=True)
+        model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
     handle.remove()
+    module, hidden, cos, sin = captured["call"]
+    layer = cache.layers[0]
+    captured["inputs"] = LayerInputs(module, 0, 1, hidden, cos, sin, layer.keys, layer.values)
     groups = model.config.num_attention_heads // model.config.num_key_value_heads
     expected = group_mean(attentions[0].sum(1), groups)
     whole = accumulated_attention(captured["inputs"], scratch_bytes=2**30)[0]  # everything in one block
