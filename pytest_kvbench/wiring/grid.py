@@ -120,6 +120,7 @@ class Grid:
     attn_implementation: str = "sdpa"
     data_dir: str | None = None
     max_prompt_tokens: int | None = None
+    preset: str | None = None  # --kvbench-preset: the published protocol the grid follows
 
     @property
     def protocol(self) -> str:
@@ -170,6 +171,7 @@ class Grid:
             "attn_implementation": self.attn_implementation,
             "data_dir": self.data_dir,
             "max_prompt_tokens": self.max_prompt_tokens,
+            "preset": self.preset,
         }
 
 

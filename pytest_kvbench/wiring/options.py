@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_kvbench import user_paths
-from pytest_kvbench.wiring import canonical, model_refs
+from pytest_kvbench.wiring import canonical, model_refs, presets
 from pytest_kvbench.wiring.protocols import (check_decoding_intervals, check_per_turn, check_tasks_serve_protocols,
                                              parse_protocols)
 from pytest_kvbench.wiring.grid import (
@@ -52,10 +52,14 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
     "attn-implementation": ("attention implementation passed to from_pretrained (sdpa, eager, ...)", "string"),
     "data": ("directory of LongBench {task}.jsonl files in the official format ('fixtures' for the shipped ones)", "string"),
     "max-prompt-tokens": ("maximum prompt tokens before middle truncation (default: model maximum - generation length)", "string"),
+    "preset": ("a published protocol: kvpress-leaderboard or kvcache-factory-longbench; it sets tasks, context "
+               "length, budgets, protocol and samples, and refuses options that contradict it (docs/protocols.md)",
+               "string"),
 }
 
 TOML_KEYS = {"models", "model", "methods", "budgets", "tasks", "samples", "seed", "seeds",
-             "context_lengths", "protocol", "dtype", "attn_implementation", "data", "max_prompt_tokens"}
+             "context_lengths", "protocol", "dtype", "attn_implementation", "data", "max_prompt_tokens",
+             "preset"}
 LIST_KEYS = {"models", "model", "methods", "budgets", "tasks", "seeds", "context_lengths"}  # may be arrays
 
 
@@ -207,6 +211,12 @@ class _Sources:
         self.config = config
         self.path = config.getoption("kvbench_config")
         self.file = load_grid_file(self.path) if self.path else {}
+        self.preset: presets.Preset | None = None
+        self.preset_where = ""
+        name, where = self.scalar("preset")
+        if name is not None:
+            self.preset = presets.load_preset(name)
+            self.preset_where = f"{where} {self.preset.name}"
 
     def raw(self, name: str) -> tuple[Any, str]:
         """(value, where it came from); (None, "") when unset."""
@@ -218,7 +228,23 @@ class _Sources:
             if file_key in self.file:
                 return self.file[file_key], f"grid file {self.path}: {file_key}"
         value = _ini(self.config, name)
-        return value, (f"ini key kvbench_{key}" if value is not None else "")
+        if value is not None:
+            return value, f"ini key kvbench_{key}"
+        if self.preset is not None and key in self.preset.settings:
+            models = [str(m) for m in self.listed("model") or [DEFAULT_MODEL]]
+            value = self.preset.default(key, models)
+            if value is not None:
+                return value, self.preset_where
+        return None, ""
+
+    def given_against_preset(self) -> dict[str, str]:
+        """The preset's settings that the user set elsewhere: grid key -> where (checked by presets.check_grid)."""
+        given = {}
+        for key in self.preset.settings if self.preset else ():
+            _, where = self.raw(key.replace("_", "-"))
+            if where and where != self.preset_where:
+                given[key] = where
+        return given
 
     def listed(self, name: str, parse=None) -> list | None:
         value, where = self.raw(name)
@@ -250,7 +276,10 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]
     grid.tasks = [str(t).strip() for t in sources.listed("tasks") or []]
     samples, where = sources.scalar("samples")
-    grid.samples = parse_positive_int(samples, where) if samples is not None else DEFAULT_SAMPLES
+    if samples == presets.ALL_SAMPLES and where == sources.preset_where:
+        grid.samples = None  # every record of each dataset
+    else:
+        grid.samples = parse_positive_int(samples, where) if samples is not None else DEFAULT_SAMPLES
     seeds = sources.listed("seeds", lambda s, _: parse_seed(s))
     if seeds is None:
         seed, _ = sources.scalar("seed")
@@ -271,6 +300,9 @@ def resolve_grid(config: pytest.Config) -> Grid:
     max_prompt, where = sources.scalar("max-prompt-tokens")
     grid.max_prompt_tokens = parse_positive_int(max_prompt, where) if max_prompt is not None else None
     _validate(grid)
+    if sources.preset is not None:
+        grid.preset = sources.preset.name
+        presets.check_grid(grid, sources.preset, sources.preset_where, sources.given_against_preset())
     return grid
 
 
