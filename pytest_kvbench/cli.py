@@ -26,6 +26,7 @@ from pytest_kvbench.comparison.verdicts import compare_record, comparison_summar
 from pytest_kvbench import user_paths
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import environment_differences
+from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS, export_directory
 from pytest_kvbench.results.export import FORMATS, ExportError, export_records, to_markdown
 from pytest_kvbench.results.merge import merge_runs
 from pytest_kvbench.results.report import ReportError
@@ -241,6 +242,10 @@ def _write_output(path: str, text: str, what: str) -> None:
 
 def cmd_export(args) -> int:
     run = load_run(args.run, args.results)
+    if args.format in DIRECTORY_FORMATS:
+        for line in export_directory(run.records, run.run_id, args.format, args.output):
+            print(line, file=sys.stderr)
+        return EXIT_OK
     text = export_records(run.records, args.format, run_id=run.run_id, environment=run.environment)
     if args.output:
         _write_output(args.output, text, "export")
@@ -329,10 +334,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0)")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("export", parents=[common], help="export a run's tables: md, csv, latex or json")
+    p = sub.add_parser("export", parents=[common], help="export a run's tables: md, csv, latex or json; or its "
+                                                        "results in kvpress's or KVCache-Factory's layout")
     p.add_argument("run", metavar="RUN")
-    p.add_argument("--format", required=True, choices=FORMATS)
-    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--format", required=True, choices=FORMATS + DIRECTORY_FORMATS)
+    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of standard output (kvpress, "
+                                                          "kvcache-factory: the directory to write into)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("report", parents=[common], help="self-contained HTML report with plots")

@@ -219,7 +219,9 @@ class Runner:
                     **record_fields(result),
                     "kl": kl,
                     "agreement": agreement,
-                    "fields": {k: v for k, v in sample.fields.items() if k in ("length", "depth", "context_length")},
+                    # all_classes: LongBench's label set, which its classification metric reads (exports)
+                    "fields": {k: v for k, v in sample.fields.items()
+                               if k in ("length", "depth", "context_length") or (k == "all_classes" and v)},
                 } | first_output | group_position(context, turn))
                 progress(len(rows), len(samples))
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}

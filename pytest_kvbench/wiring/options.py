@@ -299,10 +299,10 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.data_dir = str(data) if data is not None else None
     max_prompt, where = sources.scalar("max-prompt-tokens")
     grid.max_prompt_tokens = parse_positive_int(max_prompt, where) if max_prompt is not None else None
-    _validate(grid)
     if sources.preset is not None:
         grid.preset = sources.preset.name
         presets.check_grid(grid, sources.preset, sources.preset_where, sources.given_against_preset())
+    _validate(grid)
     return grid
 
 

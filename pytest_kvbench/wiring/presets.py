@@ -103,35 +103,41 @@ def _shown(value: Any) -> str:
     return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
 
 
-def check_grid(grid: Grid, preset: Preset, preset_where: str, given: dict[str, str]) -> None:
-    """GridError when a value the user set (``given``: grid key -> where it came from) contradicts the
-    preset; values the preset filled in agree by construction. Run on the validated grid, so names and
-    budgets are compared in their canonical spelling."""
+def _canonical(key: str, values: list) -> list:
+    """One spelling per value (``r0.50`` is ``r0.5``); a value that does not parse stays as given, so it
+    disagrees with the preset here and, had it agreed, validation would name what is wrong with it."""
     from kvmethods import Budget
 
     from pytest_kvbench.tasks import get_task
 
-    canonical = {
-        "tasks": lambda values: [get_task(str(v)).name for v in values],
-        "budgets": lambda values: [Budget.parse(str(v)).spec for v in values],
-        "context_lengths": lambda values: [int(v) for v in values],
-        "protocol": lambda values: [str(v) for v in values],
-    }
-    chosen = {"tasks": grid.tasks, "budgets": [b.spec for b in grid.budgets],
-              "context_lengths": grid.context_lengths, "protocol": grid.protocols,
-              "samples": grid.samples, "max_prompt_tokens": grid.max_prompt_tokens}
+    spell = {"tasks": lambda v: get_task(str(v)).name, "budgets": lambda v: Budget.parse(str(v)).spec}.get(key, str)
+    out = []
+    for value in values:
+        try:
+            out.append(spell(value))
+        except ValueError:
+            out.append(str(value))
+    return out
+
+
+def check_grid(grid: Grid, preset: Preset, preset_where: str, given: dict[str, str]) -> None:
+    """GridError when a value the user set (``given``: grid key -> where it came from) contradicts the
+    preset; values the preset filled in agree by construction. Run before the grid's own validation, so a
+    contradiction is named as one (not as, say, a task that cannot serve a protocol)."""
+    chosen = {"tasks": grid.tasks, "budgets": grid.budgets, "context_lengths": grid.context_lengths,
+              "protocol": grid.protocols, "samples": grid.samples, "max_prompt_tokens": grid.max_prompt_tokens}
     for key, where in given.items():
         setting = preset.settings.get(key)
         if setting is None:
             continue
         value = chosen[key]
         if setting.rule == "exact":
-            wanted = canonical[key](setting.values)
-            agrees = sorted(map(str, value)) == sorted(map(str, wanted))
+            wanted = _canonical(key, setting.values)
+            agrees = sorted(_canonical(key, value)) == sorted(wanted)
             fixed = f"fixes {key} = {_shown(wanted)}"
         elif setting.rule == "subset":
-            wanted = canonical[key](setting.allowed or setting.values)
-            agrees = set(value) <= set(wanted)
+            wanted = _canonical(key, setting.allowed or setting.values)
+            agrees = set(_canonical(key, value)) <= set(wanted)
             fixed = f"allows {key} from {_shown(wanted)}"
         elif setting.rule == "at_most":
             agrees = setting.values == ALL_SAMPLES or value <= setting.values
