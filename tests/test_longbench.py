@@ -265,3 +265,10 @@ class TestData:
         monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
         with pytest.raises(TaskUnavailable, match="THUDM/LongBench"):
             get_task("narrativeqa").load_samples(tokenizer, n=1, data_dir=None)
+
+
+def test_narrativeqa_keeps_the_official_prompt_typo():
+    # THUDM/LongBench config/dataset2prompt.json (2e00731f) reads "asconcisely" twice; KVCache-Factory copies it
+    from pytest_kvbench.tasks.longbench.config import PROMPTS
+
+    assert PROMPTS["narrativeqa"].count("asconcisely") == 2 and "as concisely" not in PROMPTS["narrativeqa"]

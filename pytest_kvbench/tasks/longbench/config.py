@@ -24,11 +24,11 @@ _QASPER_INSTRUCTIONS = (
 )
 
 PROMPTS: dict[str, str] = {
-    "narrativeqa": (
+    "narrativeqa": (  # "asconcisely": the official typo, kept
         "You are given a story, which can be either a novel or a movie script, and a question. Answer the question "
-        "as concisely as you can, using a single phrase if possible. Do not provide any explanation.\n\n"
+        "asconcisely as you can, using a single phrase if possible. Do not provide any explanation.\n\n"
         "Story: {context}\n\n"
-        "Now, answer the question based on the story as concisely as you can, using a single phrase if possible. "
+        "Now, answer the question based on the story asconcisely as you can, using a single phrase if possible. "
         "Do not provide any explanation.\n\nQuestion: {input}\n\nAnswer:"
     ),
     "qasper": (
