@@ -54,14 +54,14 @@ COUNT_OPTIONS = ["--kvbench-samples", "--kvbench-max-prompt-tokens", "--kvbench-
 LIST_OPTIONS = ["--kvbench-model", "--kvbench-methods", "--kvbench-budgets", "--kvbench-tasks",
                 "--kvbench-seeds", "--kvbench-context-lengths"]
 NAME_OPTIONS = ["--kvbench-methods", "--kvbench-tasks", "--kvbench-protocol", "--kvbench-dtype",
-                "--kvbench-attn-implementation"]
+                "--kvbench-attn-implementation", "--kvbench-preset"]
 
 
 @st.composite
 def bad_options(draw) -> list[str]:
     """One malformed option of any class, as command-line arguments."""
     kind = draw(st.sampled_from(["path", "wrong kind", "hub id", "count", "out of range", "duration", "empty", "name",
-                                 "duplicate tolerance", "context too small"]))
+                                 "duplicate tolerance", "context too small", "against a preset"]))
     if kind == "path":
         return [draw(st.sampled_from(PATH_OPTIONS)), draw(unusable_paths)]
     if kind == "wrong kind":
@@ -83,6 +83,9 @@ def bad_options(draw) -> list[str]:
         return [draw(st.sampled_from(NAME_OPTIONS)), draw(unknown_names)]
     if kind == "duplicate tolerance":
         return ["--kvbench-compare-fail", "score:1,score:2"]
+    if kind == "against a preset":
+        return ["--kvbench-preset", "kvpress-leaderboard", "--kvbench-context-lengths",
+                str(draw(st.integers(129, 16384).filter(lambda n: n != 4096)))]
     return ["--kvbench-tasks", "niah_single_1", "--kvbench-context-lengths", str(draw(st.integers(1, 128)))]
 
 
@@ -97,6 +100,7 @@ TOML_CASES = st.sampled_from([
     "protocol = 3", 'protocol = ""', 'dtype = "float64"', 'attn_implementation = "fast"',
     'data = "a_file.txt"', "data = 1", "unknown_key = 1", "[kvbench]\nsamples = 0",
     'models = ["' + "m" * 300 + '"]', 'data = "a\\u0000b"',
+    'preset = "kvpress"', "preset = 3", 'preset = ""', "preset = [1]",
 ])
 
 INI_CASES = st.sampled_from([

@@ -180,3 +180,21 @@ def test_both_presets_collect_their_protocol_on_the_real_model_through_its_path(
     chosen = selected(bench, "--kvbench-preset", "kvcache-factory-longbench", "--kvbench-model", str(model),
                       "--kvbench-methods", "snapkv")
     assert sorted({c["task"] for c in chosen["cases"]}) == sorted(KVCF_DATASETS)
+
+
+def test_runs_of_different_presets_do_not_merge_and_shards_of_one_keep_it(tmp_path):
+    from test_cli_support import OTHER_ID, RUN_ID, standard_records, write_run
+
+    from pytest_kvbench.results.merge import merge_runs
+    from pytest_kvbench.results.runs import RunError, load_run
+
+    write_run(tmp_path, standard_records(seeds=(0,)))
+    grid = json.loads((tmp_path / "runs" / RUN_ID / "run.json").read_text())["grid"]
+    write_run(tmp_path, standard_records(run_id=OTHER_ID, seeds=(1,)), run_id=OTHER_ID,
+              grid=grid | {"preset": "kvcache-factory-longbench"})
+    with pytest.raises(RunError, match="different preset"):
+        merge_runs([RUN_ID, OTHER_ID], tmp_path)
+    (tmp_path / "runs" / RUN_ID).rename(tmp_path / "runs" / "old")
+    write_run(tmp_path, standard_records(seeds=(0,)), grid=grid | {"preset": "kvcache-factory-longbench"})
+    merged = load_run(merge_runs([RUN_ID, OTHER_ID], tmp_path), tmp_path)
+    assert merged.info["grid"]["preset"] == "kvcache-factory-longbench"

@@ -18,7 +18,8 @@ from pytest_kvbench.results.runs import Run, RunError, load_run, runs_dir
 
 # Grid settings that change what an item measures without appearing in its key: runs that
 # disagree on them cannot become one run.
-_MERGE_MUST_AGREE = ("protocol", "dtype", "attn_implementation", "samples", "max_prompt_tokens", "data_dir")
+_MERGE_MUST_AGREE = ("protocol", "dtype", "attn_implementation", "samples", "max_prompt_tokens", "data_dir",
+                     "preset")  # shards of one preset run merge into a run of that preset
 _MERGE_UNION = ("models", "methods", "budgets", "tasks", "context_lengths", "seeds")
 
 @dataclass
