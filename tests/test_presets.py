@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import add_bench_files, collected_ids
+from helpers import add_bench_files
 from pytest_kvbench.wiring.grid import Grid, GridError
 from pytest_kvbench.wiring.presets import available_presets, check_grid, load_preset
 
@@ -107,8 +107,10 @@ def test_a_grid_file_may_name_the_preset(bench):
      ["--kvbench-budgets r0.5,r0.9", "--kvbench-preset kvpress-leaderboard"]),
     (["--kvbench-preset", "kvpress-leaderboard", "--kvbench-budgets", "128"], ["--kvbench-budgets 128"]),
     (["--kvbench-preset", "kvpress-leaderboard", "--kvbench-samples", "501"], ["--kvbench-samples 501", "at most 500"]),
-    (["--kvbench-preset", "kvpress-leaderboard", "--kvbench-tasks", "niah_single_1"], ["--kvbench-tasks niah_single_1"]),
-    (["--kvbench-preset", "kvpress-leaderboard", "--kvbench-protocol", "multi_turn"], ["--kvbench-protocol multi_turn"]),
+    (["--kvbench-preset", "kvpress-leaderboard", "--kvbench-tasks", "niah_single_1"],
+     ["--kvbench-tasks niah_single_1"]),
+    (["--kvbench-preset", "kvpress-leaderboard", "--kvbench-protocol", "multi_turn"],
+     ["--kvbench-protocol multi_turn"]),
     (["--kvbench-preset", "kvcache-factory-longbench", "--kvbench-protocol", "query_agnostic"],
      ["--kvbench-protocol query_agnostic", "--kvbench-preset kvcache-factory-longbench"]),
     (["--kvbench-preset", "kvcache-factory-longbench", "--kvbench-budgets", "r0.5"], ["--kvbench-budgets r0.5"]),
@@ -136,8 +138,9 @@ def _kvcf_grid(model: str, max_prompt_tokens: int | None) -> Grid:
                 protocols=["question_in_window"])
 
 
-@pytest.mark.parametrize("model, tokens", [("/models/Meta-Llama-3-8B-Instruct", 7500), ("meta-llama/Llama-2-7b-chat-hf", 3950),
-                                            ("mistralai/Mistral-7B-Instruct-v0.2", 31500), ("Qwen/Qwen3-8B", None)])
+@pytest.mark.parametrize("model, tokens", [("/models/Meta-Llama-3-8B-Instruct", 7500),
+                                           ("meta-llama/Llama-2-7b-chat-hf", 3950),
+                                           ("mistralai/Mistral-7B-Instruct-v0.2", 31500), ("Qwen/Qwen3-8B", None)])
 def test_kvcache_factory_truncates_by_the_model_family_as_model2maxlen(model, tokens):
     preset = load_preset("kvcache-factory-longbench")
     assert preset.default("max_prompt_tokens", [model]) == tokens

@@ -11,7 +11,6 @@ import io
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 from test_cli_support import RUN_ID, assert_usage_error, make_record, make_samples, run_cli, write_run
 
@@ -159,7 +158,8 @@ def test_kvcache_factory_writes_run_longbench_paths_and_fields(capsys, tmp_path)
         "meta-llama-3-8b-instruct_2048/results.csv",
     ]
     # eval.py reads pred, answers, all_classes and length from each line
-    lines = [json.loads(line) for line in (out / "meta-llama-3-8b-instruct_128/trec/L2Norm.json").read_text().splitlines()]
+    trec = out / "meta-llama-3-8b-instruct_128/trec/L2Norm.json"
+    lines = [json.loads(line) for line in trec.read_text().splitlines()]
     assert [(l["pred"], l["answers"], l["all_classes"], l["length"]) for l in lines] == [
         ("the answer", ["the answer"], ["Yes", "No"], 3000), ("something else", ["the answer"], ["Yes", "No"], 3001)]
     assert all(l["dataset"] == "trec" and l["_id"].startswith("trec-") for l in lines)

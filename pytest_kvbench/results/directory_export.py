@@ -36,7 +36,8 @@ def write_export(export: DirectoryExport, output: str, what: str) -> list[Path]:
     file exists already: results written before are never replaced."""
     if not export.files:
         reasons = sorted(set(export.left_out.values()))
-        raise ExportError(f"nothing to export in the {what} layout: " + ("; ".join(reasons) or "the run has no records"))
+        why = "; ".join(reasons) or "the run has no records"
+        raise ExportError(f"nothing to export in the {what} layout: {why}")
     try:
         root = user_paths.writable_dir(output, "--output")
     except user_paths.PathError as exc:

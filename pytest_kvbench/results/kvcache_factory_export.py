@@ -44,7 +44,8 @@ def _why_left_out(record: dict) -> str | None:
     if record["task"].get("suite") != "longbench" or record["task"].get("name") not in DATASETS:
         return "not one of KVCache-Factory's 16 LongBench datasets"
     if record.get("protocol") != PROTOCOL:
-        return f"protocol {record.get('protocol')}: KVCache-Factory compresses the question with the context ({PROTOCOL})"
+        return (f"protocol {record.get('protocol')}: KVCache-Factory compresses the question with the context "
+                f"({PROTOCOL})")
     if record["budget"].get("kind") not in ("tokens", "none"):
         return "KVCache-Factory's budgets are KV tokens per layer and head (max_capacity_prompts)"
     return None

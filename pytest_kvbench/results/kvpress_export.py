@@ -64,7 +64,8 @@ def _why_left_out(record: dict) -> str | None:
     if task.get("suite") != "ruler" or ":" in str(task.get("name")):
         return "not one of RULER's tasks"
     if record.get("protocol") not in PROTOCOL_COMPONENT:
-        return f"protocol {record.get('protocol')} is not kvpress's (query_agnostic, or question_in_window as query_aware)"
+        return (f"protocol {record.get('protocol')} is not kvpress's "
+                "(query_agnostic, or question_in_window as query_aware)")
     if record["budget"].get("kind") not in ("ratio", "none"):
         return "kvpress's compression_ratio is a fraction removed: token and byte budgets have none"
     return None
@@ -91,9 +92,11 @@ def _config_yaml(record: dict, run_id: str | None) -> str:
     import yaml
 
     label = labels(record)
+    params = json.dumps(record["method"].get("params") or {}, sort_keys=True)
     config = {
         "dataset": DATASET, "data_dir": str(record["task"]["context_length"]), "model": record["model"]["name"],
-        "device": record.get("device", {}).get("type"), "press_name": _press_name(record["method"]["name"], label.method),
+        "device": record.get("device", {}).get("type"),
+        "press_name": _press_name(record["method"]["name"], label.method),
         "compression_ratio": record["budget"]["value"] or 0.0, "key_channel_compression_ratio": None,
         "fraction": min(1.0, record["n_samples"] / LEADERBOARD_SAMPLES), "max_new_tokens": None,
         "max_context_length": None, "query_aware": record["protocol"] == "question_in_window", "needle_depth": None,
@@ -101,8 +104,7 @@ def _config_yaml(record: dict, run_id: str | None) -> str:
         "output_dir": ".", "log_level": "INFO",
         "model_kwargs": {"attn_implementation": record["model"].get("attn_implementation"),
                          "dtype": record["model"].get("dtype")},
-        "press_init_command": f"pytest-kvbench {label.method} {json.dumps(record['method'].get('params') or {}, sort_keys=True)}"
-                              f" (run {run_id})",
+        "press_init_command": f"pytest-kvbench {label.method} {params} (run {run_id})",
         "seed": record.get("seed"), "fp8": False,
     }
     return yaml.safe_dump(config, default_flow_style=False, indent=2, sort_keys=False)
@@ -136,9 +138,10 @@ def kvpress_export(records: list[dict], run_id: str | None = None) -> DirectoryE
             groups[_folder(record, several_seeds)].append(record)
     for folder, members in groups.items():
         members.sort(key=lambda r: r["task"]["name"])
-        metrics = {r["task"]["name"]: {"string_match": string_match(
-            r["task"]["name"], [s.get("prediction") or "" for s in r["samples"]], [s["references"] for s in r["samples"]])}
-            for r in members}
+        metrics = {r["task"]["name"]: {"string_match": string_match(r["task"]["name"],
+                                                                    [s.get("prediction") or "" for s in r["samples"]],
+                                                                    [s["references"] for s in r["samples"]])}
+                   for r in members}
         export.add(f"{folder}/predictions.csv", _predictions_csv(members))
         export.add(f"{folder}/metrics.json", json.dumps(metrics, indent=4))
         export.add(f"{folder}/config.yaml", _config_yaml(members[0], run_id))
