@@ -267,7 +267,8 @@ def test_per_turn_refuses_methods_that_cannot_cut_back_from_recent_queries(name)
 # -- gold history: answers leave the cache (SCBench's default) ----------------------------------------------------
 
 @pytest.mark.parametrize("spec", [dict(name="full"), dict(name="snapkv"), dict(name="adakv"),
-                                  dict(name="decoding", base="knorm", interval=4), dict(name="rkv", interval=8, window=8)])
+                                  dict(name="decoding", base="knorm", interval=4),
+                                  dict(name="rkv", interval=8, window=8)])
 def test_without_kept_answers_turn_k_answers_as_the_context_plus_every_question_so_far(model, spec):
     """MInference scbench/eval_utils.py GreedySearch._decode: with golden context, decoding does not update
     the conversation's cache, so turn k is context + q1 + ... + qk (the caller puts each gold answer in the

@@ -14,8 +14,9 @@ it for the data sets of this suite (none of its multiple-choice branches apply):
   the text after its *last* occurrence: the brace-balanced content of ``{...}``, or, when the output
   was cut off inside it, everything to the end of the text; ``\\boxed 5$`` (no brace) gives what
   precedes the next ``$``; else the text after the last "he answer is", or "final answer is"
-  (or after the first Chinese "答案是", to the next blank line); else the last number (commas dropped). Then line breaks and the whitespace after them are
-  removed, and one leading ``:`` and one trailing ``.`` and ``/`` are dropped.
+  (or after the first Chinese "答案是", to the next blank line); else the last number (commas
+  dropped). Then line breaks and the whitespace after them are removed, and one leading ``:``
+  and one trailing ``.`` and ``/`` are dropped.
 * Not followed: ``strip_string`` (Qwen's normalisation of units, ``\\text``, ``\\dfrac``, spaces)
   and ``math_equal``: equivalence stays with math-verify (verification.py), which parses the
   extracted answer the way it parses the reference and normalises both.

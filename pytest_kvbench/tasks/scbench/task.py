@@ -120,4 +120,5 @@ class SCBenchTask(TemplateTask):
         for score, sample in zip(scores, samples):
             by_turn.setdefault(sample.fields["turn"] + 1, []).append(score)
         return {"score": percent_mean(list(scores)),
-                "turns": {str(turn): round(100 * sum(values) / len(values), 3) for turn, values in sorted(by_turn.items())}}
+                "turns": {str(turn): round(100 * sum(values) / len(values), 3)
+                          for turn, values in sorted(by_turn.items())}}
