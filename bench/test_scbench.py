@@ -1,5 +1,5 @@
-"""SCBench shared-context tasks: one item per (method, budget, task); each of a context's
-questions is its own sample until the shared-context protocols exist (issue #17)."""
+"""SCBench shared-context tasks: one item per (method, budget, task); each turn of a context's
+conversation is a sample (its prompt holds the gold answers of the turns before), scored per turn."""
 
 import pytest
 

@@ -160,11 +160,20 @@ class TestCotFollowUp:
         ) + "</s><s>[assistant] "
         assert task.follow_up_max_new_tokens == 128
 
-    def test_no_second_query_without_cot_or_without_reasoning(self, data_dir):
-        tokenizer = tiny_tokenizer()
+    def test_no_second_query_without_cot(self, data_dir):
         sample = load("longbench_v2", data_dir)[0]
-        assert get_task("longbench_v2").follow_up_prompt(sample, "Both sign.", tokenizer, None) is None
-        assert get_task("longbench_v2_cot").follow_up_prompt(sample, " \n", tokenizer, None) is None
+        assert get_task("longbench_v2").follow_up_prompt(sample, "Both sign.", tiny_tokenizer(), None) is None
+
+    @pytest.mark.parametrize("reasoning", [" \n", "\t  ", ""])
+    def test_an_empty_or_blank_reasoning_still_gets_the_second_query(self, data_dir, reasoning):
+        """THUDM/LongBench pred.py, get_pred: only ``output == ''`` skips; a blank output goes on to
+        ``response = output.strip()`` and the 0shot_cot_ans.txt query with ``$COT$`` replaced by ''."""
+        tokenizer = tiny_tokenizer(chat_template=True)
+        sample = load("longbench_v2_cot", data_dir)[0]
+        prompt = get_task("longbench_v2_cot").follow_up_prompt(sample, reasoning, tokenizer, None)
+        text = tokenizer.decode(prompt.input_ids)
+        assert "Let\u2019s think step by step: \n\nBased on the above, what is the single" in text
+        assert "The text is too long and omitted here." in text
 
     def test_the_runner_generates_the_follow_up_with_the_method_and_scores_its_answer(self, monkeypatch):
         import kvmethods.generation

@@ -64,20 +64,27 @@ def grouped_run(tmp_path_factory):
     (directory / "test_scbench.py").write_text((BENCH / "test_scbench.py").read_text())
     result = run_bench(directory, "--kvbench-methods", "full,snapkv", "--kvbench-budgets", "64",
                        "--kvbench-tasks", "scbench_kv", "--kvbench-samples", "3", "--kvbench-torch-threads", "1",
-                       "--kvbench-protocol", "shared_context,multi_turn", "test_scbench.py")
+                       "--kvbench-protocol", "shared_context,multi_turn,query_agnostic", "test_scbench.py")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return directory, {r["record"]["item_id"]: r["record"] for r in hook_records(directory)}
 
 
 def test_a_grouped_run_scores_per_context_and_per_turn(grouped_run):
     directory, records = grouped_run
-    assert set(records) == {"full-scbench_kv-shared_context", "snapkv-64-scbench_kv-shared_context",
-                            "full-scbench_kv-multi_turn", "snapkv-64-scbench_kv-multi_turn"}
+    assert set(records) == {f"{item}-{protocol}" for item in ("full-scbench_kv", "snapkv-64-scbench_kv")
+                            for protocol in ("shared_context", "multi_turn", "query_agnostic")}
     turns = records["snapkv-64-scbench_kv-multi_turn"]
     assert [(s["context"], s["turn"]) for s in turns["samples"]] == [(0, 0), (0, 1), (0, 2)]
     prompts = [s["prompt_tokens"] for s in turns["samples"]]
     assert prompts[0] < prompts[1] < prompts[2]  # earlier turns stay in the cache
     assert set(turns["aggregate"]["turns"]) == {"1", "2", "3"} and turns["protocol"] == "multi_turn"
+    assert turns["task"]["history"] == "gold"
+    for item in ("full-scbench_kv", "snapkv-64-scbench_kv"):
+        # SCBench with gold history: the context compressed once, each turn's history and question kept whole,
+        # whether the turns share one cache (multi_turn) or each prompt is run alone (query_agnostic)
+        conversation, alone = records[f"{item}-multi_turn"]["samples"], records[f"{item}-query_agnostic"]["samples"]
+        assert [s["prediction"] for s in conversation] == [s["prediction"] for s in alone]
+        assert [s["prompt_tokens"] for s in conversation] == [s["prompt_tokens"] for s in alone]
     shared = records["snapkv-64-scbench_kv-shared_context"]
     assert shared["aggregate"]["contexts"] == {"0": shared["score"]}
     for protocol in ("shared_context", "multi_turn"):  # fidelity against full under the same protocol
@@ -86,11 +93,23 @@ def test_a_grouped_run_scores_per_context_and_per_turn(grouped_run):
         assert all(s["kl"] >= 0.0 and 0.0 <= s["agreement"] <= 1.0 for s in snapkv["samples"])
         assert snapkv["fidelity"]["kl"] > 0.0  # 64 of a few hundred context tokens: the distributions move
     results = (directory / "results" / "RESULTS.md").read_text()
-    assert "protocol multi_turn — score by turn" in results and "| Turn 3" in results
+    assert "protocol multi_turn — SCBench scbench_kv by turn (gold history)" in results
+    assert "| Turn 3" in results and "Pooled" in results
     assert "budget 64 — protocol shared_context" in results
     runs = sorted((directory / "results" / "runs").iterdir())
     page = build_report([load_run(runs[-1])])
-    assert "<h4>score by turn</h4>" in page and "Turn 3" in page
+    assert "<h4>SCBench scbench_kv by turn (gold history)</h4>" in page and "Turn 3" in page
+
+
+def test_the_model_own_history_is_refused_outside_multi_turn(bench):
+    result = bench.runpytest("--collect-only", "-q", "--kvbench-methods", "full", "--kvbench-tasks",
+                             "scbench_kv:history=model", "--kvbench-protocol", "multi_turn,shared_context")
+    assert result.ret == 4
+    errors = [line for line in result.errlines if "ERROR" in line]
+    assert len(errors) == 1 and "cannot run under protocol shared_context: history=model" in errors[0]
+    ids = collected_ids(bench.runpytest("--collect-only", "-q", "--kvbench-methods", "full", "--kvbench-tasks",
+                                        "scbench_kv:history=model", "--kvbench-protocol", "multi_turn"))
+    assert ids == ["full-scbench_kv:history=model-multi_turn"]
 
 
 @pytest.mark.parametrize("method, message", [

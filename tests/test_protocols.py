@@ -262,3 +262,39 @@ def test_per_turn_refuses_methods_that_cannot_cut_back_from_recent_queries(name)
     with pytest.raises(MethodError) as error:
         get_method(name, per_turn=True)
     assert "\n" not in str(error.value) and "per_turn" in str(error.value)
+
+
+# -- gold history: answers leave the cache (SCBench's default) ----------------------------------------------------
+
+@pytest.mark.parametrize("spec", [dict(name="full"), dict(name="snapkv"), dict(name="adakv"),
+                                  dict(name="decoding", base="knorm", interval=4),
+                                  dict(name="rkv", interval=8, window=8)])
+def test_without_kept_answers_turn_k_answers_as_the_context_plus_every_question_so_far(model, spec):
+    """MInference scbench/eval_utils.py GreedySearch._decode: with golden context, decoding does not update
+    the conversation's cache, so turn k is context + q1 + ... + qk (the caller puts each gold answer in the
+    next question): equal to one query-agnostic prompt holding them all, the context compressed alike.
+    Methods cutting the cache while decoding (decoding, rkv) decode each answer on a copy of the cache."""
+    params = dict(spec)
+    name = params.pop("name")
+    budget = NO_COMPRESSION if name == "full" else "16"
+    turns = run_turns(model, get_method(name, **params), budget, CONTEXT, QUESTIONS, 12, set(), keep_answers=False)
+    history = []
+    for question, out in zip(QUESTIONS, turns):
+        history += question
+        alone = generate(model, get_method(name, **params), budget, CONTEXT + history, len(CONTEXT), 12, set(),
+                         "query_agnostic")
+        assert out.tokens == alone.tokens and out.prompt_tokens == len(CONTEXT) + len(history)
+        assert out.decode_cache_lengths == alone.decode_cache_lengths
+
+
+def test_without_kept_answers_teacher_forcing_holds_only_the_questions(model):
+    reference = run_turns(model, get_method("full"), NO_COMPRESSION, CONTEXT, QUESTIONS, 6, set(), return_logprobs=True,
+                          keep_answers=False)
+    forced = run_turns(model, get_method("snapkv"), "24", CONTEXT, QUESTIONS, 6, set(),
+                       teacher_targets=targets(reference), keep_answers=False)
+    history = []
+    for question, target, out in zip(QUESTIONS, targets(reference), forced):
+        history += question
+        alone = generate(model, get_method("snapkv"), "24", CONTEXT + history, len(CONTEXT), 6, set(), "query_agnostic",
+                         teacher_targets=target)
+        torch.testing.assert_close(out.target_logprobs, alone.target_logprobs)

@@ -7,6 +7,7 @@ import pytest
 from test_tasks_support import tiny_tokenizer
 
 from pytest_kvbench.tasks import DataError, TaskError, available_tasks, get_task, registry
+from pytest_kvbench.tasks.reasoning.answer_extraction import extract_answer, strip_reasoning
 from pytest_kvbench.tasks.reasoning.verification import is_equivalent
 
 
@@ -23,6 +24,52 @@ class TestEquivalence:
         ("$\\boxed{\\frac{1}{2}}$", "0.5", True),
     ])
     def test_is_equivalent(self, prediction, answer, expected):
+        assert is_equivalent(prediction, answer) is expected
+
+
+class TestQwenExtraction:
+    """Cases run through QwenLM/Qwen2.5-Math (a45202b) evaluation/parser.py ``extract_answer(text, "math")``
+    with its final ``strip_string`` left out (equivalence is math-verify's here); expected = its output."""
+
+    @pytest.mark.parametrize("output, expected", [
+        ("First \\boxed{3}, then I recheck: \\boxed{5}.", "5"),  # the last boxed wins
+        ("so $\\boxed{\\frac{7}{6}}$.", "\\frac{7}{6}"),  # balanced braces kept
+        ("The sum is \\boxed{\\frac{1}{2", "\\frac{1}{2"),  # cut off: the rest of the text
+        ("The sum is \\boxed{42", "42"),
+        ("Therefore \\boxed 5$ is it.", "5"),  # no brace: up to the next $
+        ("ends with boxed", ""),
+        ("The final answer is $7$. I hope it is correct.", "7"),  # Minerva's format
+        ("So the answer is 24.", "24"),
+        ("The final answer is: 12.", " 12"),  # one leading ':' and one trailing '.' dropped
+        ("I get 3, then 1,024 apples.", "1024"),  # the last number, commas dropped
+        ("I could not solve it.", ""),
+        ("", ""),
+        ("Answer:\n  \\boxed{\n 12\n}", "12"),  # line breaks and the indentation after them go
+    ])
+    def test_extract_answer(self, output, expected):
+        assert extract_answer(output) == expected
+
+
+class TestReasoningBlock:
+    @pytest.mark.parametrize("output, expected", [
+        ("<think>maybe \\boxed{3}</think>So \\boxed{5}.", "So \\boxed{5}."),
+        ("maybe \\boxed{3}\n</think>\n\nSo \\boxed{5}.", "\n\nSo \\boxed{5}."),  # the template opened <think>
+        ("<think>a</think><think>b</think>c", "c"),
+        ("no reasoning block, \\boxed{5}", "no reasoning block, \\boxed{5}"),
+        ("<think>cut off before closing, \\boxed{5}", "<think>cut off before closing, \\boxed{5}"),
+    ])
+    def test_the_answer_is_after_the_last_closing_tag(self, output, expected):
+        assert strip_reasoning(output) == expected
+
+    @pytest.mark.parametrize("prediction, answer, expected", [
+        ("<think>Try \\boxed{3}. No, wrong.</think>The answer is \\boxed{5}.", "5", True),
+        ("<think>Try \\boxed{5}.</think>The answer is \\boxed{3}.", "5", False),  # thinking never counts
+        ("Try 5.\n</think>\n\n$\\boxed{\\dfrac{1}{2}}$", "0.5", True),  # closed only
+        ("\\boxed{3} at first, finally \\boxed{6}", "6", True),  # the last boxed, not the set of them
+        ("\\boxed{6} at first, finally \\boxed{3}", "6", False),
+        ("The total is \\boxed{267", "267", True),  # cut off inside the box
+    ])
+    def test_scoring(self, prediction, answer, expected):
         assert is_equivalent(prediction, answer) is expected
 
 

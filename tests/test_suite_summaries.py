@@ -77,3 +77,21 @@ def test_latex_prints_each_summary_with_the_best_compressed_value_bold():
     assert "Method & Retrieve.PassKey & En.Sum & Avg \\\\" in text
     assert "snapkv & \\textbf{32.0} & \\textbf{52.0} & \\textbf{22.0} & \\textbf{40.0} & \\textbf{32.0} & \\textbf{20.0} \\\\" in text
     assert "full & 40.0 & 60.0 & 30.0 & 50.0 & 40.0 & 20.0 \\\\" in text  # the reference is never bold
+
+
+def scbench_record(method, score, turns, seed=0, history="gold"):
+    r = record(method, "full" if method == "full" else "128", "scbench_kv", "scbench", score, seed=seed)
+    r["task"]["history"] = history
+    r["aggregate"]["turns"] = turns
+    return r
+
+
+def test_scbench_reports_each_turn_then_the_pooled_score():
+    records = [scbench_record("full", 80.0, {"1": 100.0, "2": 60.0}),
+               scbench_record("snapkv", 50.0, {"1": 70.0, "2": 30.0}),
+               scbench_record("snapkv", 60.0, {"1": 80.0, "2": 40.0}, seed=1)]
+    (summary,) = suite_summaries(cells_of(records))
+    assert summary.title == "SCBench scbench_kv by turn (gold history)" and summary.by_turn
+    assert summary.columns == ["Turn 1", "Turn 2", "Pooled"]
+    assert summary.values["snapkv"] == {"Turn 1": 75.0, "Turn 2": 35.0, "Pooled": 55.0}  # seeds averaged
+    assert summary.values["full"] == {"Turn 1": 100.0, "Turn 2": 60.0, "Pooled": 80.0}

@@ -4,6 +4,9 @@ question_in_window and query_agnostic run one prompt per sample in the runner, c
 full-cache reference for fidelity, their prefills shared by the reference group. shared_context and
 multi_turn (kvmethods/protocols/) run a group of samples that share a context at once: the samples whose
 prompts start with the same context tokens, in turn order (SCBench's ``turn`` field, else file order).
+Under multi_turn each turn feeds its prompt from ``Prompt.turn_start``; a task with gold history
+(``Task.turn_history``, SCBench's default) has the reference answers in those tokens and its model answers
+are dropped after each turn.
 
 Fidelity there: the reference is `full` under the same protocol and question order, run once per group
 and cached per worker like the one-prompt references; every method is teacher-forced on the reference's
@@ -50,14 +53,18 @@ def generations(runner, case, task, method, budget, loaded, samples: list) -> It
 
     prompts = [runner._prompt(case, task, sample, loaded) for sample in samples]
     run_group = getattr(protocols, GROUP_RUNNERS[case.protocol])
+    settings = {"keep_answers": task.turn_history != "gold"} if case.protocol == "multi_turn" else {}
     for context_index, group in enumerate(context_groups(samples, prompts)):
         first = prompts[group[0]]
         context = first.input_ids[: first.context_len]
-        questions = [prompts[i].input_ids[prompts[i].context_len:] for i in group]
+        if case.protocol == "multi_turn":
+            questions = turn_tokens([prompts[i] for i in group], task.turn_history == "gold")
+        else:
+            questions = [prompts[i].input_ids[prompts[i].context_len:] for i in group]
 
         def full_cache_reference():
             outs = run_group(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, context, questions,
-                             task.max_new_tokens, loaded.eos_token_ids, return_logprobs=True)
+                             task.max_new_tokens, loaded.eos_token_ids, return_logprobs=True, **settings)
             return [reference_of(out, f"full-cache reference of {case.task} sample {samples[i].id}")
                     for i, out in zip(group, outs)]
 
@@ -69,10 +76,24 @@ def generations(runner, case, task, method, budget, loaded, samples: list) -> It
                 yield Generation(samples[index], reference.result, 0.0, 1.0, context_index, turn)
             continue
         results = run_group(loaded.model, method, budget, context, questions, task.max_new_tokens,
-                            loaded.eos_token_ids, teacher_targets=[r.target_ids for r in references])
+                            loaded.eos_token_ids, teacher_targets=[r.target_ids for r in references], **settings)
         for turn, (index, result, reference) in enumerate(zip(group, results, references)):
             check_logits_finite(result.target_logprobs, f"{case.id} sample {samples[index].id}")
             yield Generation(samples[index], result, *compare(reference, result.target_logprobs), context_index, turn)
+
+
+def turn_tokens(prompts: list, gold_history: bool) -> list[list[int]]:
+    """What each turn of a conversation feeds on top of the one before: its tokens from ``turn_start``
+    (the first turn: from the context's end). With gold history each turn's prompt must continue the one
+    before it token for token, since the conversation is one cache; a gap would silently drop history."""
+    turns = []
+    for index, prompt in enumerate(prompts):
+        start = prompt.context_len if index == 0 or prompt.turn_start is None else prompt.turn_start
+        if gold_history and index and prompt.input_ids[:start] != prompts[index - 1].input_ids:
+            raise ValueError(f"turn {index + 1}'s prompt does not continue turn {index}'s: the task's samples "
+                             "of one conversation must be its consecutive turns")
+        turns.append(prompt.input_ids[start:])
+    return turns
 
 
 def group_position(context: int | None, turn: int | None) -> dict:

@@ -225,7 +225,7 @@ class Runner:
                 } | first_output | group_position(context, turn))
                 progress(len(rows), len(samples))
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
-        aggregate |= by_context_and_turn(rows)
+        aggregate = by_context_and_turn(rows) | aggregate  # a task's own "turns" (SCBench's) win
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,
                             meter.result, time.perf_counter() - started)
 
@@ -289,7 +289,7 @@ class Runner:
             "model": model_info,
             "method": {"name": method.name, "params": method.params()},
             "task": {"name": task.name, "suite": task.suite, "metric": task.metric_name,
-                     "context_length": case.context_length},
+                     "context_length": case.context_length} | task.record_settings(),
             "max_prompt_tokens": self.grid.max_prompt_tokens,
             "metric": task.metric_name,
             "score": aggregate.get("score"),

@@ -83,7 +83,7 @@ class Record(TypedDict, total=False):
     protocol: str
     max_prompt_tokens: int | None  # --kvbench-max-prompt-tokens; None: the model's maximum
     seed: int
-    task: dict  # {name, suite, metric, context_length}
+    task: dict  # {name, suite, metric, context_length, history (SCBench: gold | model)}
     metric: str | None
     score: float | None
     aggregate: dict

@@ -55,11 +55,11 @@ def _score_table_html(table: ScoreTable) -> str:
         rows.append(cells)
     html = f"<h3>{_e(table.heading)}</h3>" + _table_html(["Method"] + table.columns, rows, "scores")
     return html + "".join(_turn_table_html(summary, table.methods) for summary in table.summaries()
-                          if summary.title == "score by turn")
+                          if summary.by_turn)
 
 
 def _turn_table_html(summary, methods: list[str]) -> str:
-    """The multi_turn protocol's score by turn under its score table."""
+    """A score-by-turn table (SCBench's tasks, the multi_turn protocol) under its score table."""
     rows = [[_e(m)] + ["-" if summary.values[m].get(c) is None else f"{summary.values[m][c]:.2f}"
                        for c in summary.columns] for m in methods if m in summary.values]
     return f"<h4>{_e(summary.title)}</h4>" + _table_html(["Method"] + summary.columns, rows, "scores")

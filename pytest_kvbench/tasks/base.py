@@ -22,10 +22,14 @@ class Sample:
 @dataclass
 class Prompt:
     """Token ids of a built prompt; ``input_ids[:context_len]`` is the context part and the rest
-    is the question part (question, instructions after the context, answer prefix)."""
+    is the question part (question, instructions after the context, answer prefix). A turn of a
+    conversation (SCBench) holds the turns before it too, up to ``turn_start``."""
 
     input_ids: list[int]
     context_len: int
+    # Where this turn's own tokens start (the multi_turn protocol feeds input_ids[turn_start:] on top of the
+    # conversation so far); None: at context_len, the whole question part.
+    turn_start: int | None = None
 
 
 def percent_mean(scores: list[float]) -> float | None:
@@ -44,6 +48,10 @@ class Task:
     metric_name: str
     max_new_tokens: int
     has_turns: bool = False  # a context's samples are the turns of one conversation (multi_turn protocol)
+    # multi_turn: "model" keeps the model's own answers in the conversation; "gold": each turn's prompt holds
+    # the reference answers of the turns before it (Prompt.turn_start), and the model's answers are dropped
+    turn_history: str = "model"
+    only_in_conversation: bool = False  # its samples mean something only under multi_turn
 
     def __init__(self, spec) -> None:
         self.spec = spec
@@ -60,6 +68,10 @@ class Task:
 
     def score(self, prediction: str, sample: Sample) -> float:
         raise NotImplementedError
+
+    def record_settings(self) -> dict:
+        """Protocol settings of the task that the record's ``task`` names (SCBench: its history)."""
+        return {}
 
     def aggregate(self, scores: list[float], samples: list[Sample]) -> dict:
         return {"score": percent_mean(list(scores))}

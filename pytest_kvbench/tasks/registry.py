@@ -3,7 +3,8 @@ so collecting thousands of items stays fast; data and metrics load when first us
 
 A task name may carry a generation length, ``math500:max_new_tokens=4096``: reasoning models
 need their long default, a small model or a quick run does not. RULER's niah, vt and qa tasks also take a
-number of questions per haystack, ``niah_single_1:questions=4`` (the shared_context protocol). A suite whose optional
+number of questions per haystack, ``niah_single_1:questions=4`` (the shared_context protocol), and SCBench's tasks
+the history of a conversation, ``scbench_kv:history=model`` (default gold answers). A suite whose optional
 dependency is missing is a TaskError naming the extra to install, so a run stops at collection.
 """
 
@@ -43,7 +44,7 @@ _SUITE_TABLE = {
                         "long-generation reasoning items (MATH-500, AIME 2024/2025)",
                         "HuggingFaceH4/MATH-500, HuggingFaceH4/aime_2024, yentinglin/aime_2025"),
     "scbench": _Suite("scbench", "specs.scbench_specs", "task.SCBenchTask", None, None,
-                      "SCBench shared-context task items (one question per sample)", "microsoft/SCBench"),
+                      "SCBench shared-context task items (one sample per turn)", "microsoft/SCBench"),
 }
 SUITES = tuple(_SUITE_TABLE)
 SUITE_DESCRIPTIONS = {suite: entry.description for suite, entry in _SUITE_TABLE.items()}
@@ -65,6 +66,8 @@ _OVERRIDABLE = ("max_new_tokens", "questions")  # questions: per haystack (RULER
 # Largest value of each setting: far above any real use (a 1M-token generation; 1,024 questions in one
 # haystack), low enough that a mistyped number is refused at collection instead of failing a run.
 _OVERRIDE_MAXIMUM = {"max_new_tokens": 2**20, "questions": 1024}
+# Settings that name one of a few choices: SCBench's multi-turn history (gold answers, or the model's own).
+_CHOICES = {"history": ("gold", "model")}
 
 
 def _module(suite: str, dotted: str):
@@ -100,14 +103,22 @@ def suite_of(name: str) -> str:
     return _lookup(split_name(name)[0])[0]
 
 
-def split_name(name: str) -> tuple[str, dict[str, int]]:
-    """``"math500:max_new_tokens=4096"`` -> ``("math500", {"max_new_tokens": 4096})``."""
+def split_name(name: str) -> tuple[str, dict[str, int | str]]:
+    """``"math500:max_new_tokens=4096"`` -> ``("math500", {"max_new_tokens": 4096})``;
+    ``"scbench_kv:history=model"`` -> ``("scbench_kv", {"history": "model"})``."""
     base, *parts = str(name).split(":")
-    overrides: dict[str, int] = {}
+    overrides: dict[str, int | str] = {}
     for part in parts:
         key, equals, value = part.partition("=")
+        if key in _CHOICES and equals:
+            if value not in _CHOICES[key]:
+                raise TaskError(f"task {name[:80]!r}: {key} must be one of {', '.join(_CHOICES[key])}, "
+                                f"got {value[:20]!r}")
+            overrides[key] = value
+            continue
         if key not in _OVERRIDABLE or not equals:
-            raise TaskError(f"task {name!r}: unknown setting {part!r}; a task accepts {', '.join(_OVERRIDABLE)}=N")
+            raise TaskError(f"task {name!r}: unknown setting {part!r}; a task accepts {', '.join(_OVERRIDABLE)}=N, "
+                            + ", ".join(f"{key}={'|'.join(values)}" for key, values in _CHOICES.items()))
         if not value.isdigit() or int(value) <= 0:
             raise TaskError(f"task {name!r}: {key} must be a positive integer, got {value!r}")
         if int(value) > _OVERRIDE_MAXIMUM[key]:
@@ -135,7 +146,8 @@ def get_task(name: str) -> Task:
         raise TaskError(f"task {base!r}: {missing}")
     unknown = [key for key in overrides if not hasattr(spec, key)]
     if unknown:
-        raise TaskError(f"task {name!r}: {base} takes no {unknown[0]} setting (questions: RULER niah, vt and qa tasks only)")
+        raise TaskError(f"task {name!r}: {base} takes no {unknown[0]} setting (questions: RULER niah, vt and qa "
+                        f"tasks only; history: SCBench tasks only)")
     if overrides:
         spec = dataclasses.replace(spec, **overrides)
     task = _module(suite, _SUITE_TABLE[suite].task_class)(spec)

@@ -3,7 +3,8 @@
 A grid may hold several protocols (``--kvbench-protocol question_in_window,shared_context``): each
 case runs under one. Every task serves the single-prompt protocols and shared_context (samples with the
 same context form a group; a context with one question is a group of one); multi_turn needs a task whose
-samples are the turns of a conversation (``Task.has_turns``: SCBench, RULER with ``:questions=K``). Naming
+samples are the turns of a conversation (``Task.has_turns``: SCBench, RULER with ``:questions=K``), and an
+SCBench task with the model's own history (``:history=model``) serves multi_turn only. Naming
 a task that cannot serve a protocol is a usage error; a default task that cannot is left out of the grid.
 A method re-compressing after each turn (``per_turn=true``) needs multi_turn and nothing else.
 """
@@ -26,7 +27,15 @@ def parse_protocols(value) -> list[str]:
 
 
 def serves(task, protocol: str) -> bool:
-    return protocol != "multi_turn" or task.has_turns
+    return task.has_turns if protocol == "multi_turn" else not task.only_in_conversation
+
+
+def _why_not(task_name: str, protocol: str) -> str:
+    if protocol == "multi_turn":
+        return (f"task {task_name} cannot run under protocol {protocol}: its samples have no turns (multi_turn "
+                f"needs a multi-turn task such as SCBench's, or RULER's niah/vt/qa with :questions=K)")
+    return (f"task {task_name} cannot run under protocol {protocol}: history=model feeds the model's own answers, "
+            f"which exist only in a conversation (use --kvbench-protocol multi_turn, or the default gold history)")
 
 
 def check_tasks_serve_protocols(grid: Grid, tasks_named: bool) -> None:
@@ -40,9 +49,7 @@ def check_tasks_serve_protocols(grid: Grid, tasks_named: bool) -> None:
             if serves(task, protocol):
                 continue
             if tasks_named:
-                raise GridError(f"task {task_name} cannot run under protocol {protocol}: its samples have no "
-                                f"turns (multi_turn needs a multi-turn task such as SCBench's, or RULER's "
-                                f"niah/vt/qa with :questions=K)")
+                raise GridError(_why_not(task_name, protocol))
             grid.unserved.add((task_name, protocol))
 
 

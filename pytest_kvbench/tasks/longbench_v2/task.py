@@ -9,14 +9,18 @@ decimal; ``aggregate`` returns those splits.
 
 Where this harness departs from the official script, on purpose:
 
-* pred.py drops a sample whose response is empty (and asks again on the next run); here an
-  empty response has no answer and scores 0, so every sample counts.
+* pred.py drops a sample whose response is exactly ``''`` (``if output == '': continue``: its
+  API client returns ``''`` when every try failed, and the next run asks again); here every sample
+  counts: an empty answer has no letter and scores 0, and an empty reasoning gets the second
+  query like a whitespace-only one (below).
 
 The CoT run is pred.py's two queries: the reasoning (``ZERO_SHOT_COT``, 1,024 tokens), then, via
 ``follow_up_prompt``, a second query without the context that pastes the stripped reasoning into
 ``ZERO_SHOT_COT_ANSWER`` and asks for "The correct answer is (X)" (128 tokens); the letter is
-extracted from that second response. The runner sends both queries through the same method and
-budget and records the reasoning as the sample's ``first_output``.
+extracted from that second response. The second query is sent whatever the reasoning holds: a
+whitespace-only reasoning is not ``''``, so pred.py strips it and asks with an empty ``$COT$``, and
+an empty one is asked the same way here (pred.py would drop it). The runner sends both queries
+through the same method and budget and records the reasoning as the sample's ``first_output``.
 """
 
 from __future__ import annotations
@@ -93,12 +97,11 @@ class LongBenchV2Task(Task):
                                       max_prompt_tokens, use_chat=True, odd_token_to_tail=True)
 
     def follow_up_prompt(self, sample: Sample, first_output: str, tokenizer, max_prompt_tokens: int | None):
-        """The CoT run's second query (None without CoT, or when the reasoning came back empty:
-        pred.py skips such a sample, here it then has no answer and scores 0)."""
-        reasoning = first_output.strip()
-        if not self.spec.cot or not reasoning:
+        """The CoT run's second query (None without CoT), also for an empty or whitespace-only
+        reasoning: pred.py pastes ``output.strip()`` in, whatever it holds."""
+        if not self.spec.cot:
             return None
-        text = fill(ZERO_SHOT_COT_ANSWER, sample.fields, cot=reasoning)
+        text = fill(ZERO_SHOT_COT_ANSWER, sample.fields, cot=first_output.strip())
         question = text[text.rindex("\n\nBased on the above"):]
         return build_truncated_prompt(tokenizer, text, question, max_prompt_tokens, use_chat=True,
                                       odd_token_to_tail=True)

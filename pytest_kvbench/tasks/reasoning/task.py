@@ -1,9 +1,22 @@
-"""A reasoning task: a competition problem, a long chain of thought, the boxed answer verified.
+r"""A reasoning task: a competition problem, a long chain of thought, the boxed answer verified.
 
 Nothing is truncated (a problem is a few hundred tokens); the chat template applies. In the
 query-agnostic protocol the problem is the context and the instruction the question. A record
 whose reference answer math-verify cannot parse is a DataError at loading, so a sample never
 scores 0 for want of a usable reference.
+
+Scoring, each step with the reference it follows (answer_extraction.py, verification.py):
+
+1. The reasoning block goes first: the answer is the text after the last ``</think>``, whether the
+   output opened ``<think>`` itself or the chat template opened it (DeepSeek-R1-Distill, Qwen3), so a
+   ``\boxed{}`` tried and dropped while thinking never counts.
+2. The answer is what Qwen2.5-Math's evaluation extracts (QwenLM/Qwen2.5-Math a45202b,
+   evaluation/parser.py ``extract_answer``), the reference of most reasoning-compression papers:
+   the *last* ``\boxed{}`` when several remain, the rest of the text for a ``\boxed{`` cut off by
+   the generation length, its "answer is" and last-number fallbacks otherwise.
+3. Equivalence is math-verify's (``verify`` on both answers parsed alike), not Qwen's
+   ``strip_string`` + ``math_equal``: it agrees on 0.5 = \frac12 = \dfrac{1}{2} and handles sets,
+   intervals and equations.
 """
 
 from __future__ import annotations
@@ -28,9 +41,9 @@ class ReasoningTask(Task):
 
     def _validate(self, record, where: str) -> dict:
         require_fields(record, where, {"problem": str, "answer": (str, int)})
-        from .verification import parse_reference
+        from .verification import parse_answer
 
-        if not parse_reference(str(record["answer"])):
+        if not parse_answer(str(record["answer"])):
             raise DataError(f"{where}: math-verify cannot parse the reference answer {record['answer']!r}")
         return record
 

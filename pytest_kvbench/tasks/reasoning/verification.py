@@ -1,9 +1,9 @@
-"""Answer extraction and equivalence through math-verify (Hugging Face), not string rules.
+"""Equivalence through math-verify (Hugging Face), on the answer Qwen2.5-Math's rules extract.
 
-The reference answer is parsed as LaTeX in ``$...$`` (MATH-500 answers are LaTeX such as
-``\\frac{14}{3}``; AIME answers are integers). The prediction is searched for its final answer
-with ``\\boxed{}`` first (``boxed_match_priority=0``), then the package's "final answer is"
-patterns and plain expressions; ``verify`` then decides equivalence symbolically and
+The prediction's answer is taken by answer_extraction.py (reasoning block dropped, the last
+``\\boxed{}``, a cut-off ``\\boxed{`` to the end of the text, Qwen2.5-Math's fallbacks); it is then
+parsed exactly as the reference is, LaTeX in ``$...$`` (MATH-500 answers are LaTeX such as
+``\\frac{14}{3}``; AIME answers are integers), and ``verify`` decides equivalence symbolically and
 numerically (so ``0.5``, ``\\frac12`` and ``\\dfrac{1}{2}`` agree). math-verify's own timeouts are
 switched off: they arm SIGALRM, which would cancel the harness's per-item time limit.
 """
@@ -12,25 +12,32 @@ from __future__ import annotations
 
 import functools
 
+from .answer_extraction import extract_answer, strip_reasoning
+
 
 @functools.cache
 def _configs():
     from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
-    gold = [LatexExtractionConfig(), ExprExtractionConfig()]
-    prediction = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
-    return gold, prediction
+    return [LatexExtractionConfig(), ExprExtractionConfig()]
 
 
-def parse_reference(answer: str) -> list:
-    """The parsed reference; an empty list when math-verify finds nothing in it."""
+def parse_answer(answer: str) -> list:
+    """A bare answer parsed; an empty list when math-verify finds nothing in it."""
     from math_verify import parse
 
-    return parse(f"${answer}$", extraction_config=_configs()[0], parsing_timeout=None)
+    return parse(f"${answer}$", extraction_config=_configs(), parsing_timeout=None)
+
+
+
+def predicted_answer(prediction: str) -> str:
+    """What a prediction answers, as Qwen2.5-Math's evaluation extracts it after the reasoning block."""
+    return extract_answer(strip_reasoning(prediction))
 
 
 def is_equivalent(prediction: str, answer: str) -> bool:
-    from math_verify import parse, verify
+    from math_verify import verify
 
-    extracted = parse(prediction, extraction_config=_configs()[1], parsing_timeout=None)
-    return bool(extracted) and bool(verify(parse_reference(answer), extracted, timeout_seconds=None))
+    extracted = predicted_answer(prediction)
+    parsed = parse_answer(extracted) if extracted else []
+    return bool(parsed) and bool(verify(parse_answer(answer), parsed, timeout_seconds=None))

@@ -1,19 +1,29 @@
-"""An SCBench task on the question_in_window protocol: one sample per (context, question).
+"""An SCBench task: one sample per turn of a shared-context conversation, scored per turn.
 
-SCBench shares one long context across several questions (multi-turn: each turn after the
-previous answers; multi-request: each question alone on the cached context). Until the harness
-has those protocols (issue #17), each of a context's first ``MAX_TURNS`` questions is its own
-sample: the first turn's template filled with that question, middle-truncated to the model,
-under the chat template. Samples keep ``context_id`` and ``turn`` in their fields, so a
-shared-context protocol can group a context's questions again (and compress the context once).
+SCBench (Li et al. 2024, arXiv 2412.10319; microsoft/MInference scbench/, commit fb56c91) asks up to
+``MAX_TURNS`` questions about one long context as a conversation. Its official run (run_scbench.py,
+multi-turn mode) feeds every turn the *gold* answers of the turns before it by default
+(``--disable_golden_context`` feeds the model's own instead), and compute_scores.py reports the
+accuracy of each turn. Here each turn is a sample (``context_id`` and ``turn`` in its fields) whose
+prompt is the conversation up to its question (conversation.py: the first turn chat-templated, then
+truncated as the official code does; later turns appended), so:
+
+* every protocol sees what SCBench's turn k sees; query_agnostic and multi_turn compress the context
+  once and keep the history and question uncompressed, as SCBench's shared context is compressed once
+  and reused; multi_turn runs the turns in one cache and drops each answer once decoded;
+* ``<task>:history=model`` is the ``--disable_golden_context`` run: under multi_turn only (a model's own
+  answers exist only in a conversation), each turn is its follow-up on top of the model's answers;
+* ``aggregate`` reports the score of each turn ("turns", from 1) and the pooled score of all turns
+  ("score"); the record names the history (``task.history``).
 """
 
 from __future__ import annotations
 
-from ..base import Sample
+from ..base import Prompt, Sample, percent_mean
 from ..errors import DataError
 from ..prompting import TemplateTask
 from ..sources import SuiteData, require_fields, sample_id
+from .conversation import turn_prompt, turn_values
 from .scoring import SCORERS
 from .specs import MAX_TURNS
 
@@ -28,6 +38,17 @@ HUB_REPO = "microsoft/SCBench"
 class SCBenchTask(TemplateTask):
     suite = "scbench"
     has_turns = True
+
+    @property
+    def turn_history(self) -> str:
+        return self.spec.history
+
+    @property
+    def only_in_conversation(self) -> bool:
+        return self.spec.history == "model"
+
+    def record_settings(self) -> dict:
+        return {"history": self.spec.history}
 
     def _validate(self, record, where: str) -> dict:
         require_fields(record, where, {"context": str, "multi_turns": list})
@@ -64,6 +85,8 @@ class SCBenchTask(TemplateTask):
         samples: list[Sample] = []
         for source, record in DATA.records(self.spec.data_file, self._validate, data_dir, n, hub=hub):
             context_id = sample_id(record, self.spec.name, source, key="id")
+            turns = [{"input": t["input"], "answer": t["answer"], "options": t.get("options")}
+                     for t in record["multi_turns"][:MAX_TURNS]]
             for turn_index, turn in enumerate(record["multi_turns"][:MAX_TURNS]):
                 if n is not None and len(samples) >= n:
                     return samples
@@ -73,15 +96,29 @@ class SCBenchTask(TemplateTask):
                     answers=list(label) if isinstance(label, list) else [label],
                     fields={"context": record["context"], "input": turn["input"], "label": label,
                             "options": turn.get("options"), "context_id": context_id, "turn": turn_index,
-                            "source": source},
+                            "turns": turns, "source": source},
                 ))
         return samples
 
     def template_values(self, sample: Sample) -> dict:
-        values = super().template_values(sample)
-        for letter, option in zip("ABCD", sample.fields.get("options") or ()):
-            values[f"OPTION_{letter}"] = option
-        return values
+        return turn_values(sample.fields, sample.fields["context"])
+
+    def build_prompt(self, sample: Sample, tokenizer, max_prompt_tokens: int | None) -> Prompt:
+        """The conversation up to the sample's turn; the first turn keeps room for every turn's answer."""
+        turns = sample.fields["turns"]
+        limit = None if max_prompt_tokens is None else max_prompt_tokens - (len(turns) - 1) * self.max_new_tokens
+        return turn_prompt(self.spec, sample.fields["context"], turns, sample.fields["turn"], tokenizer, limit,
+                           self.use_chat_template)
 
     def score(self, prediction: str, sample: Sample) -> float:
         return float(SCORERS[self.spec.metric_name](prediction or "", sample.fields["label"]))
+
+    def aggregate(self, scores: list[float], samples: list[Sample]) -> dict:
+        """compute_scores.py's accuracy of each turn ("turns": {"1": ..}, 100 x mean to 3 decimals, as its
+        summary line prints them) and, not in the official output, the pooled score of every turn ("score")."""
+        by_turn: dict[int, list[float]] = {}
+        for score, sample in zip(scores, samples):
+            by_turn.setdefault(sample.fields["turn"] + 1, []).append(score)
+        return {"score": percent_mean(list(scores)),
+                "turns": {str(turn): round(100 * sum(values) / len(values), 3)
+                          for turn, values in sorted(by_turn.items())}}
