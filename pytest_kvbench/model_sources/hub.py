@@ -32,12 +32,14 @@ def model_cached(repo_id: str) -> bool:
     return cached_file(repo_id, "config.json") is not None and cached_file(repo_id, "model.safetensors") is not None
 
 
-@functools.lru_cache(maxsize=None)
 def hub_reachable() -> bool:
-    """Not offline, and the hub's host accepts a connection within a few seconds (asked once per process)."""
-    if hub_offline():
-        return False
-    url = urlparse(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
+    """Not offline, and the hub's host accepts a connection within a few seconds (tried once per process)."""
+    return not hub_offline() and _connects(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
+
+
+@functools.lru_cache(maxsize=None)
+def _connects(endpoint: str) -> bool:
+    url = urlparse(endpoint)
     try:
         with socket.create_connection((url.hostname or "", url.port or 443), timeout=CONNECT_TIMEOUT_S):
             return True

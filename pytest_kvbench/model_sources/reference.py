@@ -7,7 +7,6 @@ over a name: ``./smollm2-135m`` on disk is that folder.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,6 @@ def is_named(reference: str) -> bool:
     return reference in named_models.named_models() and not _exists(reference)
 
 
-@functools.lru_cache(maxsize=None)
 def model_source(reference: str) -> ModelSource:
     """``default`` is the embedded model; a named model is resolved (NamedModelError when it has no source)."""
     from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
