@@ -16,7 +16,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from pytest_kvbench.model_sources import gguf_cache
-from pytest_kvbench.model_sources.gguf_file import GgufInfo, read_info, sha256_of
+from pytest_kvbench.model_sources.gguf_file import GgufInfo, check_architecture, read_info, sha256_of
 
 INDEX_FILE = "index.json"
 
@@ -44,7 +44,8 @@ def _remembered(entry: object, identity: dict) -> GgufInfo | None:
 
 
 def gguf_info(path: Path) -> GgufInfo:
-    """The file's header and sha256, from the index when the file is unchanged (GgufError if unusable)."""
+    """The file's header and sha256, from the index when the file is unchanged; GgufError when it is
+    unusable (unreadable, truncated, or of an architecture transformers does not map: never indexed)."""
     from pytest_kvbench.results.storage import atomic_write_json
 
     path = Path(os.path.realpath(path))
@@ -53,8 +54,10 @@ def gguf_info(path: Path) -> GgufInfo:
     index = root / INDEX_FILE
     known = _remembered(_read_index(index).get(str(path)), identity)
     if known is not None:
+        check_architecture(known, path)  # transformers may have changed since
         return known
     info = read_info(path, sha256_of(path))
+    check_architecture(info, path)
     try:
         root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(index) + ".lock"):

@@ -129,7 +129,6 @@ def _check_gguf(model: str, location: str | None = None) -> int | None:
     try:
         path = user_paths.existing_file(location or model, "model file")
         info = gguf_info(path)
-        gguf_file.check_architecture(info, path)
     except (user_paths.PathError, gguf_file.GgufError) as exc:
         raise GridError(str(exc)) from None
     return info.context_length
