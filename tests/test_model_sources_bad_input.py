@@ -49,6 +49,13 @@ def test_a_truncated_gguf_file(workdir, tiny):
         assert "download or copy it again" in refused(workdir, str(cut))
 
 
+def test_a_gguf_file_in_the_toml_grid_is_checked_the_same(workdir, tiny):
+    cut = truncated_copy(tiny, workdir.path / "cut.gguf", 0.5)
+    (workdir.path / "grid.toml").write_text(f'[kvbench]\nmodels = ["{cut}"]\n')
+    message = assert_one_line_usage_error(workdir, "--kvbench-config", "grid.toml")
+    assert "cut.gguf" in message and "download or copy it again" in message
+
+
 def test_a_file_that_is_not_gguf(workdir):
     (workdir.path / "notes.gguf").write_text("hello\n")
     assert "not a readable GGUF file" in refused(workdir, "notes.gguf")

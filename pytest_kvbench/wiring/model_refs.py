@@ -18,9 +18,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pytest_kvbench import user_paths
-from pytest_kvbench.model_sources import gguf_file, named_models
-from pytest_kvbench.model_sources.hub import hub_offline
-from pytest_kvbench.model_sources.reference import is_named, model_source
 from pytest_kvbench.wiring.grid import DEFAULT_MODEL, GridError
 
 EAGER = "eager"
@@ -75,6 +72,10 @@ def check_model_reference(model: str) -> int | None:
 
     Returns the model's maximum number of positions when its config is at hand (None: unknown).
     """
+    from pytest_kvbench.model_sources import gguf_file, named_models
+    from pytest_kvbench.model_sources.hub import hub_offline
+    from pytest_kvbench.model_sources.reference import is_named
+
     if model == DEFAULT_MODEL:
         return _default_model_max_positions()
     if not model.strip():
@@ -111,6 +112,9 @@ def check_model_reference(model: str) -> int | None:
 
 def _check_named(model: str) -> int | None:
     """The name has a source here (hub or GGUF file), and that source is checked like any other."""
+    from pytest_kvbench.model_sources import named_models
+    from pytest_kvbench.model_sources.reference import model_source
+
     try:
         source = model_source(model)
     except named_models.NamedModelError as exc:
@@ -120,6 +124,7 @@ def _check_named(model: str) -> int | None:
 
 def _check_gguf(model: str, location: str | None = None) -> int | None:
     """The packages are there, the file is whole and transformers maps its architecture; its length."""
+    from pytest_kvbench.model_sources import gguf_file
     from pytest_kvbench.model_sources.gguf_index import gguf_info
 
     missing = gguf_file.missing_packages()
