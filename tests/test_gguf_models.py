@@ -141,6 +141,23 @@ def test_a_gguf_row_is_titled_with_its_file_and_quantization_and_never_joins_the
         ("smollm2-135m", 90.0), ("smollm2-135m: SmolLM2-135M-Instruct (GGUF Q4_1)", 40.0)]
 
 
+def test_the_gate_never_compares_a_gguf_run_with_a_float_baseline_or_another_file():
+    from pytest_kvbench.comparison.baseline_file import baseline_entry
+    from pytest_kvbench.comparison.tolerances import parse_tolerances
+    from pytest_kvbench.comparison.verdicts import compare_record
+
+    def record(gguf_sha):
+        gguf = {"file": "m.Q4_1.gguf", "quantization": "Q4_1", "sha256": gguf_sha} if gguf_sha else None
+        samples = [{"id": str(i), "score": 1.0} for i in range(5)]
+        return _record("smollm2-135m", gguf, 100.0) | {"samples": samples, "metric": "m"}
+
+    tolerances = parse_tolerances([])
+    for base, current in (("b" * 64, None), (None, "b" * 64), ("b" * 64, "c" * 64)):
+        verdict = compare_record(record(current), baseline_entry(record(base)), tolerances)
+        assert verdict.status == "mismatch" and "model weights differ" in verdict.message, verdict
+    assert compare_record(record("b" * 64), baseline_entry(record("b" * 64)), tolerances).status == "ok"
+
+
 def test_a_run_on_a_gguf_file_records_and_shows_where_its_weights_came_from(tiny, tmp_path_factory):
     base = tmp_path_factory.mktemp("gguf_run")
     env = {gguf_cache.CACHE_ENV: str(base / "cache")}
