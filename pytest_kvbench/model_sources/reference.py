@@ -20,7 +20,6 @@ class ModelSource:
     name: str  # as the grid spells it
     location: str  # what from_pretrained reads (a folder or a hub id), or the GGUF file's path
     gguf: Path | None = None  # set for a GGUF file: converted once, then loaded from the cache
-    named: bool = False
 
 
 def _exists(reference: str) -> bool:
@@ -44,8 +43,8 @@ def model_source(reference: str) -> ModelSource:
     if is_named(reference):
         resolved = named_models.resolve(reference)
         if resolved.kind == named_models.GGUF:
-            return ModelSource(reference, resolved.reference, Path(resolved.reference), named=True)
-        return ModelSource(reference, resolved.reference, named=True)
+            return ModelSource(reference, resolved.reference, Path(resolved.reference))
+        return ModelSource(reference, resolved.reference)
     if looks_like_gguf(reference):
         return ModelSource(reference, reference, Path(reference).expanduser())
     return ModelSource(reference, reference)
