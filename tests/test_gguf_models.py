@@ -113,6 +113,30 @@ def test_a_corrupt_or_partial_entry_is_rebuilt_never_loaded(tiny, cache, damage)
     assert not [p for p in cache.iterdir() if p.name.startswith(".")], "a temporary folder was left behind"
 
 
+def test_two_workers_asking_at_once_convert_once(cache):
+    import threading
+
+    conversions, start = [], threading.Barrier(2)
+
+    def convert(folder):
+        conversions.append(folder)
+        (folder / "weights.bin").write_bytes(b"x" * 1000)
+        return {}
+
+    def worker(results):
+        start.wait()
+        results.append(gguf_cache.converted("d" * 64, convert))
+
+    results: list = []
+    threads = [threading.Thread(target=worker, args=(results,)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(conversions) == 1 and sorted(built for _, built in results) == [False, True]
+    assert gguf_cache.is_intact(cache / ("d" * 64), "d" * 64)
+
+
 def test_a_failed_conversion_leaves_no_entry(cache):
     def broken(folder):
         (folder / "config.json").write_text("{}")
