@@ -23,7 +23,7 @@ from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, che
 from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
-from pytest_kvbench import user_paths
+from pytest_kvbench import model_listing, user_paths
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS, export_directory
@@ -315,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", help="only this suite's tasks")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_tasks)
+    model_listing.add_parser(sub, common)
 
     p = sub.add_parser("show", parents=[common], help="tables and environment of a run")
     p.add_argument("run", metavar="RUN")

@@ -28,10 +28,12 @@ class BaselineError(ValueError):
 def baseline_entry(record: dict) -> dict:
     """The part of a record a baseline needs: identity, settings, score, per-sample data, cost."""
     model = record.get("model") or {}
+    gguf = model.get("gguf") if isinstance(model.get("gguf"), dict) else {}
     return {
         "key": record["key"],
         "item_id": record.get("item_id"),
-        "model": {k: model.get(k) for k in ("name", "dtype", "attn_implementation") if k in model},
+        "model": {k: model.get(k) for k in ("name", "dtype", "attn_implementation") if k in model}
+        | ({"gguf_sha256": gguf["sha256"]} if gguf.get("sha256") else {}),
         "method": record.get("method"),
         "budget": record.get("budget"),
         "protocol": record.get("protocol"),

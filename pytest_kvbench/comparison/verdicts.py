@@ -130,6 +130,10 @@ def _describe_ids(ids: list[str]) -> str:
     return f"{len(ids)} ({shown}{', ...' if len(ids) > 3 else ''})"
 
 
+def _weights(gguf_sha256: str | None) -> str:
+    return f"GGUF sha256 {gguf_sha256[:12]}..." if gguf_sha256 else "not from a GGUF file"
+
+
 def _settings_mismatch(record: dict, entry: dict) -> list[str]:
     """Every reason why the record did not measure what the entry measured."""
     reasons = []
@@ -143,6 +147,10 @@ def _settings_mismatch(record: dict, entry: dict) -> list[str]:
     for name in ("dtype", "attn_implementation"):
         if base_model.get(name) is not None and cur_model.get(name) is not None and base_model[name] != cur_model[name]:
             reasons.append(f"model {name.replace('_', ' ')} differs (baseline {base_model[name]!r}, this run {cur_model[name]!r})")
+    cur_gguf = (cur_model.get("gguf") or {}).get("sha256") if isinstance(cur_model.get("gguf"), dict) else None
+    if base_model.get("gguf_sha256") != cur_gguf:  # a name (smollm2-135m) may load a GGUF file or float weights
+        reasons.append(f"model weights differ (baseline {_weights(base_model.get('gguf_sha256'))}, "
+                       f"this run {_weights(cur_gguf)})")
     for name, base, cur in (
         ("protocol", entry.get("protocol"), record.get("protocol")),
         # None is the model's maximum; baselines from before the field was recorded used it

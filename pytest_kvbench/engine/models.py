@@ -3,7 +3,8 @@
 Loading an 8B model takes a minute and most of a GPU, so items never load models themselves:
 they ask this cache, which loads on first use (never at collection) and records the load time
 and on-disk size once. The embedded default model is loaded through exactly the same
-``from_pretrained`` path as a hub model; only its location differs.
+``from_pretrained`` path as a hub model; only its location differs. A GGUF file (or a named model
+resolved to one) is loaded from its float conversion (gguf_conversion.py), made on first use.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_kvbench.wiring.grid import DEFAULT_MODEL
 
 DEFAULT_MODEL_DIR = Path(__file__).parents[1] / "default_model"
 
@@ -36,9 +36,11 @@ class LoadedModel:
     size_bytes: int
     max_positions: int | None
     eos_token_ids: set[int] = field(default_factory=set)
+    gguf: dict | None = None  # the GGUF file's GgufInfo.as_record() + where its conversion is cached
 
     def info(self) -> dict:
-        return {
+        gguf = {"gguf": self.gguf} if self.gguf else {}  # absent for other models, as in older records
+        return gguf | {
             "name": self.name,
             "source": self.source,
             "dtype": self.dtype,
@@ -55,10 +57,6 @@ def pick_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_source(name: str) -> str:
-    return str(DEFAULT_MODEL_DIR) if name == DEFAULT_MODEL else name
 
 
 def _torch_dtype(dtype: str, device: str):
@@ -101,12 +99,18 @@ class ModelCache:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from pytest_kvbench.engine.hardware.figures import model_size_on_disk
+        from pytest_kvbench.model_sources.reference import model_source
 
-        source = resolve_source(name)
         device = pick_device()
         torch_dtype = _torch_dtype(dtype, device)
         start = time.perf_counter()
+        gguf = None
         try:
+            resolved = model_source(name)
+            source = resolved.location
+            if resolved.gguf is not None:
+                gguf = _converted_gguf(resolved.gguf)
+                source = gguf["converted"]
             tokenizer = AutoTokenizer.from_pretrained(source)
             model = AutoModelForCausalLM.from_pretrained(
                 source, dtype=torch_dtype, attn_implementation=attn_implementation
@@ -121,7 +125,7 @@ class ModelCache:
         config = model.config
         return LoadedModel(
             name=name,
-            source=source,
+            source=resolved.location,
             model=model,
             tokenizer=tokenizer,
             device=device,
@@ -129,7 +133,16 @@ class ModelCache:
             attn_implementation=attn_implementation,
             family=getattr(config, "model_type", "unknown"),
             load_s=load_s,
-            size_bytes=model_size_on_disk(source),
+            size_bytes=gguf["size_bytes"] if gguf else model_size_on_disk(source),
             max_positions=getattr(config, "max_position_embeddings", None),
             eos_token_ids=_eos_ids(model, tokenizer),
+            gguf=gguf,
         )
+
+
+def _converted_gguf(path: Path) -> dict:
+    """The GGUF file's record fields, its float conversion's folder and whether this load made it."""
+    from pytest_kvbench.engine.gguf_conversion import converted_model
+
+    folder, info, built = converted_model(path)
+    return info.as_record() | {"converted": str(folder), "converted_now": built}

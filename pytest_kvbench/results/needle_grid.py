@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import fmean
 
-from pytest_kvbench.results.record import FULL, budget_sort_key, is_number, labels
+from pytest_kvbench.results.record import FULL, budget_sort_key, is_number, labels, model_title
 
 NEEDLE_FAMILY = "niah_grid"
 
@@ -55,7 +55,7 @@ def needle_grids(records: Iterable[dict]) -> list[NeedleGrid]:
         if not is_needle_record(record):
             continue
         label = labels(record)
-        group = (label.model, record["task"]["name"], label.method, label.budget)
+        group = (model_title(record), record["task"]["name"], label.method, label.budget)
         for sample in record.get("samples") or []:
             depth = _sample_field(sample, "depth")
             length = _sample_field(sample, "context_length") or record["task"].get("context_length")

@@ -143,6 +143,20 @@ def labels(record: dict) -> Labels:
                   str(record.get("protocol") or DEFAULT_PROTOCOL))
 
 
+def model_title(record: dict) -> str:
+    """The model as tables title it: the key's model, and for a GGUF-derived one the file and its
+    quantization (``smollm2-135m: SmolLM2-135M-Instruct (GGUF Q4_1)``), so that its rows are never
+    taken for the float model's. Records without ``model.gguf`` (all older ones) keep the key's name."""
+    from pytest_kvbench.model_sources.gguf_file import gguf_label, looks_like_gguf
+
+    name = labels(record).model
+    gguf = (record.get("model") or {}).get("gguf")
+    if not isinstance(gguf, dict) or not gguf.get("file") or not gguf.get("quantization"):
+        return name
+    label = gguf_label(str(gguf["file"]), str(gguf["quantization"]))
+    return label if looks_like_gguf(name) else f"{name}: {label}"
+
+
 def model_label(model: str) -> str:
     """A short, path- and id-safe name for a model id or path (item ids, item folders)."""
     tail = model.rstrip("/").split("/")[-1] or model

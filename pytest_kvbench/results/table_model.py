@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from pytest_kvbench.results.record import DEFAULT_PROTOCOL, FULL, budget_sort_key, is_number, is_scored, labels
+from pytest_kvbench.results.record import (DEFAULT_PROTOCOL, FULL, budget_sort_key, is_number, is_scored, labels,
+                                           model_title)
 
 AVG = "Avg"
 MiB = 2**20
@@ -156,11 +157,11 @@ def _task_order(label: str) -> tuple[str, int]:
 
 def score_tables(records: Iterable[dict]) -> list[ScoreTable]:
     """One table per (model, protocol, budget) from the scored records; ``full`` rows join every budget."""
-    scored = [(labels(r), r) for r in records if is_scored(r)]
-    settings = list(dict.fromkeys((label.model, label.protocol) for label, _ in scored))
+    scored = [(labels(r), model_title(r), r) for r in records if is_scored(r)]
+    settings = list(dict.fromkeys((title, label.protocol) for label, title, _ in scored))
     tables = []
     for model, protocol in settings:
-        mine = [(label, r) for label, r in scored if (label.model, label.protocol) == (model, protocol)]
+        mine = [(label, r) for label, title, r in scored if (title, label.protocol) == (model, protocol)]
         budgets = sorted({label.budget for label, _ in mine if label.budget != FULL}, key=budget_sort_key) or [FULL]
         for budget in budgets:
             rows = [(label, r) for label, r in mine if label.budget in (budget, FULL)]

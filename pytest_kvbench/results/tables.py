@@ -11,6 +11,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from pytest_kvbench.results.needle_grid import needle_grids
+from pytest_kvbench.results.record import model_title
 from pytest_kvbench.results.table_model import ScoreTable, cell_text, score_tables
 
 HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Peak MiB"]
@@ -64,6 +65,18 @@ def needle_heatmaps(records: list[dict], fmt: str = "github") -> list[tuple[str,
     return tables
 
 
+def gguf_models(records: list[dict]) -> list[str]:
+    """One line per GGUF-derived model: the file, its sha256, quantization and architecture."""
+    seen: dict[str, dict] = {}
+    for r in records:
+        gguf = (r.get("model") or {}).get("gguf")
+        if isinstance(gguf, dict):
+            seen.setdefault(model_title(r), gguf)
+    return [f"- {title}: `{g.get('file')}`, sha256 `{g.get('sha256')}`, {g.get('quantization')}, "
+            f"architecture {g.get('architecture')} (dequantized to float weights by transformers)"
+            for title, g in seen.items()]
+
+
 def zero_scores(records: list[dict]) -> list[str]:
     """Item ids of the records that scored exactly 0: worth a look (a broken prompt, a method bug)."""
     return sorted(r["item_id"] for r in records if r.get("score") == 0)
@@ -85,6 +98,9 @@ def results_markdown(run: dict, records: list[dict]) -> str:
         "Best compressed score per column in bold.",
         "",
     ]
+    ggufs = gguf_models(records)
+    if ggufs:
+        lines += ["## Models from GGUF files", "", *ggufs, ""]
     for heading, table in budget_tables(records):
         lines += [f"## {heading}", "", table, ""]
     heatmaps = needle_heatmaps(records)

@@ -5,7 +5,9 @@ spent minutes on the data: so a local path must be a directory with a ``config.j
 transformers can read (a corrupt one is one line here, instead of a 600-line traceback in every
 item), a hub id must be one the hub accepts and, with ``HF_HUB_OFFLINE=1``, be in the local
 cache, and the attention implementation must be one transformers knows. Only ``config.json`` is
-ever read; nothing is downloaded.
+ever read; nothing is downloaded. A ``.gguf`` file must be whole, of an architecture transformers
+maps, with the ``gguf`` and ``accelerate`` packages installed; a named model (model_sources/) must
+have a source here. Neither check imports torch or transformers.
 """
 
 from __future__ import annotations
@@ -28,10 +30,6 @@ def is_local_reference(model: str) -> bool:
     except (OSError, ValueError):
         exists = False
     return model.startswith((".", "/", "~")) or exists or model.count("/") > 1
-
-
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -63,21 +61,36 @@ def _default_model_max_positions() -> int | None:
     return _max_positions(SimpleNamespace(**data))
 
 
+def cached_config(model: str) -> str | None:
+    from pytest_kvbench.model_sources.hub import cached_file
+
+    return cached_file(model, "config.json")
+
+
 def check_model_reference(model: str) -> int | None:
     """A local path holds a readable model config; a hub id is valid (and cached when offline).
 
     Returns the model's maximum number of positions when its config is at hand (None: unknown).
     """
+    from pytest_kvbench.model_sources import gguf_file, named_models
+    from pytest_kvbench.model_sources.hub import hub_offline
+    from pytest_kvbench.model_sources.reference import is_named
+
     if model == DEFAULT_MODEL:
         return _default_model_max_positions()
     if not model.strip():
         raise GridError("model name is empty")
+    if is_named(model):
+        return _check_named(model)
+    if gguf_file.looks_like_gguf(model):
+        return _check_gguf(model)
     if is_local_reference(model):
         try:
             path = user_paths.existing_dir(model, "model path")
             user_paths.existing_file(path / "config.json", "model path")
         except user_paths.PathError as exc:
-            raise GridError(f"{exc} (expected a Hugging Face model directory with a config.json)") from None
+            raise GridError(f"{exc} (expected a Hugging Face model directory with a config.json, "
+                            f"or a .gguf file)") from None
         return _check_config(model, str(path))
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -86,15 +99,44 @@ def check_model_reference(model: str) -> int | None:
     except HFValidationError as exc:
         raise GridError(f"model {user_paths.shown(model)}: not a local directory and not a valid hub id "
                         f"({_first_line(exc)})") from None
+    if "/" not in model and cached_config(model) is None:  # a bare word: a mistyped name, not an old hub id
+        raise GridError(named_models.unknown_name_message(model))
     if hub_offline():
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model, "config.json")
-        if not isinstance(cached, str):
+        cached = cached_config(model)
+        if cached is None:
             raise GridError(f"model {model}: not in the local Hugging Face cache and HF_HUB_OFFLINE=1 "
                             f"(download it first, or pass a local path)")
         return _check_config(model, str(Path(cached).parent))
     return None
+
+
+def _check_named(model: str) -> int | None:
+    """The name has a source here (hub or GGUF file), and that source is checked like any other."""
+    from pytest_kvbench.model_sources import named_models
+    from pytest_kvbench.model_sources.reference import model_source
+
+    try:
+        source = model_source(model)
+    except named_models.NamedModelError as exc:
+        raise GridError(str(exc)) from None
+    return _check_gguf(model, source.location) if source.gguf is not None else check_model_reference(source.location)
+
+
+def _check_gguf(model: str, location: str | None = None) -> int | None:
+    """The packages are there, the file is whole and transformers maps its architecture; its length."""
+    from pytest_kvbench.model_sources import gguf_file
+    from pytest_kvbench.model_sources.gguf_index import gguf_info
+
+    missing = gguf_file.missing_packages()
+    if missing:
+        raise GridError(f"model {user_paths.shown(model)}: loading a GGUF file needs the {' and '.join(missing)} "
+                        f"package{'s' if len(missing) > 1 else ''}; install them with `{gguf_file.INSTALL_HINT}`")
+    try:
+        path = user_paths.existing_file(location or model, "model file")
+        info = gguf_info(path)
+    except (user_paths.PathError, gguf_file.GgufError) as exc:
+        raise GridError(str(exc)) from None
+    return info.context_length
 
 
 def known_attention_implementations() -> list[str]:

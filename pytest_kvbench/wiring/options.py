@@ -38,7 +38,7 @@ DEFAULT_SAMPLES = 20
 
 # name -> (help, ini type); each becomes --kvbench-<name> and the ini key kvbench_<name>.
 GRID_OPTIONS: dict[str, tuple[str, str]] = {
-    "model": ("model: 'default' (embedded), a hub id or a local path; repeat or comma-separate for several", "linelist"),
+    "model": ("model: 'default' (embedded), a named model (kvbench models), a hub id, a local path or a .gguf file; repeat or comma-separate for several", "linelist"),
     "methods": ("methods, comma-separated; parameters as snapkv:window=64:kernel=5", "linelist"),
     "budgets": ("budgets: KV tokens kept per layer per KV head (1024) or fraction removed (r0.5)", "linelist"),
     "tasks": ("tasks, comma-separated (LongBench and RULER names)", "linelist"),

@@ -1,0 +1,98 @@
+"""The float weights converted from a GGUF file, made once and kept, keyed by the file's sha256.
+
+transformers dequantizes a GGUF file at every load (about 18 s for a 135M model on two cores);
+the converted model saved with ``save_pretrained`` loads like any Hugging Face folder. An entry
+``<root>/<sha256>/`` holds those files and a manifest with each file's size and sha256; it is
+built in a temporary folder and renamed into place under a file lock (two workers never convert
+at once, a killed conversion leaves no entry), and it is used only when every file matches its
+manifest: a corrupt or partial entry is rebuilt, never loaded.
+
+The root is ``$KVBENCH_GGUF_CACHE``, else ``$XDG_CACHE_HOME/kvbench/gguf``, else ``~/.cache/kvbench/gguf``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from filelock import FileLock
+
+CACHE_ENV = "KVBENCH_GGUF_CACHE"
+MANIFEST = "kvbench-gguf-manifest.json"
+MANIFEST_FORMAT = "kvbench-gguf-conversion"
+
+
+def cache_root() -> Path:
+    given = os.environ.get(CACHE_ENV, "").strip()
+    if given:
+        return Path(given).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kvbench" / "gguf"
+
+
+def entry_dir(sha256: str) -> Path:
+    return cache_root() / sha256
+
+
+def read_manifest(entry: Path) -> dict | None:
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT and isinstance(manifest.get("files"), dict)
+    return manifest if ok and manifest["files"] else None
+
+
+def is_intact(entry: Path, sha256: str) -> bool:
+    """The entry's manifest names this source, and every file it lists has its size and checksum."""
+    from pytest_kvbench.model_sources.gguf_file import sha256_of
+
+    manifest = read_manifest(entry)
+    if manifest is None or manifest.get("source_sha256") != sha256:
+        return False
+    for name, expected in manifest["files"].items():
+        file = entry / name
+        if (not isinstance(expected, dict) or os.sep in name or not file.is_file()
+                or file.stat().st_size != expected.get("size") or sha256_of(file) != expected.get("sha256")):
+            return False
+    return True
+
+
+def _write_manifest(folder: Path, sha256: str, details: dict) -> None:
+    from pytest_kvbench.model_sources.gguf_file import sha256_of
+    from pytest_kvbench.results.storage import atomic_write_json
+
+    files = {p.name: {"size": p.stat().st_size, "sha256": sha256_of(p)}
+             for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
+    atomic_write_json(folder / MANIFEST, {"format": MANIFEST_FORMAT, "source_sha256": sha256, **details, "files": files})
+
+
+def converted(sha256: str, convert: Callable[[Path], dict]) -> tuple[Path, bool]:
+    """The intact entry for ``sha256`` and whether this call built it; ``convert(folder)`` saves the
+    model into an empty folder and returns what the manifest should say of it."""
+    entry = entry_dir(sha256)
+    if is_intact(entry, sha256):
+        return entry, False
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f"{sha256}.lock")):
+        if is_intact(entry, sha256):  # another worker converted it while this one waited
+            return entry, False
+        building = Path(tempfile.mkdtemp(prefix=f".{sha256[:16]}.", dir=root))
+        try:
+            start = time.perf_counter()
+            details = convert(building)
+            _write_manifest(building, sha256, {**details, "conversion_s": round(time.perf_counter() - start, 2)})
+            if entry.exists():  # corrupt or partial: moved aside first (a folder cannot be renamed over a full one)
+                stale = Path(tempfile.mkdtemp(prefix=f".stale.{sha256[:16]}.", dir=root))
+                os.replace(entry, stale / "entry")
+                shutil.rmtree(stale, ignore_errors=True)
+            os.replace(building, entry)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+    return entry, True

@@ -1,0 +1,150 @@
+"""A GGUF file read from its header: architecture, quantization, length, and whether it is whole.
+
+A GGUF file (llama.cpp's format) can only be loaded through transformers after the ``gguf`` and
+``accelerate`` packages are installed and only for the architectures transformers maps; a broken
+download is truncated. All of that is found here from the header and the package metadata, so a
+bad file is one line at configure time instead of a traceback in every item. Only the ``gguf``
+package (numpy) is imported; transformers' list of GGUF architectures is read from its source.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+GGUF_SUFFIX = ".gguf"
+REQUIRED_PACKAGES = ("gguf", "accelerate")  # transformers' GGUF loader needs both
+INSTALL_HINT = "pip install 'pytest-kvbench[gguf]'"
+# transformers' table of GGUF metadata per architecture; its other top-level keys are not architectures
+_MAPPING_FILE, _MAPPING_NAME, _NOT_ARCHITECTURES = "transformers/integrations/ggml.py", "GGUF_CONFIG_MAPPING", {
+    "general", "tokenizer"}
+
+
+class GgufError(ValueError):
+    """A GGUF file that cannot be used; the message is one line naming the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class GgufInfo:
+    """What a record says of a GGUF model: which file, which bytes, how it was quantized."""
+
+    file: str  # the file name
+    sha256: str
+    size_bytes: int
+    architecture: str  # general.architecture: llama, qwen2, ...
+    quantization: str  # Q4_1, Q8_0, F16, ... (general.file_type, else the most common weight type)
+    model_name: str | None  # general.name
+    context_length: int | None  # <architecture>.context_length
+
+    def as_record(self) -> dict:
+        return asdict(self)
+
+
+def gguf_label(file: str, quantization: str) -> str:
+    """``SmolLM2-135M-Instruct (GGUF Q4_1)``: the file's stem without its quantization suffix."""
+    stem = file[: -len(GGUF_SUFFIX)] if file.lower().endswith(GGUF_SUFFIX) else file
+    if stem.lower().endswith("." + quantization.lower()):
+        stem = stem[: -len(quantization) - 1]
+    return f"{stem} (GGUF {quantization})"
+
+
+def looks_like_gguf(reference: str) -> bool:
+    return reference.strip().lower().endswith(GGUF_SUFFIX)
+
+
+def missing_packages() -> list[str]:
+    """The packages transformers needs for GGUF files that cannot be imported here."""
+    missing = []
+    for name in REQUIRED_PACKAGES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _field(reader, key: str):
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def _quantization(reader) -> str:
+    from gguf import GGMLQuantizationType, LlamaFileType
+
+    file_type = _field(reader, "general.file_type")
+    try:
+        return LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except (TypeError, ValueError):
+        weights = Counter(t.tensor_type for t in reader.tensors if len(t.shape) > 1)
+        return GGMLQuantizationType(weights.most_common(1)[0][0]).name if weights else "unknown"
+
+
+def read_info(path: Path, sha256: str) -> GgufInfo:
+    """The file's header, checked whole: every tensor's bytes lie inside the file."""
+    from gguf import GGUFReader
+
+    fix = "download or copy it again"
+    try:
+        reader = GGUFReader(path)
+    except Exception as exc:  # noqa: BLE001 - gguf raises ValueError, KeyError, IndexError ... on a bad file
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GgufError(f"{path}: not a readable GGUF file, truncated or corrupt ({text}); {fix}") from None
+    size = path.stat().st_size
+    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    if end > size:
+        raise GgufError(f"{path}: truncated GGUF file ({size} bytes, its tensors need {end}); {fix}")
+    architecture = str(_field(reader, "general.architecture") or "")
+    if not architecture:
+        raise GgufError(f"{path}: GGUF file without general.architecture; {fix}")
+    context = _field(reader, f"{architecture}.context_length")
+    name = _field(reader, "general.name")
+    return GgufInfo(file=path.name, sha256=sha256, size_bytes=size, architecture=architecture,
+                    quantization=_quantization(reader), model_name=str(name) if name is not None else None,
+                    context_length=int(context) if isinstance(context, int) and context > 0 else None)
+
+
+@functools.lru_cache(maxsize=1)
+def transformers_architectures() -> frozenset[str] | None:
+    """The GGUF architectures the installed transformers maps, read from its source (no import);
+    None when that table is not where this version expects it (the load then says it)."""
+    try:
+        source = Path(importlib.metadata.distribution("transformers").locate_file(_MAPPING_FILE))
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (importlib.metadata.PackageNotFoundError, OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                and any(isinstance(t, ast.Name) and t.id == _MAPPING_NAME for t in node.targets)):
+            keys = {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            return frozenset(keys - _NOT_ARCHITECTURES)
+    return None
+
+
+def check_architecture(info: GgufInfo, path: Path) -> None:
+    """transformers can map the file's architecture (``qwen2moe`` is its ``qwen2_moe``, ``t5encoder`` its t5)."""
+    known = transformers_architectures()
+    if known is None:
+        return
+    arch = info.architecture.lower().replace("-", "_")
+    candidates = {arch, arch.replace("moe", "_moe"), "t5" if "t5" in arch else arch}
+    if not candidates & known:
+        version = importlib.metadata.version("transformers")
+        raise GgufError(f"{path}: GGUF architecture {info.architecture!r} cannot be loaded by transformers {version} "
+                        f"(it loads {', '.join(sorted(known))}); use a GGUF of one of those, or the model's "
+                        f"Hugging Face folder")

