@@ -37,7 +37,12 @@ WORK="$CLUSTER/project"          # the user's project folder: bench/ and pyproje
 PIDS=()
 teardown() {
   local status=$?
-  # The daemons started below, by their own process ids; jobs still running die with slurmd.
+  # Jobs still queued or running (a failure or timeout above) are cancelled while slurmctld is up, then
+  # the daemons started below are stopped by their own process ids.
+  if [ "${SLURM_CONF:-}" = "$CLUSTER/slurm.conf" ] && squeue -h -o %A >"$CLUSTER/left" 2>/dev/null && [ -s "$CLUSTER/left" ]; then
+    xargs scancel <"$CLUSTER/left" || true
+    for _ in $(seq 30); do [ -z "$(squeue -h -o %A 2>/dev/null)" ] && break; sleep 1; done
+  fi
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ "$status" -ne 0 ]; then
@@ -76,7 +81,6 @@ SlurmctldPidFile=$CLUSTER/slurmctld.pid
 SlurmdPidFile=$CLUSTER/slurmd.pid
 SlurmctldLogFile=$CLUSTER/log/slurmctld.log
 SlurmdLogFile=$CLUSTER/log/slurmd.log
-SlurmdDebug=debug2
 MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -121,9 +125,9 @@ readme_block "sbatch --parsable sweep.sbatch" >"$WORK/submit.sh"
 [ -s "$WORK/sweep.sbatch" ] && [ -s "$WORK/submit.sh" ] || fail "README.md has no sweep.sbatch or submit block"
 cp -r "$REPO/bench" "$REPO/pyproject.toml" "$WORK/"
 
-# The small CPU grid: the embedded model on the shipped data, 2 workers per shard, 2 methods x 2 budgets
+# The small CPU grid: the embedded model on the shipped data, no xdist workers (-n 0), 2 methods x 2 budgets
 # x 2 RULER tasks at 512 tokens, 2 samples each: 8 items over the example's 4 shards.
-export KVBENCH_MODELS=default KVBENCH_DATA=fixtures KVBENCH_WORKERS=2
+export KVBENCH_MODELS=default KVBENCH_DATA=fixtures KVBENCH_WORKERS=0
 export PYTEST_ADDOPTS="-m ruler --kvbench-methods snapkv,streamingllm --kvbench-budgets 64,128 \
 --kvbench-tasks niah_single_1,niah_multikey_1 --kvbench-context-lengths 512 --kvbench-samples 2 \
 --kvbench-torch-threads 1 -p no:cacheprovider"
@@ -149,6 +153,7 @@ echo "array and merge jobs finished in ${SECONDS}s"
 # Every array task and the merge job completed with exit code 0 (pytest: every item passed).
 scontrol -o show job "$JOB" >jobs.txt
 scontrol -o show job "$MERGE_JOB" >>jobs.txt
+awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^(JobId|ArrayTaskId|JobState|RunTime|ExitCode)=/) printf "%s ", $i; print "" }' jobs.txt
 [ "$(grep -c . jobs.txt)" -eq 5 ] || { cat jobs.txt; fail "expected 4 array tasks and 1 merge job"; }
 if grep -v ' JobState=COMPLETED .* ExitCode=0:0 ' jobs.txt >/dev/null; then
   grep -o 'JobId=[0-9]* .*JobState=[A-Z_]*\|ExitCode=[0-9:]*' jobs.txt
