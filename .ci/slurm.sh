@@ -25,6 +25,7 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       slurm-wlm munge >/dev/null) || skip "apt-get could not install slurm-wlm and munge"
+    echo "installed slurm-wlm and munge in ${SECONDS}s"
   else
     skip "slurm-wlm and munge are not installed, and installing them needs root and apt-get"
   fi
