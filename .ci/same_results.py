@@ -48,11 +48,11 @@ def main(argv: list[str]) -> int:
         return 2
     records_a = {r["key"]: r for r in run_a.records}
     records_b = {r["key"]: r for r in run_b.records}
-    found = differences(records_a, records_b, run_a.run_id, run_b.run_id)
+    found = differences(records_a, records_b, *argv)  # named as given: a copied run keeps its run id
     if len(records_a) != len(run_a.records) or len(records_b) != len(run_b.records):
         found.append("an item key appears twice in one run")
     if not records_a:
-        found.append(f"{run_a.run_id} holds no records")
+        found.append(f"{argv[0]} holds no records")
     for line in found:
         print(line)
     if found:
