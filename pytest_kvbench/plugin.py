@@ -141,12 +141,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     # rather than pytest's placeholder for an empty parameter set.
     items[:] = [i for i in items if not is_empty_case_item(i)]
     keep, drop = list(items), []
-    if config.getoption("kvbench_resume"):
-        done = run.finished_keys()
-        is_done = [case_of(i) is not None and case_of(i).key in done for i in keep]
-        keep, drop = ([i for i, d in zip(keep, is_done) if not d], [i for i, d in zip(keep, is_done) if d])
     shard = config.getoption("kvbench_shard")
-    if shard:
+    if shard:  # before resume: a resumed shard finishes its own part, not a part of what is left of the grid
         from pytest_kvbench.wiring.shards import parse_shard, select_shard
 
         try:
@@ -157,6 +153,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         chosen = {id(i) for i in select_shard(bench, k, n, lambda i: case_of(i).model)}
         drop += [i for i in bench if id(i) not in chosen]
         keep = [i for i in keep if case_of(i) is None or id(i) in chosen]
+    if config.getoption("kvbench_resume"):
+        done = run.finished_keys()
+        is_done = [case_of(i) is not None and case_of(i).key in done for i in keep]
+        drop += [i for i, d in zip(keep, is_done) if d]
+        keep = [i for i, d in zip(keep, is_done) if not d]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -160,6 +160,26 @@ def test_shards_cover_the_grid_exactly_once(tmp_path):
     assert sorted(sum(parts, [])) == sorted(everything)
 
 
+
+def test_resuming_a_shard_runs_only_that_shards_missing_items(tmp_path):
+    """A killed SLURM array task is finished with its own --kvbench-shard and --kvbench-resume: it must run
+    the rest of its own part. Splitting what is left of the whole grid instead ran other shards' items,
+    and the merge then refused the duplicates (found on a real one-node SLURM cluster, .ci/slurm.sh)."""
+    results = tmp_path / "res"
+    shard = [*SMALL_GRID, "--kvbench-shard", "2/3", "--kvbench-results", str(results)]
+    first = run_bench(tmp_path / "work", *shard)
+    assert first.returncode == 0, first.stdout[-3000:]
+    run_dir, run = run_json(results)
+    assert len(run["records"]) == 2
+    # The task was killed after its first item: one record, no run.json.
+    records = (run_dir / "records.jsonl").read_text().splitlines(keepends=True)
+    (run_dir / "records.jsonl").write_text(records[0])
+    (run_dir / "run.json").unlink()
+    missing = json.loads(records[1])["nodeid"].split("::")[-1]
+    resumed = run_bench(tmp_path / "work", *shard, "--kvbench-resume", "latest", "--collect-only", "-q")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    assert [line.split("::")[-1] for line in resumed.stdout.splitlines() if "::" in line] == [missing]
+
 INTERRUPT = """
 def pytest_runtest_call(item):
     if "snapkv" in item.nodeid:

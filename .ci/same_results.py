@@ -1,0 +1,65 @@
+"""Exit 1, naming the differences, unless two runs hold the same items with the same outcomes and scores.
+
+Why: CI merges the shards of the README's SLURM job array (``.ci/slurm.sh``) and must show that the merged
+run is the run a single process makes of the same grid: every item once, the same status, and the same
+score, per-sample predictions and fidelity. Times, memory and devices differ between runs and are not
+compared. Usage: ``python .ci/same_results.py RUN_A RUN_B`` (run directories).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pytest_kvbench.results.runs import RunError, load_run
+
+# What an item measured, as opposed to how long it took or what it ran on.
+ITEM_FIELDS = ("status", "score", "aggregate", "fidelity", "n_samples")
+SAMPLE_FIELDS = ("id", "prediction", "score", "kept_tokens", "kl", "agreement")
+
+
+def outcome(record: dict) -> dict:
+    """The fields of a record that two runs of the same grid must agree on."""
+    return {
+        **{name: record.get(name) for name in ITEM_FIELDS},
+        "samples": [{name: sample.get(name) for name in SAMPLE_FIELDS} for sample in record.get("samples") or []],
+    }
+
+
+def differences(a: dict[str, dict], b: dict[str, dict], name_a: str, name_b: str) -> list[str]:
+    """One line per item key found in only one run, or whose outcomes differ."""
+    lines = [f"only in {name_a}: {key}" for key in sorted(a.keys() - b.keys())]
+    lines += [f"only in {name_b}: {key}" for key in sorted(b.keys() - a.keys())]
+    for key in sorted(a.keys() & b.keys()):
+        left, right = outcome(a[key]), outcome(b[key])
+        for field in left:
+            if left[field] != right[field]:
+                lines.append(f"{key}: {field} {left[field]!r} in {name_a}, {right[field]!r} in {name_b}")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: same_results.py RUN_A RUN_B", file=sys.stderr)
+        return 2
+    try:
+        run_a, run_b = (load_run(path) for path in argv)
+    except RunError as exc:
+        print(f"same_results: {exc}", file=sys.stderr)
+        return 2
+    records_a = {r["key"]: r for r in run_a.records}
+    records_b = {r["key"]: r for r in run_b.records}
+    found = differences(records_a, records_b, *argv)  # named as given: a copied run keeps its run id
+    if len(records_a) != len(run_a.records) or len(records_b) != len(run_b.records):
+        found.append("an item key appears twice in one run")
+    if not records_a:
+        found.append(f"{argv[0]} holds no records")
+    for line in found:
+        print(line)
+    if found:
+        return 1
+    print(f"same items and scores: {run_a.run_id} and {run_b.run_id}, {len(records_a)} items")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
