@@ -8,7 +8,7 @@ tensors hold (`stored_bytes`, read by ragged.cache_bytes for the records).
 
 from __future__ import annotations
 
-from transformers.cache_utils import DynamicLayer
+from .transformers_compat import DynamicLayer
 
 
 class CompactLayer(DynamicLayer):

@@ -18,7 +18,8 @@ with its variable-length kernel instead and the layer hands out only the tail (`
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import DynamicLayer
+
+from .transformers_compat import DynamicLayer
 
 # What attends over the ragged cache; recorded with each sample of a head-adaptive method.
 KERNEL = "padded-view+per-head-mask"

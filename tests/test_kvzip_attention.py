@@ -11,14 +11,13 @@ import copy
 
 import pytest
 import torch
-from transformers import AttentionInterface, DynamicCache
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import kvmethods.kvzip as kvzip_module
 from kvmethods import MethodError, get_method
 from kvmethods.generation import prefill
 from kvmethods.kvzip_attention import ATTENTION_NAME, RepeatSpan, attend_and_score, scoring_attention
 from kvmethods.testing import tiny_model
+from kvmethods.transformers_compat import AttentionInterface, DynamicCache, cache_argument, sdpa_attention_forward
 from model_helpers import one_thread  # noqa: F401 (one_thread applies here)
 
 CONTEXT = torch.randint(3, 256, (96,), generator=torch.Generator().manual_seed(3)).tolist()
@@ -42,7 +41,7 @@ def model_in(family, dtype):
 def context_cache(model):
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        model(torch.tensor([CONTEXT]), past_key_values=cache, use_cache=True)
+        model(torch.tensor([CONTEXT]), use_cache=True, **cache_argument(model, cache))
     return cache
 
 
@@ -54,8 +53,9 @@ def repeat_forward(model, cache, repeat, outputs):
     positions = torch.arange(len(CONTEXT), len(CONTEXT) + len(repeat)).unsqueeze(0)
     try:
         with torch.no_grad():
-            model.get_decoder()(input_ids=torch.tensor([repeat]), position_ids=positions, past_key_values=cache,
-                                use_cache=True)
+            decoder = model.get_decoder()
+            decoder(input_ids=torch.tensor([repeat]), position_ids=positions, use_cache=True,
+                    **cache_argument(decoder, cache))
     finally:
         for hook in hooks:
             hook.remove()
