@@ -26,7 +26,8 @@ from packaging.version import InvalidVersion, Version
 
 OLDEST_SUPPORTED = "5.2"  # kvpress 0.5.5 pins transformers 5.2.0 (constraints-kvpress.txt, CI's second env)
 NEWEST_TESTED = "5.24"  # constraints.txt, CI's main env
-SUPPORTED = SpecifierSet(f">={OLDEST_SUPPORTED},<5.25")  # pyproject.toml's transformers requirement
+SUPPORTED_TEXT = f">={OLDEST_SUPPORTED},<5.25"
+SUPPORTED = SpecifierSet(SUPPORTED_TEXT)  # pyproject.toml's transformers requirement
 ALLOW_UNTESTED_ENV = "KVBENCH_ALLOW_UNTESTED_TRANSFORMERS"  # "1": an untested version only warns (drift CI job)
 
 # Public names re-exported from transformers, imported on first access.
@@ -64,7 +65,7 @@ def installed_version() -> str | None:
 
 def range_problem(version: str | None) -> str | None:
     """One line saying why `version` of transformers is not supported, or None when it is."""
-    supported = f"pytest-kvbench supports transformers {SUPPORTED} (tested {OLDEST_SUPPORTED} and {NEWEST_TESTED})"
+    supported = f"pytest-kvbench supports transformers {SUPPORTED_TEXT} (tested {OLDEST_SUPPORTED} and {NEWEST_TESTED})"
     if version is None:
         return f"transformers is not installed; {supported}"
     try:
