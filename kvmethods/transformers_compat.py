@@ -119,6 +119,11 @@ def attention_implementations() -> list[str]:
     return list(__getattr__("AttentionInterface")().valid_keys())
 
 
+def attention_implementation(model) -> str:
+    """The attention implementation the model runs now (transformers keeps it in a private config field)."""
+    return model.config._attn_implementation
+
+
 def register_attention(name: str, attention, mask) -> None:
     """Registers an attention function and its mask function under `name` (the model names it while active)."""
     __getattr__("AttentionInterface").register(name, attention)
