@@ -100,6 +100,12 @@ def cache_from_kwargs(kwargs: dict):
     return kwargs.get("cache", kwargs.get("past_key_values"))
 
 
+def mask_query_length(query) -> int:
+    """The number of new tokens from what a cache layer's get_mask_sizes() receives: the query length itself
+    (an int, 5.24) or the new tokens' cache_position tensor (5.2)."""
+    return query if isinstance(query, int) else int(query.shape[0])
+
+
 def quantized_layer_class(backend: str) -> type:
     """transformers' quantized cache layer class of an hf_quantized backend ("quanto" or "hqq")."""
     import transformers.cache_utils
