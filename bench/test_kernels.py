@@ -10,7 +10,6 @@ scripts/measure_methods.py reports the end-to-end ratios against a plain prefill
 
 import pytest
 import torch
-from transformers.cache_utils import DynamicCache
 
 from kvmethods import get_method
 from kvmethods.layer_inputs import LayerInputs
@@ -24,6 +23,7 @@ METHODS = ["snapkv", "pyramidkv", "tova", "knorm", "streamingllm", "random", "h2
 def layer_inputs():
     """What the compression hook sees for layer 0 at the end of a 4,096-token prefill."""
     from kvmethods.testing import bench_model  # imports transformers: only when the benchmark runs
+    from kvmethods.transformers_compat import DynamicCache, cache_argument
 
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -38,7 +38,7 @@ def layer_inputs():
     attention = model.model.layers[0].self_attn
     handle = attention.register_forward_hook(capture, with_kwargs=True)
     with torch.inference_mode():
-        model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(ids, use_cache=True, logits_to_keep=1, **cache_argument(model, cache))
     handle.remove()
     module, hidden, cos, sin = captured["call"]
     layer = cache.layers[0]

@@ -21,13 +21,14 @@ from torch.utils.hooks import RemovableHandle
 
 from .families import decoder_layers
 from .layer_inputs import LayerInputs
+from .transformers_compat import attention_implementation
 
 
 @contextmanager
 def attention_function(model, name: str, state: ContextVar, value) -> Iterator[None]:
     """While active, the model's attention runs the AttentionInterface function registered as `name`, which
     reads `value` from `state`; the previous implementation and state are restored also when the forward raised."""
-    previous = model.config._attn_implementation
+    previous = attention_implementation(model)
     token = state.set(value)
     model.set_attn_implementation(name)
     try:

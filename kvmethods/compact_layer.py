@@ -8,15 +8,14 @@ tensors hold (`stored_bytes`, read by ragged.cache_bytes for the records).
 
 from __future__ import annotations
 
-from transformers.cache_utils import DynamicLayer
+from .transformers_compat import DynamicLayer, mask_query_length
 
 
 class CompactLayer(DynamicLayer):
     """Subclasses implement update(), get_seq_length() and stored_bytes(); `values` has the KV heads on axis 1."""
 
     def get_mask_sizes(self, query, *args, **kwargs) -> tuple[int, int]:
-        query_length = query if isinstance(query, int) else int(query.shape[0])  # 5.x: an int; 4.5x: cache_position
-        return self.get_seq_length() + query_length, 0
+        return self.get_seq_length() + mask_query_length(query), 0
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError(f"a {type(self).__name__} cannot be cropped")

@@ -24,7 +24,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import torch
-from transformers.cache_utils import DynamicCache
 
 from .base import Method
 from .budget import Budget
@@ -34,6 +33,7 @@ from .hooks import capturing_window_queries, compressing_prefill, per_layer_caus
 from .memory_budget import CacheGeometry, operating_point
 from .ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from .ragged_attention import kernel_name, ragged_attention
+from .transformers_compat import DynamicCache, cache_argument
 
 PROTOCOLS = ("question_in_window", "query_agnostic", "shared_context", "multi_turn")
 # Protocols whose samples share a context and run as one group (kvmethods/protocols/); a single prompt
@@ -107,8 +107,8 @@ def _forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_k
     device = _device(model)
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     positions = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
-    kwargs = dict(input_ids=input_ids, position_ids=positions, past_key_values=cache, use_cache=True,
-                  logits_to_keep=logits_to_keep)
+    kwargs = dict(input_ids=input_ids, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
+                  **cache_argument(model, cache))
     if uneven:
         with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
             return model(**kwargs).logits[0]

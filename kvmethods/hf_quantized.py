@@ -21,10 +21,11 @@ import torch
 from .base import Method, param
 from .errors import MethodError
 from .quantization import quantized_bytes
+from .transformers_compat import quantized_backend_available, quantized_layer_class
 
-BACKENDS = {  # backend -> (transformers layer class, availability check, pip extra, supported bits)
-    "quanto": ("QuantoQuantizedLayer", "is_optimum_quanto_available", "quanto", (2, 4)),
-    "hqq": ("HQQQuantizedLayer", "is_hqq_available", "hqq", (1, 2, 3, 4, 8)),
+BACKENDS = {  # backend -> (pip extra, supported bits); transformers_compat knows each backend's layer class
+    "quanto": ("quanto", (2, 4)),
+    "hqq": ("hqq", (1, 2, 3, 4, 8)),
 }
 
 
@@ -75,10 +76,8 @@ class HFQuantized(Method):
     residual: int = param(128, "tokens gathered in full precision before the cache is re-quantized", minimum=1)
 
     def check(self) -> None:
-        layer_class, available, extra, bits = BACKENDS[self.backend]
-        import transformers.utils
-
-        if not getattr(transformers.utils, available)():
+        extra, bits = BACKENDS[self.backend]
+        if not quantized_backend_available(self.backend):
             raise MethodError(f"hf_quantized: backend {self.backend!r} is not installed: "
                               f"pip install 'pytest-kvbench[{extra}]'")
         if self.bits not in bits:
@@ -86,9 +85,7 @@ class HFQuantized(Method):
                               f"got {self.bits}")
 
     def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries=None):
-        import transformers.cache_utils
-
-        base = getattr(transformers.cache_utils, BACKENDS[self.backend][0])
+        base = quantized_layer_class(self.backend)
         layer = type(f"Measured{base.__name__}", (MeasuredBytes, base), {})(
             nbits=self.bits, q_group_size=self.group_size, residual_length=self.residual)
         layer.keys_shape_heads = keys.shape[1]

@@ -19,13 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from transformers.cache_utils import DynamicCache
 
 from .attention_hooks import AttentionCall, after_attention, attention_masks, projected_queries
 from .base import Method
 from .errors import MethodError
 from .families import decoder_layers, rotary_embedding
 from .ragged import RaggedLayer, visibility_mask
+from .transformers_compat import DynamicCache
 
 
 def _validated(indices: torch.Tensor, method: Method, shape: tuple[int, ...], seq_len: int) -> torch.Tensor:

@@ -37,6 +37,7 @@ from .base import Method, param
 from .families import decoder_layers
 from .kvzip_attention import RepeatSpan, scoring_attention
 from .scoring import score_dtype
+from .transformers_compat import cache_argument
 
 FIRST_INSTRUCTION = "\n\nRepeat the previous context exactly."
 LATER_INSTRUCTION = "\n\nRepeat the part of the previous context exactly, starting with"
@@ -110,8 +111,9 @@ class KVzip(Method):
             positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
             with scoring_attention(model, RepeatSpan(context_len, start, end, min(self.n_sink, start),
                                                      SCRATCH_ELEMENTS, scores)):
-                model.get_decoder()(input_ids=repeat, position_ids=positions.unsqueeze(0), past_key_values=cache,
-                                    use_cache=True)
+                decoder = model.get_decoder()
+                decoder(input_ids=repeat, position_ids=positions.unsqueeze(0), use_cache=True,
+                        **cache_argument(decoder, cache))
             for layer in cache.layers:  # drop the repeat tokens: the cache is the prefill's again
                 layer.keys, layer.values = layer.keys[:, :, :context_len], layer.values[:, :, :context_len]
         for layer_scores in scores:

@@ -31,12 +31,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface
 
 from .attention_hooks import attention_function
 from .errors import MethodError
 from .scoring import score_dtype
+from .transformers_compat import register_attention
 
 ATTENTION_NAME = "kvbench_kvzip_repeat"  # the name registered with transformers' AttentionInterface
 
@@ -135,8 +134,7 @@ def no_mask(*args, **kwargs) -> None:
     return None
 
 
-AttentionInterface.register(ATTENTION_NAME, repeat_attention)
-AttentionMaskInterface.register(ATTENTION_NAME, no_mask)
+register_attention(ATTENTION_NAME, repeat_attention, no_mask)
 
 
 @contextmanager

@@ -18,7 +18,8 @@ with its variable-length kernel instead and the layer hands out only the tail (`
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import DynamicLayer
+
+from .transformers_compat import DynamicLayer, mask_query_length
 
 # What attends over the ragged cache; recorded with each sample of a head-adaptive method.
 KERNEL = "padded-view+per-head-mask"
@@ -77,9 +78,7 @@ class RaggedLayer(DynamicLayer):
         return self.padded_length + self.keys.shape[-2]
 
     def get_mask_sizes(self, query, *args, **kwargs) -> tuple[int, int]:
-        # transformers 5 passes the query length, 4.5x the cache_position tensor
-        query_length = query if isinstance(query, int) else int(query.shape[0])
-        return self.get_seq_length() + query_length, 0
+        return self.get_seq_length() + mask_query_length(query), 0
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("a ragged cache layer cannot be cropped")

@@ -29,13 +29,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .attention_hooks import attention_function
 from .ragged import KERNEL as PADDED_KERNEL
 from .ragged import RaggedLayer
+from .transformers_compat import register_attention, sdpa_attention_forward, sdpa_mask
 
 VARLEN_KERNEL = "flash_attn_varlen"
 ATTENTION_NAME = "kvbench_ragged_varlen"  # the name registered with transformers' AttentionInterface
@@ -103,8 +101,7 @@ def varlen_attention(module, query, key, value, attention_mask, dropout: float =
     return out.reshape(batch, q_len, q_heads, dim), None
 
 
-AttentionInterface.register(ATTENTION_NAME, varlen_attention)
-AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)  # the mask of sdpa for the layers that are not ragged
+register_attention(ATTENTION_NAME, varlen_attention, sdpa_mask)  # sdpa's mask for the layers that are not ragged
 
 
 @contextmanager

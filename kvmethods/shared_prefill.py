@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from .base import Method
 from .budget import Budget
@@ -34,6 +33,7 @@ from .hooks import store_selection
 from .kernel_memo import KernelMemo
 from .attention_hooks import AttentionCall, after_attention, projected_queries
 from .ragged import RaggedLayer
+from .transformers_compat import DynamicCache, DynamicLayer
 
 
 def can_share_prefill(method: Method) -> bool:

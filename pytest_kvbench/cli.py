@@ -185,9 +185,23 @@ def cmd_show(args) -> int:
     print()
     print("environment:")
     for name, value in sorted(run.environment.items()):
-        if isinstance(value, dict):
+        if name == "packages":
+            value = f"{len(value)} recorded (kvbench env {run.run_id})"
+        elif isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
         print(f"  {name}: {value}")
+    return EXIT_OK
+
+
+def cmd_env(args) -> int:
+    from pytest_kvbench.results.reproduction import reproduction_text
+
+    run = load_run(args.run, args.results)
+    try:
+        commands = _reproduce_lines(run)
+    except RunError as exc:
+        commands = [f"# {exc}"]
+    sys.stdout.write(reproduction_text(run, commands))
     return EXIT_OK
 
 
@@ -321,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN")
     p.add_argument("--reproduce", action="store_true", help="print only the commit and exact command that made the run")
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("env", parents=[common],
+                       help="what reproduces a run: package versions (a pip constraints file), models, command, commit")
+    p.add_argument("run", metavar="RUN")
+    p.set_defaults(func=cmd_env)
 
     p = sub.add_parser("compare", parents=[common], help="gate run B against run (or baseline file) A; exit 1 on regression",
                        description="Same statistics and verdicts as --kvbench-compare: an item regresses when its "

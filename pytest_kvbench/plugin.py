@@ -29,6 +29,7 @@ from pytest_kvbench.wiring.resume import check_resume
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PROGRESS_KEY, RECORD_KEY, RUNNER_KEY, SESSION_KEY,
                                               VERDICT_KEY)
+from pytest_kvbench.wiring.transformers_range import check_transformers, kvbench_options_given
 from pytest_kvbench.wiring.xdist_groups import xdist_group_name
 from pytest_kvbench.wiring.xdist_hooks import check_worker_count, pin_worker_device
 
@@ -58,6 +59,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(xdist_hooks, "kvbench-xdist")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    if kvbench_options_given(config):
+        check_transformers(config)
     try:
         grid = options.resolve_grid(config)
         gate = Gate.from_config(config)
@@ -137,6 +140,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     run = config.stash[SESSION_KEY]
+    if any(case_of(item) is not None for item in items):
+        check_transformers(config)
     # A suite with no case in the grid (e.g. only RULER tasks chosen) gets no item at all,
     # rather than pytest's placeholder for an empty parameter set.
     items[:] = [i for i in items if not is_empty_case_item(i)]

@@ -23,6 +23,7 @@ from kvmethods import (
 )
 from kvmethods.generation import PROTOCOLS, generate, prefill, teacher_force
 from kvmethods.testing import tiny_model
+from kvmethods.transformers_compat import cache_argument
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
@@ -110,7 +111,7 @@ def llama_pair():
 def step(model, cache, token, position):
     with torch.no_grad():
         return model(input_ids=torch.tensor([[token]]), position_ids=torch.tensor([[position]]),
-                     past_key_values=cache, use_cache=True).logits[0, -1]
+                     use_cache=True, **cache_argument(model, cache)).logits[0, -1]
 
 
 def test_decoding_after_compression_uses_original_positions(llama_pair):

@@ -11,14 +11,14 @@ import copy
 
 import pytest
 import torch
-from transformers import AttentionInterface, DynamicCache
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import kvmethods.kvzip as kvzip_module
 from kvmethods import MethodError, get_method
 from kvmethods.generation import prefill
 from kvmethods.kvzip_attention import ATTENTION_NAME, RepeatSpan, attend_and_score, scoring_attention
 from kvmethods.testing import tiny_model
+from kvmethods.transformers_compat import (AttentionInterface, DynamicCache, attention_implementation, cache_argument,
+                                          sdpa_attention_forward)
 from model_helpers import one_thread  # noqa: F401 (one_thread applies here)
 
 CONTEXT = torch.randint(3, 256, (96,), generator=torch.Generator().manual_seed(3)).tolist()
@@ -42,7 +42,7 @@ def model_in(family, dtype):
 def context_cache(model):
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        model(torch.tensor([CONTEXT]), past_key_values=cache, use_cache=True)
+        model(torch.tensor([CONTEXT]), use_cache=True, **cache_argument(model, cache))
     return cache
 
 
@@ -54,8 +54,9 @@ def repeat_forward(model, cache, repeat, outputs):
     positions = torch.arange(len(CONTEXT), len(CONTEXT) + len(repeat)).unsqueeze(0)
     try:
         with torch.no_grad():
-            model.get_decoder()(input_ids=torch.tensor([repeat]), position_ids=positions, past_key_values=cache,
-                                use_cache=True)
+            decoder = model.get_decoder()
+            decoder(input_ids=torch.tensor([repeat]), position_ids=positions, use_cache=True,
+                    **cache_argument(decoder, cache))
     finally:
         for hook in hooks:
             hook.remove()
@@ -116,9 +117,9 @@ def test_repeat_attention_equals_sdpa_and_its_scores_equal_the_brute_force(famil
     repeat_forward(model, copy.deepcopy(cache), repeat, expected)
     span = RepeatSpan(len(CONTEXT), start, end, sinks, scratch, empty_scores(model, dtype))
     with scoring_attention(model, span):
-        assert model.config._attn_implementation == ATTENTION_NAME
+        assert attention_implementation(model) == ATTENTION_NAME
         repeat_forward(model, cache, repeat, got)
-    assert model.config._attn_implementation == "sdpa"
+    assert attention_implementation(model) == "sdpa"
     assert len(got) == model.config.num_hidden_layers - 1  # stopped at the last layer's attention
     for layer, (ours, theirs) in enumerate(zip(got, expected)):
         torch.testing.assert_close(ours, theirs, rtol=tolerance, atol=tolerance, msg=f"layer {layer}")
@@ -153,7 +154,7 @@ def test_the_attention_implementation_is_restored_when_the_forward_raises(family
     with pytest.raises(RuntimeError, match="stop"):
         with scoring_attention(model, span):
             raise RuntimeError("stop")
-    assert model.config._attn_implementation == "sdpa"
+    assert attention_implementation(model) == "sdpa"
 
 
 def test_kvzip_refuses_a_model_whose_attention_bypasses_the_interface(family, monkeypatch):

@@ -8,11 +8,11 @@ models get peaked attention (qk_scale) to keep top-k boundaries well above that 
 
 import pytest
 import torch
-from transformers.cache_utils import DynamicCache
 
 from kvmethods import Budget, get_method
 from kvmethods.generation import prefill
 from kvmethods.layer_inputs import LayerInputs
+from kvmethods.transformers_compat import DynamicCache, cache_argument
 from kvmethods.scoring import accumulated_attention
 from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
@@ -156,7 +156,7 @@ def test_accumulated_attention_is_independent_of_chunking(models):
     attention = model.model.layers[0].self_attn
     handle = attention.register_forward_hook(capture, with_kwargs=True)
     with torch.no_grad():
-        model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        model(torch.tensor([ids]), use_cache=True, **cache_argument(model, cache))
     handle.remove()
     module, hidden, cos, sin = captured["call"]
     layer = cache.layers[0]

@@ -21,6 +21,7 @@ from kvmethods.ragged import KERNEL as PADDED_KERNEL
 from kvmethods.ragged import RaggedLayer
 from kvmethods.ragged_attention import VARLEN_KERNEL, kernel_name, varlen_arguments
 from kvmethods.testing import tiny_model
+from kvmethods.transformers_compat import attention_implementation
 from model_helpers import FAMILIES, one_thread  # noqa: F401 (one_thread applies here)
 
 PROMPT = torch.randint(3, 256, (64,), generator=torch.Generator().manual_seed(11)).tolist()
@@ -108,7 +109,7 @@ def test_varlen_generation_equals_the_padded_path(family, fake_cuda_flash_attn, 
     method = get_method("adakv", base="snapkv", window=4)
     varlen = generate(model, method, "12", PROMPT, 48, 4, set(), "query_agnostic", return_logprobs=True)
     assert varlen.ragged_kernel == VARLEN_KERNEL
-    assert model.config._attn_implementation == "sdpa"  # switched back after each forward
+    assert attention_implementation(model) == "sdpa"  # switched back after each forward
     layers, heads = model.config.num_hidden_layers, model.config.num_key_value_heads
     # the question (16 tokens) in one causal forward, then 3 decoding steps of one query each
     assert len(fake_cuda_flash_attn) == layers * 4

@@ -13,9 +13,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from transformers.cache_utils import DynamicCache, DynamicLayer
-
 from ..ragged import RaggedLayer
+from ..transformers_compat import DynamicCache, DynamicLayer
 
 APPEND_ONLY = (DynamicLayer, RaggedLayer)  # exact types: subclasses (KIVI's layer) may rewrite on append
 

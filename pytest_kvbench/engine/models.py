@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_kvbench.engine.model_revision import hub_revision
 
 DEFAULT_MODEL_DIR = Path(__file__).parents[1] / "default_model"
 
@@ -43,6 +44,7 @@ class LoadedModel:
         return gguf | {
             "name": self.name,
             "source": self.source,
+            "revision": hub_revision(self.source),  # the hub commit loaded, None for a local directory
             "dtype": self.dtype,
             "attn_implementation": self.attn_implementation,
             "family": self.family,

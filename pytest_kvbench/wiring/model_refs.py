@@ -140,9 +140,9 @@ def _check_gguf(model: str, location: str | None = None) -> int | None:
 
 
 def known_attention_implementations() -> list[str]:
-    from transformers import AttentionInterface
+    from kvmethods.transformers_compat import attention_implementations
 
-    return [EAGER, *AttentionInterface().valid_keys()]
+    return [EAGER, *attention_implementations()]
 
 
 def check_attention_implementation(name: str) -> None:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from pytest_kvbench.results import run_writer, storage
+from pytest_kvbench.results.environment import installed_packages
 from pytest_kvbench.results.record import is_finished
 from pytest_kvbench.wiring.grid import Grid
 
@@ -82,7 +83,8 @@ class RunSession:
         run = run_writer.run_document(
             run_id=self.run_id, start=run_writer.iso_time(start), start_ts=start, end=run_writer.iso_time(end),
             duration_s=round(end - start, 3), complete=complete, resumed=self.resumed or bool(previous),
-            grid=self.grid.as_dict(), environment=self.environment, records=records,
+            grid=self.grid.as_dict(), records=records,
+            environment=self.environment | {"packages": installed_packages()},  # read once, at the end
             unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
         markdown = run_writer.write_run(self.run_dir, run)
         storage.atomic_write_text(self.results_dir / run_writer.RESULTS_FILE, markdown)

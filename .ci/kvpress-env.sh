@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# CI's second environment: the oldest supported transformers (5.2.0, pinned by the kvpress extra), with the
+# exact versions of constraints-kvpress.txt. Runs the whole tests/ suite there (two xdist workers), so both
+# ends of the supported range (kvmethods/transformers_compat.py) stay tested.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+
+KVPRESS_VENV="${TMPDIR:-/tmp}/kvbench-ci-kvpress"
+python -m venv "$KVPRESS_VENV"
+"$KVPRESS_VENV/bin/python" -m pip install -q -c constraints-kvpress.txt torch
+"$KVPRESS_VENV/bin/python" -m pip install -q -c constraints-kvpress.txt -e ".[test,kvpress]"
+"$KVPRESS_VENV/bin/python" -m pytest -q -n 2 tests/

@@ -1,0 +1,41 @@
+"""The installed transformers must be one CI tested (kvmethods.transformers_compat.SUPPORTED), checked once
+pytest-kvbench is used.
+
+An untested transformers fails in the middle of a run (a renamed keyword, a moved class), long after the
+grid was accepted. This check turns that into one line at startup, a usage error (exit 4), before any model
+loads. It reads the version with importlib.metadata (transformers itself is not imported: a version too new
+may not even import our code) and runs only when kvbench is used, so unrelated pytest runs of users who
+have the plugin installed never see it. KVBENCH_ALLOW_UNTESTED_TRANSFORMERS=1 (the scheduled drift job)
+turns the refusal into a one-line warning.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+CHECKED_KEY = pytest.StashKey[bool]()
+
+
+def kvbench_options_given(config: pytest.Config) -> bool:
+    """Whether any --kvbench-* option was given (a store_true option set, any other not None)."""
+    return any(value not in (None, False) for dest, value in vars(config.option).items() if dest.startswith("kvbench_"))
+
+
+def check_transformers(config: pytest.Config) -> None:
+    """Once per session: a usage error naming the installed and supported versions when transformers is
+    outside the supported range, or a one-line warning on stderr when untested versions are allowed."""
+    if config.stash.get(CHECKED_KEY, False):
+        return
+    config.stash[CHECKED_KEY] = True
+    from kvmethods.transformers_compat import ALLOW_UNTESTED_ENV, installed_version, range_problem, untested_allowed
+
+    problem = range_problem(installed_version())
+    if problem is None:
+        return
+    if untested_allowed():
+        sys.stderr.write(f"kvbench: warning: {problem}; running anyway ({ALLOW_UNTESTED_ENV} is set)\n")
+        return
+    raise pytest.UsageError(f"{problem}. Install a tested version (pip install -c constraints.txt, see "
+                            f"docs/install.md) or set {ALLOW_UNTESTED_ENV}=1 to run anyway")
