@@ -29,7 +29,7 @@ from statistics import fmean
 import pytest
 
 from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
-from pytest_kvbench.wiring.progress_text import PREFIX, duration, session_part
+from pytest_kvbench.wiring.progress_text import PREFIX, duration, session_part, start_own_line
 
 CHANNEL_KEY = "kvbench_progress"  # workerinput key of the worker's channel to the controller
 INTERVAL_INI = "kvbench_progress_interval"
@@ -98,7 +98,7 @@ class SessionProgress:
                 self.reporter.ensure_newline()
                 self.reporter.rewrite("" if final else line, erase=True)
             elif not final:
-                self.reporter.ensure_newline()
+                start_own_line(self.reporter)
                 self.reporter.write_line(line)
 
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from pytest_kvbench.wiring.progress_text import PREFIX, mean_item_left, session_part, worker_part
+from pytest_kvbench.wiring.progress_text import PREFIX, mean_item_left, session_part, start_own_line, worker_part
 
 
 # VT100: index (down a row, scrolling at the bottom, same column), reverse index (up a row),
@@ -64,8 +64,7 @@ class WorkersBoard:
             if self.reporter.isatty():
                 self._draw()
             elif snapshot["item"] is not None and self._due(worker):
-                if _width_of_current_line(self.reporter):  # after dots: a line of its own
-                    self.reporter.write("\n")
+                start_own_line(self.reporter)
                 self.reporter.write_line(f"{PREFIX} {worker_part(worker, snapshot)}; {self.session_part()}")
 
     def disconnect(self, worker: str) -> None:
@@ -123,8 +122,3 @@ class WorkersBoard:
         if self.shown:
             self.reporter.write_raw(SAVE + DOWN + CLEAR_ROW + RESTORE, flush=True)
             self.shown = False
-
-
-def _width_of_current_line(reporter) -> int:
-    """What pytest has written on the current line (dots); only its TerminalWriter keeps count."""
-    return reporter._tw.width_of_current_line

@@ -13,9 +13,9 @@ finished first item's seconds, samples and prompt tokens, the later items' secon
 seconds per sample. The estimate:
 
 * the running item: its seconds per sample x samples left (before its first sample: as a group below);
-* a group not started: members x samples x prompt tokens x the seconds per (member, sample, token) of the
-  first items measured so far (the running one projected from its samples); samples and tokens not known
-  in advance are the means measured so far;
+* a group not started: members x samples x the seconds per (member, sample) of the first items measured
+  so far (the running one projected from its samples), each scaled by the ratio of prompt lengths where
+  both are known; samples not known in advance are the mean measured so far;
 * a later item of a started group: the mean of later items measured so far.
 
 Pure bookkeeping with the times given to it: the caller owns the clock (tests use a fake one).
@@ -43,12 +43,14 @@ class _Measured:
     seconds: float
     members: int
     samples: int
-    prompt_tokens: float
+    prompt_tokens: float | None  # None: not known (a running item of a task without a fixed length)
 
-    @property
-    def unit(self) -> float:
-        """Seconds per (member, sample, prompt token)."""
-        return self.seconds / max(1.0, self.members * self.samples * self.prompt_tokens)
+    def cost(self, members: int, samples: float, prompt_tokens: float | None) -> float:
+        """What a group of ``members`` x ``samples`` of ``prompt_tokens`` tokens costs at this group's rate;
+        scaled by the prompt length when both lengths are known."""
+        per_member_sample = self.seconds / max(1, self.members * self.samples)
+        scale = prompt_tokens / self.prompt_tokens if prompt_tokens and self.prompt_tokens else 1.0
+        return members * samples * per_member_sample * scale
 
 
 class GroupedEstimate:
@@ -80,7 +82,7 @@ class GroupedEstimate:
             self.later.append(seconds)
         elif samples > 0:
             self.firsts.append(_Measured(seconds, self.members[item.group], samples,
-                                         prompt_tokens or item.prompt_tokens or 1))
+                                         prompt_tokens or item.prompt_tokens))
 
     def remaining(self, running: str | None = None, done: int = 0, total: int = 0,
                   elapsed: float = 0.0) -> float | None:
@@ -91,8 +93,7 @@ class GroupedEstimate:
         firsts = list(self.firsts)
         projected = elapsed / done * total if item is not None and done and total else None
         if first and projected is not None:
-            firsts.append(_Measured(projected, self.members[item.group], total,
-                                    item.prompt_tokens or self._mean_tokens(firsts)))
+            firsts.append(_Measured(projected, self.members[item.group], total, item.prompt_tokens))
         if not firsts and not self.later:
             return None
         later = fmean(self.later) if self.later else 0.0
@@ -101,8 +102,7 @@ class GroupedEstimate:
             if not firsts:
                 return later * self.members[planned.group]
             samples = samples or planned.samples or fmean(m.samples for m in firsts)
-            tokens = planned.prompt_tokens or self._mean_tokens(firsts)
-            return self.members[planned.group] * samples * tokens * fmean(m.unit for m in firsts)
+            return fmean(m.cost(self.members[planned.group], samples, planned.prompt_tokens) for m in firsts)
 
         if projected is not None:
             left = projected - elapsed
@@ -120,7 +120,3 @@ class GroupedEstimate:
                 counted.add(planned.group)
                 left += group_cost(planned)
         return left
-
-    @staticmethod
-    def _mean_tokens(firsts: Sequence[_Measured]) -> float:
-        return fmean(m.prompt_tokens for m in firsts) if firsts else 1.0

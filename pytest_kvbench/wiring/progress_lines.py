@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kvbench.wiring.progress_text import PREFIX, session_part
+from pytest_kvbench.wiring.progress_text import PREFIX, session_part, start_own_line
 
 
 class FinishedItemLines:
@@ -62,7 +62,7 @@ class FinishedItemLines:
         if isinstance(score, (int, float)):
             line += f", score {score:.2f}"
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        reporter.ensure_newline()
+        start_own_line(reporter)
         reporter.write_line(f"{line}; {self._session_part()}")
 
     def _session_part(self) -> str:

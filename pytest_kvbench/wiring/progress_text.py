@@ -10,6 +10,14 @@ from __future__ import annotations
 PREFIX = "[kvbench]"
 
 
+def start_own_line(reporter) -> None:
+    """Go to the start of a line before writing a progress line: after dots (pytest's own
+    ``ensure_newline`` knows only of a file name it wrote, and there is none under xdist or in logs)."""
+    if reporter._tw.width_of_current_line:  # only pytest's TerminalWriter keeps count
+        reporter.write("\n")
+    reporter.ensure_newline()
+
+
 def duration(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     if seconds < 60:
