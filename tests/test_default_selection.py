@@ -71,3 +71,19 @@ def test_the_full_cache_scores_on_every_task_of_the_default_selection(tmp_path):
     scores = {record["task"]["name"]: record["score"] for record in records}
     assert set(scores) == set(SCORED)
     assert all(score > 0 for score in scores.values()), scores
+
+
+def test_a_broken_scores_file_is_one_line_naming_it(bench, tmp_path, monkeypatch):
+    from pytest_kvbench.wiring import default_selection
+
+    broken = tmp_path / "task_scores.toml"
+    broken.write_text("[full_cache_scores\nlcc = 1\n")
+    monkeypatch.setattr(default_selection, "SCORES_FILE", broken)
+    default_selection.full_cache_scores.cache_clear()
+    try:
+        result = bench.runpytest("--collect-only", "-q", *ONE_METHOD)
+    finally:
+        default_selection.full_cache_scores.cache_clear()
+    assert result.ret == 4
+    errors = [line for line in result.stderr.lines if "task_scores.toml" in line]
+    assert len(errors) == 1 and "reinstall pytest-kvbench" in errors[0] and "Traceback" not in result.stderr.str()

@@ -25,9 +25,14 @@ SCORES_FILE = Path(__file__).parents[1] / "default_model" / "task_scores.toml"
 
 @functools.cache
 def full_cache_scores() -> dict[str, float]:
-    """Task name (without settings) -> the embedded model's measured full-cache score."""
-    with open(SCORES_FILE, "rb") as handle:
-        return {str(task): float(score) for task, score in tomllib.load(handle)["full_cache_scores"].items()}
+    """Task name (without settings) -> the embedded model's measured full-cache score; a usage error
+    naming the file when it is missing or malformed (a broken install)."""
+    try:
+        with open(SCORES_FILE, "rb") as handle:
+            return {str(task): float(score) for task, score in tomllib.load(handle)["full_cache_scores"].items()}
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise pytest.UsageError(f"{SCORES_FILE}: cannot read the embedded model's task scores ({exc}); "
+                                "reinstall pytest-kvbench") from None
 
 
 def unscored_tasks() -> set[str]:

@@ -20,6 +20,9 @@ from pytest_kvbench.wiring.progress_text import PREFIX, session_part, start_own_
 
 
 class FinishedItemLines:
+    """Registered by plugin.py in every process; active in the process that writes the terminal (single
+    process or xdist controller) when its stdout is not a terminal and the run is not quiet."""
+
     def __init__(self, config: pytest.Config, progress_plugin) -> None:
         self.config = config
         self.progress_plugin = progress_plugin  # its xdist board knows the workers' counts
