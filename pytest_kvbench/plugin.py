@@ -20,11 +20,12 @@ from pytest_kvbench.results import record as records
 from pytest_kvbench.results.environment import capture_environment
 from pytest_kvbench.results.run_writer import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
-from pytest_kvbench.wiring import fixture, hookspecs, options, xdist_hooks
+from pytest_kvbench.wiring import default_selection, fixture, hookspecs, options, xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.grid import GridError
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, suite_of
 from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
+from pytest_kvbench.wiring.progress_lines import FinishedItemLines
 from pytest_kvbench.wiring.resume import check_resume
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PROGRESS_KEY, RECORD_KEY, RUNNER_KEY, SESSION_KEY,
@@ -57,6 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # would warn that it cannot rewrite their assertions.
     config.pluginmanager.register(fixture, "kvbench-fixture")
     config.pluginmanager.register(xdist_hooks, "kvbench-xdist")
+    config.pluginmanager.register(default_selection, "kvbench-default-selection")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     if kvbench_options_given(config):
@@ -82,7 +84,9 @@ def pytest_configure(config: pytest.Config) -> None:
                          resumed=config.getoption("kvbench_resume") is not None)
     config.stash[SESSION_KEY] = session
     config.stash[GATE_KEY] = gate
-    config.pluginmanager.register(ProgressPlugin(config), "kvbench-progress")
+    progress_plugin = ProgressPlugin(config)
+    config.pluginmanager.register(progress_plugin, "kvbench-progress")
+    config.pluginmanager.register(FinishedItemLines(config, progress_plugin), "kvbench-progress-lines")
     timeout = _positive_option(config, "kvbench_timeout", float, "a positive number of seconds")
     threads = _positive_option(config, "kvbench_torch_threads", int, "a positive integer")
     cores = os.cpu_count() or 1
@@ -174,11 +178,12 @@ def _plan_items(session: pytest.Session) -> None:
     worker; other schedules plan no sharing."""
     config = session.config
     progress = config.stash[PROGRESS_KEY] = SessionProgress(config)
-    progress.items_total = sum(case_of(item) is not None for item in session.items)
+    cases = [case for case in map(case_of, session.items) if case is not None]
     runner = config.stash.get(RUNNER_KEY, None)
-    if runner is None or (is_worker(config) and config.workerinput.get("kvbench_dist") != "loadgroup"):
-        return
-    runner.shared.plan(case for case in map(case_of, session.items) if case is not None)
+    shared = runner is not None and not (is_worker(config) and config.workerinput.get("kvbench_dist") != "loadgroup")
+    progress.plan(cases, shared=shared and runner.shared.enabled)
+    if shared:
+        runner.shared.plan(cases)
 
 
 @pytest.hookimpl(hookwrapper=True)

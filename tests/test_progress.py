@@ -38,11 +38,26 @@ def test_a_terminal_gets_one_line_rewritten_per_sample_and_erased(tmp_path):
 
 
 def test_a_log_gets_plain_lines(tmp_path):
-    out, junit = run(tmp_path)
+    out, junit = run(tmp_path, "-o", "kvbench_progress_interval=0")
     assert len(LINE.findall(out)) == 6
     assert "\r" not in out
     assert all(line.startswith("[kvbench] ") for line in out.splitlines() if LINE.search(line))
     assert "[kvbench]" not in junit
+
+
+ITEM_LINE = re.compile(r"^\[kvbench\] (\S+) passed in [\d.]+ s, score [\d.]+; items (\d)/2(, session ETA \S+)?$", re.M)
+
+
+def test_a_log_gets_one_line_per_finished_item_instead_of_file_names_and_dots(tmp_path):
+    out, junit = run(tmp_path)
+    finished = ITEM_LINE.findall(out)
+    assert [(item, done) for item, done, _ in finished] == [("full-niah_single_1-ctx256", "1"),
+                                                           ("snapkv-16-niah_single_1-ctx256", "2")]
+    assert finished[-1][2] == ", session ETA 0s"  # nothing left after the last item
+    lines = out.splitlines()
+    assert not [line for line in lines if re.fullmatch(r"test_ruler\.py\s*\.*", line)]  # no file name line
+    assert not [line for line in lines if re.fullmatch(r"[.FEsx]+(\s+\[\s*\d+%\])?", line.strip())]  # no dots
+    assert "2 passed" in out and "[kvbench]" not in junit
 
 
 def test_quiet_runs_show_no_progress(tmp_path):
@@ -79,9 +94,11 @@ def test_under_xdist_a_log_gets_every_workers_samples(xdist_runs):
     for item, seen in by_item.items():
         assert [done for _, done in seen] == [1, 2, 3], item
         assert len({worker for worker, _ in seen}) == 1, item  # one worker ran the item
-    assert out.count("[kvbench]") == len(shown) == 6  # every progress line on a line of its own
+    finished = ITEM_LINE.findall(out)
+    assert sorted(item for item, _, _ in finished) == sorted(by_item)  # a line per finished item, no dots
+    assert out.count("[kvbench]") == len(shown) + len(finished) == 8  # every line on a line of its own
     assert "\r" not in out and "\x1b" not in out
-    assert re.search(r"^\.{1,2}\s+\[100%\]$", out, re.M)  # pytest's count of the dots line stays right
+    assert not re.search(r"^\.+", out, re.M)
     assert "[kvbench]" not in junit
 
 

@@ -27,6 +27,9 @@ class Reporter:
     def write_line(self, line: str) -> None:
         self._tw.line(line)
 
+    def ensure_newline(self) -> None:  # the real one ends a line it began with a file name: none here
+        pass
+
     def write_raw(self, content: str, *, flush: bool = False) -> None:
         self._tw.write_raw(content, flush=flush)
 

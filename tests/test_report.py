@@ -51,11 +51,11 @@ def test_report_has_every_plot_inline_and_nothing_external(capsys, results):
     code, out, _ = run_cli(capsys, "report", RUN_ID, OTHER_ID, "--output", target, "--results", results)
     assert code == 0 and f"wrote {target}" in out
     page = target.read_text()
-    assert plots_in(page) == ["budget-tokens", "memory", "heatmap", "needle-0", "needle-1"]
+    assert plots_in(page) == ["budget-tokens", "fidelity", "memory", "heatmap", "needle-0", "needle-1"]
     assert not re.search(r'(src|href)="(https?:)?//', page), "a self-contained page fetches nothing"
     assert "<link" not in page
-    for section in ("Scores", "Score against budget", "Score against KV memory", "Task x method",
-                    "Needle in a haystack", "Environment"):
+    for section in ("Scores", "Score against budget", "Fidelity to the full cache", "Score against KV memory",
+                    "Task x method", "Needle in a haystack", "Environment"):
         assert f"<h2>{section}</h2>" in page
     assert "<strong>65.62</strong>" in page  # best compressed score in bold, as in the tables
     assert RUN_ID in page and OTHER_ID in page
@@ -70,6 +70,40 @@ def test_plots_carry_the_data(results):
     assert "niah_grid — snapkv @ 128" in needle and "needle depth" in needle and "2048" in needle
     budget = page.split('data-plot="budget-tokens"')[1].split("</figure>")[0]
     assert "full (no compression)" in budget and "streamingllm" in budget
+
+
+def test_score_bands_are_the_samples_bootstrap_interval_or_the_seeds_t_interval():
+    from pytest_kvbench.results.budget_figures import score_interval
+
+    one_run = make_record([1, 0, 1, 1, 0, 1, 1, 0])
+    mean, low, high = score_interval([one_run])
+    assert mean == 62.5 and 20 < low < mean < high < 100
+    assert score_interval([make_record([1, 1, 1, 1])])[1:] == (100.0, 100.0)  # no spread among the samples
+    seeds = [make_record(scores, seed=seed) for seed, scores in enumerate(([1, 0, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1]))]
+    mean, low, high = score_interval(seeds)
+    assert mean == 75.0 and low < 50 and high > 100  # three seeds: a wide Student-t interval
+
+
+def test_the_budget_plot_draws_a_band_and_the_fidelity_plot_both_metrics(results):
+    page = build_report([load_run(RUN_ID, results)])
+    budget = page.split('data-plot="budget-tokens"')[1].split("</figure>")[0]
+    assert "fill-opacity: 0.15" in budget and "band: 95% CI" in budget
+    fidelity = page.split('data-plot="fidelity"')[1].split("</figure>")[0]
+    assert "KL(full || method)" in fidelity and "agreement" in fidelity and "snapkv" in fidelity
+
+
+def test_a_task_whose_full_cache_scores_0_is_one_line_not_a_plot(tmp_path):
+    records = standard_records() + [make_record([0, 0, 0, 0], method=method, budget=budget, task="passkey",
+                                                suite="infinitebench", params={} if method == "full" else None)
+                                    for method, budget in (("full", "full"), ("snapkv", "128"), ("snapkv", "512"))]
+    write_run(tmp_path, records)
+    page = build_report([load_run(RUN_ID, tmp_path)])
+    line = re.search(r'<p class="note" id="no-signal">([^<]*)</p>', page)
+    assert line and "Full cache scores 0 on passkey" in line.group(1)
+    for plot in plots_in(page):
+        assert "passkey" not in page.split(f'data-plot="{plot}"')[1].split("</figure>")[0], plot
+    assert "passkey" in page.split("<h2>Scores</h2>")[1].split("</section>")[0]  # still in the tables
+    assert 'id="no-signal"' not in build_report([load_run(RUN_ID, write_run(tmp_path / "b", standard_records()).parents[1])])
 
 
 def test_ratio_budgets_get_their_own_plot(tmp_path):
@@ -101,24 +135,55 @@ def test_reporting_nothing_or_a_bad_run_is_exit_2(capsys, tmp_path):
     assert_usage_error(code, err, "no run 'bench_zz'")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary; install with: apt-get install -y chromium")
-def test_a_headless_browser_renders_every_plot(results, tmp_path):
-    target = results / "report.html"
-    assert run_cli_quiet("report", RUN_ID, OTHER_ID, "--output", target, "--results", results) == 0
+LAPTOP_WIDTH = 1280
+
+
+def browser_status(page, tmp_path) -> dict:
+    """The page's own check (render-status: plots rendered, elements wider than the page) as a headless
+    chromium with a laptop's window width leaves it."""
     profile = tmp_path / "chromium-profile"
     completed = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-         "--dump-dom",
-         target.resolve().as_uri()],
+         "--hide-scrollbars", f"--window-size={LAPTOP_WIDTH},900", "--dump-dom", page.resolve().as_uri()],
         capture_output=True, text=True, timeout=120, check=False,
     )
-    dom = completed.stdout
     assert completed.returncode == 0, completed.stderr[-2000:]
-    status = re.search(r'<p id="render-status" data-plots="(\d+)" data-rendered="(\d+)">', dom)
+    status = re.search(r'<p id="render-status"([^>]*)>([^<]*)', completed.stdout)
     assert status, "the page's check script did not run"
-    assert status.groups() == ("5", "5")
-    assert dom.count('data-rendered="yes"') == 5
+    attributes = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', status.group(1)))
+    return attributes | {"text": status.group(2), "rendered-figures": completed.stdout.count('data-rendered="yes"')}
+
+
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary; install with: apt-get install -y chromium")
+
+
+@needs_chromium
+def test_a_headless_browser_renders_every_plot(results, tmp_path):
+    target = results / "report.html"
+    assert run_cli_quiet("report", RUN_ID, OTHER_ID, "--output", target, "--results", results) == 0
+    status = browser_status(target, tmp_path)
+    assert (status["plots"], status["rendered"], status["rendered-figures"]) == ("6", "6", 6)
+    assert status["overflow"] == "0", status["text"]
+
+
+@needs_chromium
+def test_a_wide_grid_fits_a_laptop_screen(tmp_path):
+    """Many long task names make a score table far wider than 1,280 px, and a long command a wide cell:
+    the table scrolls inside its box, the command wraps, nothing runs off the page."""
+    tasks = [f"a_rather_long_task_name_{i:02d}" for i in range(16)]
+    records = [make_record([1, 0, 1, 1], method=method, budget=budget, task=task, params={} if method == "full" else None)
+               for task in tasks for method, budget in (("full", "full"), ("snapkv", "128"))]
+    environment = {"command": "pytest bench/ " + " ".join(f"--kvbench-option-{i}=value" for i in range(40)),
+                   "path": "/very/long/" + "x" * 400}
+    write_run(tmp_path, records, environment=environment)
+    target = tmp_path / "wide.html"
+    assert run_cli_quiet("report", RUN_ID, "--output", target, "--results", tmp_path) == 0
+    page = target.read_text()
+    assert page.count('<div class="table-box">') >= 2
+    status = browser_status(target, tmp_path)
+    assert status["overflow"] == "0", status["text"]
+    assert int(status["page-width"]) <= LAPTOP_WIDTH and status["viewport-width"] == str(LAPTOP_WIDTH)
 
 
 def run_cli_quiet(*argv):

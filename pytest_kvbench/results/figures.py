@@ -1,8 +1,9 @@
 """The plots of a run report, as matplotlib Figures (no pyplot global state).
 
-Score against budget per task and method, average score against KV memory, a task x method
-heatmap, the needle-in-a-haystack depth x context length heatmap when ``niah_grid`` records are
-present, and (for ``kvbench variance``) coefficient of variation against seeds. Figures are made
+Average score against KV memory, a task x method heatmap, the needle-in-a-haystack depth x context
+length heatmap when ``niah_grid`` records are present, and (for ``kvbench variance``) coefficient of
+variation against seeds; the plots against budget are in budget_figures.py. Tasks whose full cache
+scores 0 are left out of the plots (``with_signal``): the report names them in one line instead. Figures are made
 through ``Figure`` objects only, so this is safe from a pytest session or a thread; report.py
 inlines them as SVG, and ``save_figure`` writes one to a file.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import TYPE_CHECKING
 
-from pytest_kvbench.comparison.stats import VariationCurve, seed_summary
+from pytest_kvbench.comparison.stats import VariationCurve
 from pytest_kvbench.results.needle_grid import needle_grids
 from pytest_kvbench.results.record import FULL, is_scored, labels
 
@@ -32,7 +33,7 @@ class ReportError(ValueError):
     """A report that cannot be produced (nothing scored) or written."""
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
@@ -64,87 +65,41 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> None:
         raise ReportError(f"cannot write plot {target}: {exc.strerror or exc}") from None
 
 
-def _series_label(record: dict, several_models: bool) -> str:
+def series_label(record: dict, several_models: bool) -> str:
     label = labels(record).method
     return f"{record['model']['name']}: {label}" if several_models else label
 
 
-def _palette(records: Sequence[dict]) -> dict[str, str]:
+def palette(records: Sequence[dict]) -> dict[str, str]:
     """One colour per series for the whole page, so a method looks the same in every plot."""
     from matplotlib import colormaps
 
     several_models = len({r["model"]["name"] for r in records}) > 1
-    labels = sorted({_series_label(r, several_models) for r in records})
+    labels = sorted({series_label(r, several_models) for r in records})
     colours = colormaps["tab10"].colors + colormaps["Dark2"].colors
     return {label: colours[i % len(colours)] for i, label in enumerate(labels)}
 
 
-def _budget_x(record: dict) -> tuple[str, float] | None:
-    """(axis kind, x value) of a record's budget: tokens kept, or fraction of the prompt kept."""
-    budget = record["budget"]
-    value = budget.get("value")
-    if not isinstance(value, (int, float)):
-        return None
-    if budget.get("kind") == "ratio":
-        return "ratio", 1.0 - float(value)
-    return "tokens", float(value)
+def _silent_tasks(records: Sequence[dict]) -> set[tuple[str, str]]:
+    """(model, task label) pairs whose full cache scored 0 in every record: every method scores 0 there
+    too, so a plot of them is a flat line that says nothing about the methods."""
+    full: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in records:
+        if is_scored(r) and labels(r).budget == FULL:
+            full[(r["model"]["name"], labels(r).task)].append(float(r["score"]))
+    return {pair for pair, scores in full.items() if not any(scores)}
 
 
-def _mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95% interval (0 for a single seed: no error bar)."""
-    mean, low, high = seed_summary(values)
-    return mean, (high - low) / 2 if math.isfinite(low) else 0.0
+def tasks_without_signal(records: Sequence[dict]) -> list[str]:
+    """The tasks whose full cache scores 0, as the report names them ("model: task" when several models)."""
+    several_models = len({r["model"]["name"] for r in records}) > 1
+    return sorted(f"{model}: {task}" if several_models else task for model, task in _silent_tasks(records))
 
 
-def score_budget_figure(records: Sequence[dict], kind: str) -> Figure | None:
-    """Score against budget, one panel per task, one line per method; full cache as a dashed line."""
-    scored = [r for r in records if is_scored(r)]
-    several_models = len({r["model"]["name"] for r in scored}) > 1
-    points: dict[str, dict[str, dict[float, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    references: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in scored:
-        x = _budget_x(r)
-        if x is None:
-            references[labels(r).task][_series_label(r, several_models)].append(float(r["score"]))
-        elif x[0] == kind:
-            points[labels(r).task][_series_label(r, several_models)][x[1]].append(float(r["score"]))
-    tasks = [t for t in sorted(points)]
-    if not tasks:
-        return None
-    colours = _palette(scored)
-    columns = min(3, len(tasks))
-    rows = math.ceil(len(tasks) / columns)
-    fig = _new_figure(4.2 * columns, 3.2 * rows)
-    axes = fig.subplots(rows, columns, squeeze=False)
-    for index, task in enumerate(tasks):
-        ax = axes[index // columns][index % columns]
-        for series, by_x in sorted(points[task].items()):
-            xs = sorted(by_x)
-            stats = [_mean_ci(by_x[x]) for x in xs]
-            ax.errorbar(xs, [m for m, _ in stats], yerr=[h for _, h in stats], marker="o", capsize=3, label=series,
-                        color=colours[series])
-        for series, values in sorted(references[task].items()):
-            ax.axhline(fmean(values), linestyle="--", color="0.4", linewidth=1, label=f"{series} (no compression)")
-        if kind == "tokens":
-            budgets = sorted({x for by_x in points[task].values() for x in by_x})
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(budgets, labels=[f"{b:g}" for b in budgets])
-            ax.minorticks_off()
-            ax.set_xlabel("KV budget (tokens per layer and head)")
-        else:
-            ax.set_xlabel("fraction of the prompt's KV cache kept")
-        ax.set_ylabel("score")
-        ax.set_title(task)
-        ax.grid(True, alpha=0.3)
-    for index in range(len(tasks), rows * columns):
-        axes[index // columns][index % columns].set_visible(False)
-    legend: dict[str, object] = {}
-    for ax in axes.flat:
-        for handle, text in zip(*ax.get_legend_handles_labels()):
-            legend.setdefault(text, handle)
-    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=min(4, max(1, len(legend))),
-               fontsize="small")
-    return fig
+def with_signal(records: Sequence[dict]) -> list[dict]:
+    """The records of tasks that have something to show (tasks_without_signal left out)."""
+    silent = _silent_tasks(records)
+    return [r for r in records if (r["model"]["name"], labels(r).task) not in silent]
 
 
 def memory_figure(records: Sequence[dict]) -> Figure | None:
@@ -154,7 +109,7 @@ def memory_figure(records: Sequence[dict]) -> Figure | None:
     for r in records:
         kv = (r.get("memory") or {}).get("kv_bytes_after")
         if is_scored(r) and isinstance(kv, (int, float)) and kv > 0:
-            by_config[(_series_label(r, several_models), labels(r).budget)].append(r)
+            by_config[(series_label(r, several_models), labels(r).budget)].append(r)
     if not by_config:
         return None
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -165,8 +120,8 @@ def memory_figure(records: Sequence[dict]) -> Figure | None:
         average = fmean(fmean(v) for v in per_task.values())
         memory = fmean(float(r["memory"]["kv_bytes_after"]) for r in group) / MiB
         series[label].append((memory, average))
-    colours = _palette([r for r in records if is_scored(r)])
-    fig = _new_figure(7.0, 4.5)
+    colours = palette([r for r in records if is_scored(r)])
+    fig = new_figure(7.0, 4.5)
     ax = fig.subplots()
     for label, xy in sorted(series.items()):
         xy.sort()
@@ -203,7 +158,7 @@ def heatmap_figure(records: Sequence[dict]) -> Figure | None:
         grids.append((model, tasks, columns, cells))
     width = max(len(g[2]) for g in grids)
     height = sum(len(g[1]) for g in grids)
-    fig = _new_figure(min(22.0, 2.5 + 0.9 * width), 1.5 + 0.45 * height + 1.0 * len(grids))
+    fig = new_figure(min(22.0, 2.5 + 0.9 * width), 1.5 + 0.45 * height + 1.0 * len(grids))
     axes = fig.subplots(len(grids), 1, squeeze=False)
     for ax, (model, tasks, columns, cells) in zip(axes[:, 0], grids):
         matrix = [[fmean(cells[(t, c)]) if (t, c) in cells else math.nan for c in columns] for t in tasks]
@@ -226,7 +181,7 @@ def needle_figures(records: Sequence[dict]) -> list[tuple[str, Figure]]:
     for grid in needle_grids(records):
         matrix = [[grid.score(d, n) if grid.score(d, n) is not None else math.nan for n in grid.lengths]
                   for d in grid.depths]
-        fig = _new_figure(1.8 + 0.7 * len(grid.lengths), 1.4 + 0.35 * len(grid.depths))
+        fig = new_figure(1.8 + 0.7 * len(grid.lengths), 1.4 + 0.35 * len(grid.depths))
         ax = fig.subplots()
         image = ax.imshow(matrix, cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
         ax.set_xticks(range(len(grid.lengths)), labels=[str(n) for n in grid.lengths], rotation=40, ha="right")
@@ -241,7 +196,7 @@ def needle_figures(records: Sequence[dict]) -> list[tuple[str, Figure]]:
 
 def variance_figure(curves: Sequence[tuple[str, VariationCurve]]) -> Figure:
     """Coefficient of variation of the mean against the number of seeds, with the projection."""
-    fig = _new_figure(7.5, 4.5)
+    fig = new_figure(7.5, 4.5)
     ax = fig.subplots()
     threshold = None
     for label, curve in curves:

@@ -5,8 +5,11 @@ later: plots are inline SVG (text stays text, searchable and sharp), styles are 
 is fetched. matplotlib is used through ``Figure`` objects only (no pyplot global state), so the
 module is safe to call from a pytest session or a thread.
 
-The plots come from figures.py: score against budget, score against KV memory, a task x method
-heatmap and the needle-in-a-haystack heatmaps.
+The plots come from budget_figures.py (score against budget with 95% bands, KL and agreement against
+budget) and figures.py (score against KV memory, a task x method heatmap, the needle-in-a-haystack
+heatmaps). A task whose full cache scores 0 is named in one line and left out of the plots: every
+method scores 0 there too. The page fits a laptop screen: a table wider than the page scrolls inside
+its own box, long values wrap, and a script counts what still runs off the page (the browser test reads it).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from pathlib import Path
 from string import Template
 from typing import TYPE_CHECKING
 
+from pytest_kvbench.results.budget_figures import fidelity_figure, score_budget_figure
 from pytest_kvbench.results.figures import (ReportError, figure_svg, heatmap_figure, memory_figure, needle_figures,
-                                            score_budget_figure)
+                                            tasks_without_signal, with_signal)
 from pytest_kvbench.results.record import is_scored, labels
 from pytest_kvbench.results.runs import Run
 from pytest_kvbench.results.table_model import ScoreTable, cell_text, score_tables
@@ -42,7 +46,7 @@ def _e(value: object) -> str:
 def _table_html(headers: Sequence[str], rows: Iterable[Sequence[str]], css: str = "") -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
-    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<div class="table-box"><table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _score_table_html(table: ScoreTable) -> str:
@@ -115,19 +119,31 @@ def build_report(runs: Sequence[Run], title: str | None = None) -> str:
                                                   overview_rows, "kv")))
     sections.append(("scores", "Scores", "".join(_score_table_html(t) for t in score_tables(records))))
 
+    plotted = with_signal(records)
+    silent = tasks_without_signal(records)
+    if silent:
+        sections.append(("no-signal", "Tasks without signal", (
+            f'<p class="note" id="no-signal">Full cache scores 0 on {_e(", ".join(silent))}: every method scores 0 '
+            "there too, so they are in the tables above but not plotted.</p>")))
     plots = []
-    for kind, caption in (("tokens", "Score against KV budget (tokens) per task and method"),
-                          ("ratio", "Score against the fraction of the KV cache kept per task and method")):
-        fig = score_budget_figure(records, kind)
+    for kind, caption in (("tokens", "Score against KV budget (tokens) per task and method; band: 95% CI"),
+                          ("ratio", "Score against the fraction of the KV cache kept per task and method; "
+                                    "band: 95% CI")):
+        fig = score_budget_figure(plotted, kind)
         if fig is not None:
             plots.append(_figure_html(fig, caption, f"budget-{kind}"))
     if plots:
         sections.append(("budget", "Score against budget", "".join(plots)))
-    fig = memory_figure(records)
+    fig = fidelity_figure(plotted)
+    if fig is not None:
+        sections.append(("fidelity", "Fidelity to the full cache", _figure_html(
+            fig, "KL divergence to the full cache and greedy-token agreement against budget (mean over tasks)",
+            "fidelity")))
+    fig = memory_figure(plotted)
     if fig is not None:
         sections.append(("memory", "Score against KV memory",
                          _figure_html(fig, "Average score over tasks against the KV cache kept", "memory")))
-    fig = heatmap_figure(records)
+    fig = heatmap_figure(plotted)
     if fig is not None:
         sections.append(("heatmap", "Task x method", _figure_html(fig, "Mean score per task and method", "heatmap")))
     needles = needle_figures(records)

@@ -25,7 +25,8 @@ class KvbenchFixture:
         from pytest_kvbench.tasks import DataError, TaskError, TaskUnavailable
 
         runner = self.config.stash[RUNNER_KEY]
-        progress = self.config.stash[PROGRESS_KEY].item(case.id)
+        progress = self.config.stash[PROGRESS_KEY].item(case)
+        record = None
         try:
             record = runner.run(case, progress)
         except TaskUnavailable as exc:
@@ -37,7 +38,7 @@ class KvbenchFixture:
         except ItemOutOfMemory as exc:  # the runner already freed the memory the item held
             raise pytest.fail.Exception(str(exc), pytrace=False) from None
         finally:
-            progress.finish()
+            progress.finish(record)
         self.item.stash[RECORD_KEY] = record
         for key in ("score", "metric"):
             self.item.user_properties.append((f"kvbench_{key}", record[key]))

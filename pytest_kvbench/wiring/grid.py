@@ -109,6 +109,7 @@ class Grid:
     methods: list[MethodSpec] = field(default_factory=list)
     budgets: list[Budget] = field(default_factory=list)  # parsed once, by options.py
     tasks: list[str] = field(default_factory=list)
+    tasks_named: bool = False  # the user listed the tasks (else the default grid: default_selection.py)
     smoke_tasks: list[str] = field(default_factory=list)
     context_lengths: list[int] = field(default_factory=list)
     samples: int | None = None

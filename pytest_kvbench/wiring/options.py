@@ -77,8 +77,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--kvbench-results", dest="kvbench_results", default=None,
                     help="results directory (default: results/)")
     parser.addini("kvbench_results", "results directory", default="results")
-    parser.addini("kvbench_progress_interval", "under -n, least seconds between one worker's plain progress "
-                  "lines when the output is not a terminal (default 30; 0: every sample)", default="30")
+    parser.addini("kvbench_progress_interval", "least seconds between plain progress lines of samples when the "
+                  "output is not a terminal (one worker's under -n; default 30; 0: every sample, every fifth "
+                  "of an item without -n)", default="30")
     group.addoption("--kvbench-save", dest="kvbench_save", default=None,
                     help="write a baseline file from this run")
     group.addoption("--kvbench-save-force", dest="kvbench_save_force", action="store_true",
@@ -332,7 +333,7 @@ def _validate(grid: Grid) -> None:
         grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
-    tasks_named = bool(grid.tasks)
+    tasks_named = grid.tasks_named = bool(grid.tasks)
     grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
     try:
         grid.tasks = canonical.unique(task_registry.get_task(task).name for task in grid.tasks)

@@ -5,9 +5,12 @@ the runner reports each finished sample here, and the terminal shows
 ``[kvbench] snapkv-128-qasper: 12/200 samples, 3.1 s/sample, item ETA 9m43s; items 4/40, session ETA 2h``.
 
 pytest's conventions: nothing under ``-q``; on a terminal the line is rewritten in place and erased
-when the item ends; elsewhere (CI logs) a plain line at each fifth of the item. Output goes around
-pytest's capture (capturemanager.global_and_fixture_disabled, as live logging does), so it never
-lands in a test's captured output or in --junitxml.
+when the item ends; elsewhere (CI logs) a plain line at each fifth of the item, and one line per finished
+item (id, outcome, seconds, score, items done and the session ETA) in place of pytest's file names and dots,
+which would otherwise alternate with the progress lines. Output goes around pytest's capture
+(capturemanager.global_and_fixture_disabled, as live logging does), so it never lands in a test's captured
+output or in --junitxml. The session ETA models reference groups (progress_eta.py): with shared prefill a
+group's first item does the work of the whole group.
 
 Under xdist (``-n``) the workers' output goes nowhere, so each worker sends a snapshot after every
 sample to the controller, over an execnet channel that the controller opens per worker in
@@ -21,10 +24,12 @@ from __future__ import annotations
 import math
 import time
 from contextlib import nullcontext
+from statistics import fmean
 
 import pytest
 
-from pytest_kvbench.wiring.progress_text import PREFIX, duration, session_part
+from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
+from pytest_kvbench.wiring.progress_text import PREFIX, duration, session_part, start_own_line
 
 CHANNEL_KEY = "kvbench_progress"  # workerinput key of the worker's channel to the controller
 INTERVAL_INI = "kvbench_progress_interval"
@@ -34,8 +39,13 @@ def _shows_progress(config: pytest.Config) -> bool:
     return config.pluginmanager.get_plugin("terminalreporter") is not None and config.get_verbosity() >= 0
 
 
+def plain_lines(config: pytest.Config) -> bool:
+    """Not a terminal and not quiet: one line per finished item instead of pytest's dots."""
+    return _shows_progress(config) and not config.pluginmanager.get_plugin("terminalreporter").isatty()
+
+
 class SessionProgress:
-    """Items done of the session and an ETA from the finished items' mean duration.
+    """Items done of the session and an ETA from the reference groups' cost model (progress_eta.py).
 
     In one process it shows the line itself; in an xdist worker that the controller gave a channel
     it sends snapshots instead; otherwise it only keeps count.
@@ -49,12 +59,25 @@ class SessionProgress:
         self.enabled = worker_input is None and _shows_progress(config)
         self.items_total = 0
         self.item_seconds: list[float] = []
+        self.estimate = GroupedEstimate([])
+        self.clock = time.perf_counter
+        self.interval = progress_interval(config) if self.enabled else 0.0  # between plain sample lines
+        self.last_plain_line = -math.inf
 
-    def item(self, item_id: str) -> ItemProgress:
-        return ItemProgress(self, item_id)
+    def plan(self, cases, shared: bool) -> None:
+        """The cases this process runs; ``shared``: each reference group shares one prefill per sample."""
+        cases = list(cases)
+        self.items_total = len(cases)
+        self.estimate = GroupedEstimate([PlannedItem(case.key, case.reference_group if shared else case.key,
+                                                     case.samples, case.context_length) for case in cases])
 
-    def session_part(self) -> str:
-        return session_part(len(self.item_seconds), self.items_total, sum(self.item_seconds))
+    def item(self, case) -> ItemProgress:
+        return ItemProgress(self, case)
+
+    def session_part(self, running: ItemProgress | None = None, done: int = 0, total: int = 0) -> str:
+        elapsed = self.clock() - running.started if running is not None else 0.0
+        left = self.estimate.remaining(running.key if running is not None else None, done, total, elapsed)
+        return session_part(len(self.item_seconds), self.items_total, left)
 
     def snapshot(self, item_id: str | None, done: int = 0, total: int = 0, per_sample: float = 0.0) -> dict:
         """What a worker tells the controller (progress_board.WorkersBoard reads these keys)."""
@@ -75,34 +98,43 @@ class SessionProgress:
                 self.reporter.ensure_newline()
                 self.reporter.rewrite("" if final else line, erase=True)
             elif not final:
-                self.reporter.ensure_newline()
+                start_own_line(self.reporter)
                 self.reporter.write_line(line)
 
 
 class ItemProgress:
     """The runner's per-sample callback for one item: progress(done, total)."""
 
-    def __init__(self, session: SessionProgress, item_id: str) -> None:
+    def __init__(self, session: SessionProgress, case) -> None:
         self.session = session
-        self.item_id = item_id
-        self.started = time.perf_counter()
+        self.item_id, self.key = case.id, case.key
+        self.started = session.clock()
+        session.estimate.start(self.key)
 
     def __call__(self, done: int, total: int) -> None:
         session = self.session
         if not total or not (session.enabled or session.channel):
             return
-        per_sample = (time.perf_counter() - self.started) / max(done, 1)
+        now = session.clock()
+        per_sample = (now - self.started) / max(done, 1)
         if session.channel:
             session.send(session.snapshot(self.item_id, done, total, per_sample))
             return
-        if not session.reporter.isatty() and done not in _checkpoints(total):
-            return
+        if not session.reporter.isatty():  # a log: at each fifth of the item, at most one per interval
+            if done not in _checkpoints(total) or now - session.last_plain_line < session.interval:
+                return
+            session.last_plain_line = now
         session.show(f"{PREFIX} {self.item_id}: {done}/{total} samples, {per_sample:.1f} s/sample, "
-                     f"item ETA {duration(per_sample * (total - done))}; {session.session_part()}")
+                     f"item ETA {duration(per_sample * (total - done))}; {session.session_part(self, done, total)}")
 
-    def finish(self) -> None:
+    def finish(self, record: dict | None = None) -> None:
+        """The item ended; its record (None when it raised) says how many samples of how many tokens it ran."""
         session = self.session
-        session.item_seconds.append(time.perf_counter() - self.started)
+        seconds = session.clock() - self.started
+        session.item_seconds.append(seconds)
+        samples = [s for s in (record or {}).get("samples") or [] if s.get("prompt_tokens")]
+        session.estimate.finish(self.key, seconds, len(samples),
+                                fmean(s["prompt_tokens"] for s in samples) if samples else 0.0)
         if session.channel:
             session.send(session.snapshot(None))
         elif session.enabled and session.reporter.isatty():

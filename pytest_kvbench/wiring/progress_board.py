@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from pytest_kvbench.wiring.progress_text import PREFIX, session_part, worker_part
+from pytest_kvbench.wiring.progress_text import PREFIX, mean_item_left, session_part, start_own_line, worker_part
 
 
 # VT100: index (down a row, scrolling at the bottom, same column), reverse index (up a row),
@@ -64,9 +64,8 @@ class WorkersBoard:
             if self.reporter.isatty():
                 self._draw()
             elif snapshot["item"] is not None and self._due(worker):
-                if _width_of_current_line(self.reporter):  # after dots: a line of its own
-                    self.reporter.write("\n")
-                self.reporter.write_line(f"{PREFIX} {worker_part(worker, snapshot)}; {self._session_part()}")
+                start_own_line(self.reporter)
+                self.reporter.write_line(f"{PREFIX} {worker_part(worker, snapshot)}; {self.session_part()}")
 
     def disconnect(self, worker: str) -> None:
         """The worker's channel closed (it finished or died): it runs nothing any more."""
@@ -102,10 +101,12 @@ class WorkersBoard:
         self.last_line[worker] = now
         return True
 
-    def _session_part(self) -> str:
+    def session_part(self) -> str:
+        """Items done of the session and its ETA, from the workers' latest snapshots."""
         shots = self.snapshots.values()
-        return session_part(sum(s["items_done"] for s in shots), max(s["items_total"] for s in shots),
-                            sum(s["items_seconds"] for s in shots), parallel=len(self.connected))
+        done, total = sum(s["items_done"] for s in shots), max(s["items_total"] for s in shots)
+        return session_part(done, total, mean_item_left(done, total, sum(s["items_seconds"] for s in shots),
+                                                        parallel=len(self.connected)))
 
     def _draw(self) -> None:
         busy = [worker_part(w, self.snapshots[w]) for w in sorted(self.snapshots, key=_worker_order)
@@ -113,7 +114,7 @@ class WorkersBoard:
         if not busy:
             self._erase()
             return
-        line = f"{PREFIX} {'; '.join(busy)}; {self._session_part()}"[:shutil.get_terminal_size().columns - 1]
+        line = f"{PREFIX} {'; '.join(busy)}; {self.session_part()}"[:shutil.get_terminal_size().columns - 1]
         self.reporter.write_raw(DOWN + UP + SAVE + DOWN + CLEAR_ROW + line + RESTORE, flush=True)
         self.shown = True
 
@@ -121,8 +122,3 @@ class WorkersBoard:
         if self.shown:
             self.reporter.write_raw(SAVE + DOWN + CLEAR_ROW + RESTORE, flush=True)
             self.shown = False
-
-
-def _width_of_current_line(reporter) -> int:
-    """What pytest has written on the current line (dots); only its TerminalWriter keeps count."""
-    return reporter._tw.width_of_current_line

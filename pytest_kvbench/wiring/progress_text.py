@@ -10,6 +10,14 @@ from __future__ import annotations
 PREFIX = "[kvbench]"
 
 
+def start_own_line(reporter) -> None:
+    """Go to the start of a line before writing a progress line: after dots (pytest's own
+    ``ensure_newline`` knows only of a file name it wrote, and there is none under xdist or in logs)."""
+    if reporter._tw.width_of_current_line:  # only pytest's TerminalWriter keeps count
+        reporter.write("\n")
+    reporter.ensure_newline()
+
+
 def duration(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     if seconds < 60:
@@ -19,13 +27,18 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def session_part(done: int, total: int, seconds: float, parallel: int = 1) -> str:
-    """Items done of the session; the ETA spreads the items left over ``parallel`` processes
-    at the mean duration of the ``done`` items, which took ``seconds`` in all."""
+def session_part(done: int, total: int, left: float | None) -> str:
+    """Items done of the session and the seconds ``left`` (None: no estimate yet)."""
     part = f"items {done}/{total}"
-    if done:
-        part += f", session ETA {duration((total - done) * seconds / done / max(parallel, 1))}"
+    if left is not None:
+        part += f", session ETA {duration(left)}"
     return part
+
+
+def mean_item_left(done: int, total: int, seconds: float, parallel: int = 1) -> float | None:
+    """The items left spread over ``parallel`` processes at the mean duration of the ``done`` items,
+    which took ``seconds`` in all (the xdist board's estimate: workers run groups it does not know)."""
+    return (total - done) * seconds / done / max(parallel, 1) if done else None
 
 
 def worker_part(worker: str, snapshot: dict) -> str:

@@ -1,0 +1,81 @@
+"""The default selection of `pytest bench/` on the embedded model: only tasks its full cache scores on.
+
+The embedded model is a compiled retrieval circuit; on most fixture tasks of the default grid (hotpotqa,
+passkey, LongBench v2, ...) its full cache scores exactly 0, so every method scores 0 there too and those
+items only add flat zero rows. Its measured full-cache scores are data next to the model
+(``default_model/task_scores.toml``); items of tasks scored 0 there are deselected (pytest's
+``pytest_deselected``, so pytest counts them) when the user selected nothing: no ``-m``, no ``-k`` and no
+task list. Naming a task, a marker or a keyword selects from the whole grid as before, so the smoke subset
+(``-m smoke``) and its baseline are unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from pytest_kvbench.wiring.grid import DEFAULT_MODEL, Case, Grid
+from pytest_kvbench.wiring.options import tomllib  # the standard library's, or tomli before Python 3.11
+from pytest_kvbench.wiring.stash_keys import SESSION_KEY
+
+SCORES_FILE = Path(__file__).parents[1] / "default_model" / "task_scores.toml"
+
+
+@functools.cache
+def full_cache_scores() -> dict[str, float]:
+    """Task name (without settings) -> the embedded model's measured full-cache score; a usage error
+    naming the file when it is missing or malformed (a broken install)."""
+    try:
+        with open(SCORES_FILE, "rb") as handle:
+            return {str(task): float(score) for task, score in tomllib.load(handle)["full_cache_scores"].items()}
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise pytest.UsageError(f"{SCORES_FILE}: cannot read the embedded model's task scores ({exc}); "
+                                "reinstall pytest-kvbench") from None
+
+
+def unscored_tasks() -> set[str]:
+    """Tasks whose full cache scores 0 on the embedded model: out of its default selection."""
+    return {task for task, score in full_cache_scores().items() if score <= 0}
+
+
+def user_selected(config: pytest.Config, grid: Grid) -> bool:
+    """-m, -k or a task list (option, ini key or grid file): the user chose what to run."""
+    return bool(config.option.markexpr or config.option.keyword or grid.tasks_named)
+
+
+def left_out_tasks(config: pytest.Config, grid: Grid) -> list[str]:
+    """The grid's tasks that the default selection leaves out in this run (none when the user selected)."""
+    if user_selected(config, grid) or DEFAULT_MODEL not in grid.models:
+        return []
+    return [task for task in grid.tasks if task.split(":", 1)[0] in unscored_tasks()]
+
+
+def outside_default_selection(case: Case) -> bool:
+    """An item of the embedded model on a task whose full cache scores 0 there."""
+    return case.model == DEFAULT_MODEL and case.task.split(":", 1)[0] in unscored_tasks()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    from pytest_kvbench.wiring.items import case_of
+
+    if not left_out_tasks(config, config.stash[SESSION_KEY].grid):
+        return
+    kept, dropped = [], []
+    for item in items:
+        case = case_of(item)
+        (dropped if case is not None and outside_default_selection(case) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    run = config.stash.get(SESSION_KEY, None)
+    left_out = left_out_tasks(config, run.grid) if run is not None else []
+    if not left_out:
+        return []
+    return [f"kvbench: default selection: tasks the embedded model's full cache scores 0 on are left out "
+            f"({', '.join(left_out)}); select them with --kvbench-tasks, -m or -k"]
