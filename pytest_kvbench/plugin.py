@@ -17,7 +17,6 @@ import os
 import pytest
 
 from pytest_kvbench.results import record as records
-from pytest_kvbench.results.environment import capture_environment
 from pytest_kvbench.results.run_writer import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.wiring import fixture, hookspecs, options, xdist_hooks
@@ -27,8 +26,9 @@ from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_i
 from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.resume import check_resume
 from pytest_kvbench.wiring.session import RunSession
-from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PROGRESS_KEY, RECORD_KEY, RUNNER_KEY, SESSION_KEY,
-                                              VERDICT_KEY)
+from pytest_kvbench.wiring.runner_settings import RunnerSettings
+from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
+                                              RUNNER_SETTINGS_KEY, SESSION_KEY, VERDICT_KEY)
 from pytest_kvbench.wiring.xdist_groups import xdist_group_name
 from pytest_kvbench.wiring.xdist_hooks import check_worker_count, pin_worker_device
 
@@ -75,7 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         check_worker_count(config)
     session = RunSession(grid, results, run_id, is_controller=not is_worker(config),
-                         environment=capture_environment(config.invocation_params.args),
+                         invocation_args=config.invocation_params.args,
                          resumed=config.getoption("kvbench_resume") is not None)
     config.stash[SESSION_KEY] = session
     config.stash[GATE_KEY] = gate
@@ -85,13 +85,8 @@ def pytest_configure(config: pytest.Config) -> None:
     cores = os.cpu_count() or 1
     if threads is not None and threads > cores:
         raise pytest.UsageError(f"--kvbench-torch-threads {threads}: more threads than the {cores} CPU cores here")
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    from pytest_kvbench.engine.runner import Runner
-
-    config.stash[RUNNER_KEY] = Runner(grid, run_id, timeout, share_prefill=not config.getoption("kvbench_no_share_prefill"))
+    config.stash[RUNNER_SETTINGS_KEY] = RunnerSettings(grid, run_id, timeout, threads,
+                                                        share_prefill=not config.getoption("kvbench_no_share_prefill"))
 
 
 def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
@@ -113,6 +108,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not is_worker(session.config):
         expect(session.config, [item.nodeid for item in session.items])
     _plan_items(session)
+    if not is_worker(session.config) and session.config.stash[PROGRESS_KEY].items_total:
+        session.config.stash[SESSION_KEY].capture_environment()  # as the run starts
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -164,15 +161,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def _plan_items(session: pytest.Session) -> None:
     """The items this process runs: the progress line counts them, and they share their prefills
-    (engine/shared_prefills.py). Under xdist only --dist loadgroup keeps a reference group on one
-    worker; other schedules plan no sharing."""
+    (engine/shared_prefills.py, planned when the Runner is built). Under xdist only --dist loadgroup keeps a
+    reference group on one worker; other schedules plan no sharing."""
     config = session.config
     progress = config.stash[PROGRESS_KEY] = SessionProgress(config)
-    progress.items_total = sum(case_of(item) is not None for item in session.items)
-    runner = config.stash.get(RUNNER_KEY, None)
-    if runner is None or (is_worker(config) and config.workerinput.get("kvbench_dist") != "loadgroup"):
-        return
-    runner.shared.plan(case for case in map(case_of, session.items) if case is not None)
+    cases = [case for case in map(case_of, session.items) if case is not None]
+    progress.items_total = len(cases)
+    if not is_worker(config) or config.workerinput.get("kvbench_dist") == "loadgroup":
+        config.stash[PLANNED_CASES_KEY] = cases
 
 
 @pytest.hookimpl(hookwrapper=True)

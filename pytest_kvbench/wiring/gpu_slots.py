@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping, MutableMapping
-
-import torch
 
 OVERSUBSCRIBE_OPTION = "--kvbench-allow-oversubscribe"
 
@@ -92,7 +91,8 @@ def apply_environment(changes: Mapping[str, str], environ: MutableMapping[str, s
     target = os.environ if environ is None else environ
     if not changes:
         return
-    if "CUDA_VISIBLE_DEVICES" in changes and torch.cuda.is_initialized():
+    torch = sys.modules.get("torch")  # CUDA can be initialised only once torch is imported; never import it here
+    if "CUDA_VISIBLE_DEVICES" in changes and torch is not None and torch.cuda.is_initialized():
         current = target.get("CUDA_VISIBLE_DEVICES")
         if current != changes["CUDA_VISIBLE_DEVICES"]:
             raise RuntimeError(
