@@ -115,21 +115,12 @@ def coerce(method: str, name: str, kind: type, value: Any) -> Any:
         raise wrong
     if isinstance(value, bool):
         raise wrong
-    if kind is int:
-        if isinstance(value, int):
-            return value
+    if kind in (int, float):
+        if isinstance(value, int) or (kind is float and isinstance(value, float)):
+            return kind(value)
         if isinstance(value, str):
             try:
-                return int(value.strip())
-            except ValueError:
-                raise wrong from None
-        raise wrong
-    if kind is float:
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
+                return kind(value.strip())
             except ValueError:
                 raise wrong from None
         raise wrong
