@@ -17,14 +17,13 @@ import os
 import pytest
 
 from pytest_kvbench.results import record as records
-from pytest_kvbench.results.run_writer import new_run_id
+from pytest_kvbench.results.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.wiring import fixture, hookspecs, options, xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.grid import GridError
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, suite_of
 from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
-from pytest_kvbench.wiring.resume import check_resume
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.runner_settings import RunnerSettings
 from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
@@ -65,6 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if is_worker(config):
             run_id = config.workerinput["kvbench_run_id"]
         elif config.getoption("kvbench_resume") is not None:
+            from pytest_kvbench.wiring.resume import check_resume  # lazy for startup time: reads past runs
+
             run_id = check_resume(config.getoption("kvbench_resume"), results, grid)
         else:
             run_id = new_run_id()

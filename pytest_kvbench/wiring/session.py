@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_kvbench.results import run_writer, storage
+from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import capture_environment
 from pytest_kvbench.results.record import is_finished
 from pytest_kvbench.wiring.grid import Grid
@@ -88,6 +88,8 @@ class RunSession:
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
         """Write run.json, per-task files and RESULTS.md from every record; return run.json."""
+        from pytest_kvbench.results import run_writer  # lazy for startup time: tables and tabulate, at the end only
+
         records = self.final_records = self.all_records()
         self.unfinished = self.unfinished_items(records)
         complete = complete and not self.unfinished
