@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -58,7 +57,7 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
 def new_run_id(now: datetime | None = None) -> str:
     """`bench_<8 hex>_<YYYYmmdd_HHMMSS>`: the name of a new run's directory."""
     now = now or datetime.now()
-    return f"bench_{secrets.token_hex(4)}_{now.strftime('%Y%m%d_%H%M%S')}"
+    return f"bench_{os.urandom(4).hex()}_{now.strftime('%Y%m%d_%H%M%S')}"
 
 
 def _lock_for(path: Path) -> FileLock:
