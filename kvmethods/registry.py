@@ -31,7 +31,7 @@ _registered: dict[str, type[Method]] = {}
 
 
 def _check_method_class(cls: Any, origin: str) -> type[Method]:
-    from .base import Method  # lazy: base imports torch, and only a class being registered or loaded is checked
+    from .base import Method  # lazy for startup time: base imports torch; only a registered or loaded class is checked
 
     if not (isinstance(cls, type) and issubclass(cls, Method)):
         raise MethodError(f"{origin}: {cls!r} is not a subclass of kvmethods.Method")
@@ -103,7 +103,7 @@ def get_method(name: str, **params: Any) -> Method:
     if not isinstance(name, str):
         raise MethodError(f"method name must be a string, got {name!r}")
     name = name.strip()
-    # lazy: these build on base.py, which imports torch; naming and validating methods must not
+    # lazy for startup time: these build on base.py, which imports torch; listing and validating must not
     from .chunked import chunked
     from .composition import compose
     from .per_turn import per_turn

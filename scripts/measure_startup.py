@@ -66,10 +66,11 @@ def main() -> None:
                 timings.setdefault(name, []).append(measured(code, command, cwd))
     medians = print_medians(timings)
     for code in codes:
-        loaded, bare = medians[f"{code.name}: one test, plugin loaded"], medians[f"{code.name}: one test, -p no:kvbench"]
-        print(f"{code}: unused plugin's cost {loaded.wall_s - bare.wall_s:+.2f} s wall, {loaded.cpu_s - bare.cpu_s:+.2f} s "
-              f"CPU (target <= 0.15 s); full-grid collection {medians[f'{code.name}: collect the full bench grid'].wall_s:.2f}"
-              f" s wall (target <= 1.5 s)")
+        loaded, bare, collect = (medians[f"{code.name}: {label}"] for label in (
+            "one test, plugin loaded", "one test, -p no:kvbench", "collect the full bench grid"))
+        print(f"{code}: unused plugin's cost {loaded.wall_s - bare.wall_s:+.2f} s wall, "
+              f"{loaded.cpu_s - bare.cpu_s:+.2f} s CPU (target <= 0.15 s); full-grid collection "
+              f"{collect.wall_s:.2f} s wall, {collect.cpu_s:.2f} s CPU (target <= 1.5 s)")
     print(f"load average at the end {os.getloadavg()}")
 
 

@@ -65,7 +65,8 @@ VALUES = st.one_of(st.sampled_from(["0", "1", "2", "4", "7", "8", "-1", "0.5", "
 
 def values_near(spec) -> st.SearchStrategy:
     """Values at and around a parameter's bounds and choices (as numbers and as the grid's strings), and others."""
-    edges = [bound + step for bound in (spec.minimum, spec.maximum) if bound is not None for step in (-1, -0.5, 0, 0.5, 1)]
+    edges = [bound + step for bound in (spec.minimum, spec.maximum) if bound is not None
+             for step in (-1, -0.5, 0, 0.5, 1)]
     near = st.sampled_from(edges + list(spec.choices or ()) + [spec.default, 3, 4])
     return st.one_of(near, near.map(str), VALUES)
 
