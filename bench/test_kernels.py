@@ -6,23 +6,37 @@ plain decoder-layer forward for scale. No assertions on time; compare with `pyte
 scripts/measure_methods.py reports the end-to-end ratios against a plain prefill.
 
     pytest bench/test_kernels.py -p no:kvbench --benchmark-timer time.process_time
+
+torch, transformers and the kernels come through fixtures, imported when a benchmark runs: collecting
+bench/ (the whole grid of every suite) must not pay for them.
 """
 
+import importlib
+
 import pytest
-import torch
 
 from kvmethods import get_method
-from kvmethods.layer_inputs import LayerInputs
-from kvmethods.scoring import accumulated_attention, window_attention
 
 PROMPT_LEN, BUDGET = 4096, 1024
 METHODS = ["snapkv", "pyramidkv", "tova", "knorm", "streamingllm", "random", "h2o"]
 
 
 @pytest.fixture(scope="module")
-def layer_inputs():
+def torch():
+    return importlib.import_module("torch")
+
+
+@pytest.fixture(scope="module")
+def scoring():
+    return importlib.import_module("kvmethods.scoring")
+
+
+@pytest.fixture(scope="module")
+def layer_inputs(torch):
     """What the compression hook sees for layer 0 at the end of a 4,096-token prefill."""
-    from kvmethods.testing import bench_model  # imports transformers: only when the benchmark runs
+    # lazy for collection time: transformers and the tiny model are only needed when the benchmark runs
+    from kvmethods.layer_inputs import LayerInputs
+    from kvmethods.testing import bench_model
     from kvmethods.transformers_compat import DynamicCache, cache_argument
 
     previous = torch.get_num_threads()
@@ -47,7 +61,7 @@ def layer_inputs():
 
 
 @pytest.mark.parametrize("method_name", METHODS)
-def test_method_selection(benchmark, layer_inputs, method_name):
+def test_method_selection(benchmark, torch, layer_inputs, method_name):
     _, inputs = layer_inputs
     method = get_method(method_name)
     with torch.inference_mode():
@@ -55,21 +69,21 @@ def test_method_selection(benchmark, layer_inputs, method_name):
     assert kept.shape == (1, inputs.num_kv_heads, BUDGET)
 
 
-def test_window_attention_32(benchmark, layer_inputs):
+def test_window_attention_32(benchmark, torch, scoring, layer_inputs):
     _, inputs = layer_inputs
     with torch.inference_mode():
-        probs = benchmark(window_attention, inputs, 32)
+        probs = benchmark(scoring.window_attention, inputs, 32)
     assert probs.shape[-1] == PROMPT_LEN
 
 
-def test_accumulated_attention(benchmark, layer_inputs):
+def test_accumulated_attention(benchmark, torch, scoring, layer_inputs):
     _, inputs = layer_inputs
     with torch.inference_mode():
-        totals = benchmark.pedantic(accumulated_attention, args=(inputs,), rounds=3, iterations=1)
+        totals = benchmark.pedantic(scoring.accumulated_attention, args=(inputs,), rounds=3, iterations=1)
     assert totals.shape == (1, inputs.num_kv_heads, PROMPT_LEN)
 
 
-def test_plain_layer_forward_for_scale(benchmark, layer_inputs):
+def test_plain_layer_forward_for_scale(benchmark, torch, layer_inputs):
     """One decoder layer's prefill forward (attention + MLP), the unit a method's overhead adds to."""
     model, inputs = layer_inputs
     layer = model.model.layers[0]

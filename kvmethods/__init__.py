@@ -2,19 +2,33 @@
 third-party packages extend, budgets, and the compressed generation the harness runs.
 
 See DEVELOPERS.md ("Contract: kvmethods") for the interface and README.md here for adding a method.
+Importing the package imports no torch (the pytest plugin validates grids with it in every run): the
+names that need torch are resolved on first use.
 """
 
-from .base import Method, param, top_positions
+from importlib import import_module
+
 from .budget import Budget
 from .errors import MethodError
-from .layer_inputs import LayerInputs
+from .params import param
 from .registry import (
     ENTRY_POINT_GROUP,
     available_methods,
+    describe_method,
     get_method,
     register_method,
     unregister_method,
 )
+
+_NEED_TORCH = {"Method": "base", "top_positions": "base", "LayerInputs": "layer_inputs"}
+
+
+def __getattr__(name: str):
+    # lazy for startup time: base and layer_inputs import torch
+    if name in _NEED_TORCH:
+        return getattr(import_module(f".{_NEED_TORCH[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -23,6 +37,7 @@ __all__ = [
     "Method",
     "MethodError",
     "available_methods",
+    "describe_method",
     "get_method",
     "param",
     "register_method",

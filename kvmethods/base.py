@@ -11,59 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from .errors import MethodError
 from .layer_inputs import LayerInputs
+from .params import check_known, checked_values, declared_params, describe_params, param
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-def param(default: Any, help: str, *, choices: tuple | None = None, minimum: float | None = None):
-    """A method parameter: a dataclass field whose metadata drives validation and error messages."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "minimum": minimum})
-
-
-def _coerce(method: str, name: str, kind: type, value: Any) -> Any:
-    wrong = MethodError(
-        f"{method}: parameter {name!r} must be {kind.__name__}, got {value!r} ({type(value).__name__})"
-    )
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-        raise wrong
-    if isinstance(value, bool):
-        raise wrong
-    if kind is int:
-        if isinstance(value, int):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                raise wrong from None
-        raise wrong
-    if kind is float:
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                raise wrong from None
-        raise wrong
-    if kind is str:
-        if isinstance(value, str):
-            return value.strip()
-        raise wrong
-    raise MethodError(f"{method}: parameter {name!r} has unsupported type {kind!r} (use int, float, str or bool)")
+__all__ = ["Method", "param", "top_positions"]  # param: declared in params.py, used by every method module
 
 
 def top_positions(scores: torch.Tensor, n_keep: int) -> torch.Tensor:
@@ -102,15 +58,10 @@ class Method:
     takes_channels: ClassVar[bool] = False  # quantizers whose storage_layer() can quantize thin keys (KIVI)
 
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for field in dataclasses.fields(self):
-            value = _coerce(self.name, field.name, hints[field.name], getattr(self, field.name))
-            choices, minimum = field.metadata.get("choices"), field.metadata.get("minimum")
-            if choices and value not in choices:
-                raise MethodError(f"{self.name}: parameter {field.name!r} must be one of {'|'.join(choices)}, got {value!r}")
-            if minimum is not None and value < minimum:
-                raise MethodError(f"{self.name}: parameter {field.name!r} must be >= {minimum}, got {value!r}")
-            setattr(self, field.name, value)
+        specs = declared_params(type(self))
+        values = checked_values(self.name, specs, {spec.name: getattr(self, spec.name) for spec in specs})
+        for name, value in values.items():
+            setattr(self, name, value)
         self.check()
 
     def check(self) -> None:
@@ -118,23 +69,11 @@ class Method:
 
     @classmethod
     def describe_params(cls) -> str:
-        hints = typing.get_type_hints(cls)
-        parts = []
-        for field in dataclasses.fields(cls):
-            text = f"{field.name}:{hints[field.name].__name__}={field.default}"
-            if field.metadata.get("choices"):
-                text += f" ({'|'.join(field.metadata['choices'])})"
-            parts.append(text)
-        return ", ".join(parts) if parts else "(none)"
+        return describe_params(declared_params(cls))
 
     @classmethod
     def from_params(cls, **kwargs: Any) -> Method:
-        valid = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(kwargs) - valid)
-        if unknown:
-            raise MethodError(
-                f"{cls.name}: unknown parameter {unknown[0]!r}; valid parameters: {cls.describe_params()}"
-            )
+        check_known(cls.name, declared_params(cls), kwargs)
         return cls(**kwargs)
 
     def params(self) -> dict:

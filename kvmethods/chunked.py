@@ -13,11 +13,11 @@ ragged cache (adakv) cannot be chunked: a MethodError, hence a usage error at co
 
 from __future__ import annotations
 
-from .base import Method, _coerce
+from .base import Method
+from .catalog import PREFILL_CHUNK as PARAMETER
 from .delegation import Delegating
 from .errors import MethodError
-
-PARAMETER = "prefill_chunk"
+from .params import coerce
 
 
 class Chunked(Delegating):
@@ -33,7 +33,7 @@ class Chunked(Delegating):
 
 def chunked(method: Method, value) -> Method:
     """The method with a chunked prefill (`value` tokens per chunk; 0 leaves it unchanged)."""
-    chunk = _coerce(method.name, PARAMETER, int, value)
+    chunk = coerce(method.name, PARAMETER, int, value)
     if chunk < 0:
         raise MethodError(f"{method.name}: parameter {PARAMETER!r} must be >= 0, got {chunk}")
     if chunk == 0:

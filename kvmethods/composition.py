@@ -24,10 +24,10 @@ from typing import Any
 import torch
 
 from .base import Method
+from .catalog import SEPARATOR
 from .delegation import Delegating
 from .errors import MethodError
 
-SEPARATOR = "+"
 THINK_WINDOW = "recent"  # ThinK's full-channel window, replaced by the quantizer's own under think+kivi
 
 

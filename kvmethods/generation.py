@@ -27,6 +27,7 @@ import torch
 
 from .base import Method
 from .budget import Budget
+from .catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (GROUP_PROTOCOLS: this contract's name too)
 from .errors import MethodError
 from .families import check_family, decoder_layers
 from .hooks import capturing_window_queries, compressing_prefill, per_layer_causal_masks, store_selection
@@ -35,10 +36,8 @@ from .ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from .ragged_attention import kernel_name, ragged_attention
 from .transformers_compat import DynamicCache, cache_argument
 
-PROTOCOLS = ("question_in_window", "query_agnostic", "shared_context", "multi_turn")
-# Protocols whose samples share a context and run as one group (kvmethods/protocols/); a single prompt
-# under them is compressed as query_agnostic does.
-GROUP_PROTOCOLS = ("shared_context", "multi_turn")
+# GROUP_PROTOCOLS (catalog.py): samples sharing a context run as one group (kvmethods/protocols/); a single
+# prompt under them is compressed as query_agnostic does.
 
 
 @dataclass

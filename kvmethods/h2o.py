@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import torch
 
 from .base import Method, param
-from .errors import MethodError
 from .layer_inputs import LayerInputs
 from .scoring import accumulated_attention, protect_last
 
@@ -23,11 +22,8 @@ from .scoring import accumulated_attention, protect_last
 @dataclass
 class H2O(Method):
     name = "h2o"
-    recent_ratio: float = param(0.5, "fraction of the budget given to the most recent tokens", minimum=0.0)
-
-    def check(self) -> None:
-        if self.recent_ratio > 1.0:
-            raise MethodError(f"{self.name}: parameter 'recent_ratio' must be in [0, 1], got {self.recent_ratio}")
+    recent_ratio: float = param(0.5, "fraction of the budget given to the most recent tokens", minimum=0.0,
+                                maximum=1.0)
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
         return protect_last(accumulated_attention(layer), int(n_keep * self.recent_ratio))

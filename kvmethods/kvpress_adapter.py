@@ -23,8 +23,9 @@ from contextlib import contextmanager
 from importlib.metadata import version
 from typing import Any
 
-from .base import Method, _coerce
+from .base import Method
 from .errors import MethodError
+from .params import coerce
 
 EXTRA_HINT = "pip install 'pytest-kvbench[kvpress]'"
 _SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
@@ -75,7 +76,7 @@ def build_press(kvpress, spec: str, press_name: str, params: dict[str, Any]):
         kind = _scalar_type(signature.parameters[key])
         if kind is None:
             raise MethodError(f"{spec}: parameter {key!r} of {press_name} is not a number, flag, string or press")
-        arguments[key] = _coerce(spec, key, kind, value)
+        arguments[key] = coerce(spec, key, kind, value)
     orphans = sorted(k for k in nested if k.split(".", 1)[0] not in arguments)
     if orphans:
         raise MethodError(f"{spec}: parameter {orphans[0]!r} names no inner press of {press_name}")

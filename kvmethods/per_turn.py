@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from .base import Method, _coerce
+from .base import Method
+from .catalog import PER_TURN as PARAMETER
 from .decoding_compression import NEEDS_ALL_QUERIES
 from .delegation import Delegating
 from .errors import MethodError
-
-PARAMETER = "per_turn"
+from .params import coerce
 
 
 class PerTurn(Delegating):
@@ -53,7 +53,7 @@ class PerTurn(Delegating):
 
 def per_turn(method: Method, value) -> Method:
     """The method re-compressing after each turn (`value` true), else unchanged; MethodError when it cannot."""
-    if not _coerce(method.name, PARAMETER, bool, value):
+    if not coerce(method.name, PARAMETER, bool, value):
         return method
     if (not method.compresses or method.scores_whole_prompt or method.runs_prefill or method.quantizes
             or method.name in NEEDS_ALL_QUERIES or method.name == "adakv"):

@@ -6,48 +6,33 @@ Third-party methods appear in the grid like built-in ones, either by an entry po
 with ThinK and/or a quantizer (composition.py). `kvpress:<PressName>` names any press of the
 optional kvpress package (kvpress_adapter.py). Entry points are read on every lookup, so a
 package installed into the running environment is visible without restarting anything.
+
+Built-in methods are known by their catalog entries (catalog.py), so listing them and validating a spec
+(`describe_method`) import no implementation, hence no torch; a method's module is imported when it is
+built (`get_method`).
 """
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .adakv import AdaKV
-from .base import Method
-from .chunked import PARAMETER as PREFILL_CHUNK
-from .chunked import chunked
-from .composition import SEPARATOR, compose
-from .criticalkv import CriticalKV
-from .decoding_compression import DecodingCompression
+from .catalog import BUILTINS, KVPRESS_PREFIX, PER_TURN, PREFILL_CHUNK, SEPARATOR
 from .errors import MethodError
-from .expected_attention import ExpectedAttention
-from .full import Full
-from .h2o import H2O
-from .hf_quantized import HFQuantized
-from .kivi import KIVI
-from .knorm import KNorm
-from .kvzip import KVzip
-from .per_turn import PARAMETER as PER_TURN
-from .per_turn import per_turn
-from .pyramidkv import PyramidKV
-from .random import Random
-from .rkv import RKV
-from .snapkv import SnapKV
-from .streamingllm import StreamingLLM
-from .think import ThinK
-from .tova import TOVA
+from .params import validated
+
+if TYPE_CHECKING:
+    from .base import Method
 
 ENTRY_POINT_GROUP = "kvbench.methods"
-BUILTIN_METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (Full, StreamingLLM, H2O, SnapKV, PyramidKV, TOVA, KNorm, Random, AdaKV, CriticalKV, ExpectedAttention, KVzip,
-                KIVI, HFQuantized, ThinK,
-                DecodingCompression, RKV)
-}
 _registered: dict[str, type[Method]] = {}
 
 
 def _check_method_class(cls: Any, origin: str) -> type[Method]:
+    from .base import Method  # lazy for startup time: base imports torch; only a registered or loaded class is checked
+
     if not (isinstance(cls, type) and issubclass(cls, Method)):
         raise MethodError(f"{origin}: {cls!r} is not a subclass of kvmethods.Method")
     if not cls.name or not cls.name.replace("_", "").replace("-", "").isalnum():
@@ -63,7 +48,7 @@ def register_method(cls: type[Method] | None = None, *, name: str | None = None)
         if name is not None:
             target.name = name
         _check_method_class(target, "register_method")
-        existing = _registered.get(target.name) or BUILTIN_METHODS.get(target.name)
+        existing = _registered.get(target.name) or _builtin_class(target.name)
         if existing is not None and existing is not target:
             raise MethodError(f"register_method: a method named {target.name!r} already exists ({existing.__module__})")
         _registered[target.name] = target
@@ -82,16 +67,21 @@ def _entry_point_methods() -> dict[str, Any]:
 
 
 def available_methods() -> list[str]:
-    names = set(BUILTIN_METHODS) | set(_registered) | set(_entry_point_methods())
+    names = set(BUILTINS) | set(_registered) | set(_entry_point_methods())
     return sorted(names)
 
 
-KVPRESS_PREFIX = "kvpress:"
+def _builtin_class(name: str) -> type[Method] | None:
+    """The class of a built-in method, its module imported now (None for other names)."""
+    entry = BUILTINS.get(name)
+    if entry is None:
+        return None
+    return getattr(importlib.import_module(entry.module), entry.class_name)
 
 
 def _load(name: str) -> type[Method]:
-    if name in BUILTIN_METHODS:
-        return BUILTIN_METHODS[name]
+    if name in BUILTINS:
+        return _builtin_class(name)
     if name in _registered:
         return _registered[name]
     entry = _entry_point_methods().get(name)
@@ -113,6 +103,11 @@ def get_method(name: str, **params: Any) -> Method:
     if not isinstance(name, str):
         raise MethodError(f"method name must be a string, got {name!r}")
     name = name.strip()
+    # lazy for startup time: these build on base.py, which imports torch; listing and validating must not
+    from .chunked import chunked
+    from .composition import compose
+    from .per_turn import per_turn
+
     if PER_TURN in params:  # any evicting method: snapkv:per_turn=true re-compresses after each turn (per_turn.py)
         rest = {key: value for key, value in params.items() if key != PER_TURN}
         return per_turn(get_method(name, **rest), params[PER_TURN])
@@ -126,3 +121,24 @@ def get_method(name: str, **params: Any) -> Method:
 
         return kvpress_method(name, params)
     return _load(name).from_params(**params)
+
+
+@dataclass(frozen=True)
+class MethodDescription:
+    """What the grid needs of a valid method spec: its one name (a composition's parts in role order) and
+    every parameter's value as the method coerces it."""
+
+    name: str
+    params: dict[str, Any]
+    recompresses_per_turn: bool = False
+
+
+def describe_method(name: str, **params: Any) -> MethodDescription:
+    """`get_method(name, **params)`'s name and parameters, with the same MethodError on a bad spec. A built-in
+    whose parameters the catalog declares fully is checked there, importing nothing; any other spec
+    (wrappers, compositions, per_turn, prefill_chunk, kvpress presses, third-party methods) is built."""
+    entry = BUILTINS.get(name.strip()) if isinstance(name, str) else None
+    if entry is not None and not entry.checked_in_code and not {PER_TURN, PREFILL_CHUNK} & set(params):
+        return MethodDescription(entry.name, validated(entry.name, entry.params, params))
+    method = get_method(name, **params)
+    return MethodDescription(method.name, method.params(), method.recompresses_per_turn)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import torch
 
 from .base import Method, param
-from .errors import MethodError
 from .layer_inputs import LayerInputs
 from .scoring import pool_positions, protect_last, window_attention
 
@@ -26,12 +25,8 @@ POOLINGS = ("avgpool", "maxpool", "none")
 class SnapKV(Method):
     name = "snapkv"
     window: int = param(32, "observation window: last prompt queries that vote, always kept", minimum=1)
-    kernel: int = param(7, "pooling kernel size along positions (odd)", minimum=1)
+    kernel: int = param(7, "pooling kernel size along positions (odd)", minimum=1, odd=True)
     pooling: str = param("avgpool", "pooling of the window's attention", choices=POOLINGS)
-
-    def check(self) -> None:
-        if self.kernel % 2 == 0:
-            raise MethodError(f"{self.name}: parameter 'kernel' must be odd, got {self.kernel}")
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
         window = min(self.window, n_keep)

@@ -17,8 +17,7 @@ import os
 import pytest
 
 from pytest_kvbench.results import record as records
-from pytest_kvbench.results.environment import capture_environment
-from pytest_kvbench.results.run_writer import new_run_id
+from pytest_kvbench.results.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.wiring import default_selection, fixture, hookspecs, options, xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
@@ -26,10 +25,10 @@ from pytest_kvbench.wiring.grid import GridError
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, suite_of
 from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.progress_lines import FinishedItemLines
-from pytest_kvbench.wiring.resume import check_resume
+from pytest_kvbench.wiring.runner_settings import RunnerSettings
 from pytest_kvbench.wiring.session import RunSession
-from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PROGRESS_KEY, RECORD_KEY, RUNNER_KEY, SESSION_KEY,
-                                              VERDICT_KEY)
+from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
+                                              RUNNER_SETTINGS_KEY, SESSION_KEY, VERDICT_KEY)
 from pytest_kvbench.wiring.transformers_range import check_transformers, kvbench_options_given
 from pytest_kvbench.wiring.xdist_groups import xdist_group_name
 from pytest_kvbench.wiring.xdist_hooks import check_worker_count, pin_worker_device
@@ -70,6 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if is_worker(config):
             run_id = config.workerinput["kvbench_run_id"]
         elif config.getoption("kvbench_resume") is not None:
+            from pytest_kvbench.wiring.resume import check_resume  # lazy for startup time: reads past runs
+
             run_id = check_resume(config.getoption("kvbench_resume"), results, grid)
         else:
             run_id = new_run_id()
@@ -80,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         check_worker_count(config)
     session = RunSession(grid, results, run_id, is_controller=not is_worker(config),
-                         environment=capture_environment(config.invocation_params.args),
+                         invocation_args=config.invocation_params.args,
                          resumed=config.getoption("kvbench_resume") is not None)
     config.stash[SESSION_KEY] = session
     config.stash[GATE_KEY] = gate
@@ -92,13 +93,8 @@ def pytest_configure(config: pytest.Config) -> None:
     cores = os.cpu_count() or 1
     if threads is not None and threads > cores:
         raise pytest.UsageError(f"--kvbench-torch-threads {threads}: more threads than the {cores} CPU cores here")
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    from pytest_kvbench.engine.runner import Runner
-
-    config.stash[RUNNER_KEY] = Runner(grid, run_id, timeout, share_prefill=not config.getoption("kvbench_no_share_prefill"))
+    config.stash[RUNNER_SETTINGS_KEY] = RunnerSettings(grid, run_id, timeout, threads,
+                                                        share_prefill=not config.getoption("kvbench_no_share_prefill"))
 
 
 def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
@@ -120,6 +116,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not is_worker(session.config):
         expect(session.config, [item.nodeid for item in session.items])
     _plan_items(session)
+    if not is_worker(session.config) and session.config.stash[PROGRESS_KEY].items_total:
+        session.config.stash[SESSION_KEY].capture_environment()  # as the run starts
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -174,16 +172,16 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def _plan_items(session: pytest.Session) -> None:
     """The items this process runs: the progress line counts them, and they share their prefills
-    (engine/shared_prefills.py). Under xdist only --dist loadgroup keeps a reference group on one
-    worker; other schedules plan no sharing."""
+    (engine/shared_prefills.py, planned when the Runner is built). Under xdist only --dist loadgroup keeps a
+    reference group on one worker; other schedules plan no sharing."""
     config = session.config
     progress = config.stash[PROGRESS_KEY] = SessionProgress(config)
     cases = [case for case in map(case_of, session.items) if case is not None]
-    runner = config.stash.get(RUNNER_KEY, None)
-    shared = runner is not None and not (is_worker(config) and config.workerinput.get("kvbench_dist") != "loadgroup")
-    progress.plan(cases, shared=shared and runner.shared.enabled)
-    if shared:
-        runner.shared.plan(cases)
+    plans_sharing = not is_worker(config) or config.workerinput.get("kvbench_dist") == "loadgroup"
+    settings = config.stash.get(RUNNER_SETTINGS_KEY, None)
+    progress.plan(cases, shared=plans_sharing and settings is not None and settings.share_prefill)
+    if plans_sharing:
+        config.stash[PLANNED_CASES_KEY] = cases
 
 
 @pytest.hookimpl(hookwrapper=True)

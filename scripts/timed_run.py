@@ -35,11 +35,11 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed_command(command: list[str]) -> Timing:
-    """Run `command` from the repository root; exit with its output if it fails."""
+def timed_command(command: list[str], cwd: Path = ROOT) -> Timing:
+    """Run `command` from `cwd` (the repository root); exit with its output if it fails."""
     load, cpu, start = os.getloadavg()[0], _cpu_seconds(), time.perf_counter()
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    proc = subprocess.run(command, cwd=ROOT, env=dict(environment, HF_HUB_OFFLINE="1"),
+    proc = subprocess.run(command, cwd=cwd, env=dict(environment, HF_HUB_OFFLINE="1"),
                           capture_output=True, text=True)
     timing = Timing(time.perf_counter() - start, _cpu_seconds() - cpu, load)
     if proc.returncode != 0:
@@ -66,8 +66,8 @@ def print_medians(timings: dict[str, list[Timing]]) -> dict[str, Timing]:
     for name, runs in timings.items():
         medians[name] = Timing(*(statistics.median(getattr(run, field) for run in runs)
                                  for field in ("wall_s", "cpu_s", "load")))
-        rounds = ", ".join(f"{run.wall_s:.1f}/{run.cpu_s:.1f}" for run in runs)
-        print(f"{name:40s} median wall {medians[name].wall_s:7.1f} s, CPU {medians[name].cpu_s:7.1f} s, "
+        rounds = ", ".join(f"{run.wall_s:.2f}/{run.cpu_s:.2f}" for run in runs)
+        print(f"{name:40s} median wall {medians[name].wall_s:7.2f} s, CPU {medians[name].cpu_s:7.2f} s, "
               f"load {medians[name].load:4.1f}  (wall/CPU per round: {rounds})")
     return medians
 

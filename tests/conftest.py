@@ -1,8 +1,20 @@
-"""Fixtures shared by the plugin tests: one small real run, reused by every module that reads it."""
+"""Fixtures shared by the plugin tests: one small real run, reused by every module that reads it.
+
+The engine and every method implementation are imported here, before any in-process pytester run: the
+plugin imports none of them at load, and pytester drops the modules first imported inside a run, which
+torch's C extension does not survive (importing it again re-registers its operator libraries and fails).
+"""
+
+import importlib
 
 import pytest
 
+import pytest_kvbench.engine.runner  # noqa: F401 (see above)
 from helpers import SMALL_GRID, add_bench_files, run_bench
+from kvmethods.catalog import BUILTINS
+
+for _entry in BUILTINS.values():
+    importlib.import_module(_entry.module)
 
 
 @pytest.fixture

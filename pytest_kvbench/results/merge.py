@@ -104,7 +104,7 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
     if len(runs) < 2:
         raise RunError("merge needs at least two runs")
     plan = _plan_merge(runs)
-    run_id = run_writer.new_run_id()
+    run_id = storage.new_run_id()
     records = []
     for run in runs:
         for record in run.records:

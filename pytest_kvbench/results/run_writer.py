@@ -11,7 +11,6 @@ are reduced to safe characters and never ``..``, so a crafted record cannot writ
 from __future__ import annotations
 
 import re
-import secrets
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,11 +22,6 @@ SCHEMA = 1
 RESULTS_FILE = "RESULTS.md"
 _METRICS_FIELDS = ("item_id", "key", "metric", "score", "aggregate", "n_samples", "latency", "memory", "fidelity",
                    "energy_j", "status", "device")
-
-
-def new_run_id(now: datetime | None = None) -> str:
-    now = now or datetime.now()
-    return f"bench_{secrets.token_hex(4)}_{now.strftime('%Y%m%d_%H%M%S')}"
 
 
 def iso_time(ts: float) -> str:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from filelock import FileLock
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 RECORDS_FILE = "records.jsonl"
 RUN_FILE = "run.json"
@@ -52,7 +54,15 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     atomic_write_text(path, "".join(_dumps(row, indent=None) + "\n" for row in rows))
 
 
+def new_run_id(now: datetime | None = None) -> str:
+    """`bench_<8 hex>_<YYYYmmdd_HHMMSS>`: the name of a new run's directory."""
+    now = now or datetime.now()
+    return f"bench_{os.urandom(4).hex()}_{now.strftime('%Y%m%d_%H%M%S')}"
+
+
 def _lock_for(path: Path) -> FileLock:
+    from filelock import FileLock  # lazy for startup time: the plugin loads this module in every pytest run
+
     return FileLock(str(path) + ".lock")
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kvbench.wiring.stash_keys import GATE_KEY, PROGRESS_KEY, RECORD_KEY, RUNNER_KEY, VERDICT_KEY
+from pytest_kvbench.wiring.runner_settings import runner_of
+from pytest_kvbench.wiring.stash_keys import GATE_KEY, PROGRESS_KEY, RECORD_KEY, VERDICT_KEY
 
 
 class KvbenchFixture:
@@ -24,7 +25,7 @@ class KvbenchFixture:
         from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
         from pytest_kvbench.tasks import DataError, TaskError, TaskUnavailable
 
-        runner = self.config.stash[RUNNER_KEY]
+        runner = runner_of(self.config)
         progress = self.config.stash[PROGRESS_KEY].item(case)
         record = None
         try:

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping, MutableMapping
 
-import torch
-
 OVERSUBSCRIBE_OPTION = "--kvbench-allow-oversubscribe"
+# Where a GPU driver shows itself (NVIDIA, AMD ROCm, WSL): without any of them torch would count no GPU.
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def cuda_device_count() -> int:
+    """torch.cuda.device_count() (NVML: CUDA is not started), or 0 without importing torch on a machine with
+    no GPU driver: every `pytest -n N` of a user's project with the plugin installed goes through here."""
+    if not any(os.path.exists(path) for path in GPU_DRIVER_PATHS):
+        return 0
+    import torch  # lazy for startup time: only where a GPU driver is present
+
+    return torch.cuda.device_count()
 
 
 class UsageLikeError(ValueError):
@@ -92,7 +103,8 @@ def apply_environment(changes: Mapping[str, str], environ: MutableMapping[str, s
     target = os.environ if environ is None else environ
     if not changes:
         return
-    if "CUDA_VISIBLE_DEVICES" in changes and torch.cuda.is_initialized():
+    torch = sys.modules.get("torch")  # CUDA can be initialised only once torch is imported; never import it here
+    if "CUDA_VISIBLE_DEVICES" in changes and torch is not None and torch.cuda.is_initialized():
         current = target.get("CUDA_VISIBLE_DEVICES")
         if current != changes["CUDA_VISIBLE_DEVICES"]:
             raise RuntimeError(

@@ -313,15 +313,15 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 def _validate(grid: Grid) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py)."""
-    from kvmethods import Budget, MethodError, get_method
+    from kvmethods import Budget, MethodError, describe_method
 
     from pytest_kvbench import tasks as task_registry
 
     methods = []
-    for spec in grid.methods:  # get_method names the valid methods for an unknown one
+    for spec in grid.methods:  # describe_method names the valid methods for an unknown one
         try:
-            built = get_method(spec.name, **dict(spec.params))
-            params = built.params()
+            built = describe_method(spec.name, **dict(spec.params))
+            params = built.params
         except MethodError as exc:
             raise GridError(str(exc)) from None
         for name, value in params.items():

@@ -11,7 +11,8 @@ A method re-compressing after each turn (``per_turn=true``) needs multi_turn and
 
 from __future__ import annotations
 
-from kvmethods.generation import PROTOCOLS
+from kvmethods import describe_method
+from kvmethods.catalog import PROTOCOLS
 
 from pytest_kvbench.wiring.grid import Grid, GridError, split_list
 
@@ -56,12 +57,10 @@ def check_tasks_serve_protocols(grid: Grid, tasks_named: bool) -> None:
 def check_decoding_intervals(grid: Grid) -> None:
     """GridError for a method that compresses every `interval` new tokens on a task generating fewer:
     it would never compress while decoding, so its numbers would not be what its name says."""
-    from kvmethods import get_method
-
     from pytest_kvbench.tasks import get_task
 
     for spec in grid.methods:
-        interval = get_method(spec.name, **dict(spec.params)).params().get("interval")
+        interval = describe_method(spec.name, **dict(spec.params)).params.get("interval")
         if not isinstance(interval, int):
             continue
         for task_name in grid.tasks:
@@ -74,10 +73,8 @@ def check_decoding_intervals(grid: Grid) -> None:
 def check_per_turn(grid: Grid) -> None:
     """GridError for a method re-compressing after each turn in a grid with a protocol that has no turns:
     it would run as the plain method under another name."""
-    from kvmethods import get_method
-
     others = [protocol for protocol in grid.protocols if protocol != "multi_turn"]
     for spec in grid.methods:
-        if others and get_method(spec.name, **dict(spec.params)).recompresses_per_turn:
+        if others and describe_method(spec.name, **dict(spec.params)).recompresses_per_turn:
             raise GridError(f"method {spec.label}: per_turn re-compresses after each turn, but protocol {others[0]} "
                             f"has no turns (use --kvbench-protocol multi_turn alone)")

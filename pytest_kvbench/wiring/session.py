@@ -9,30 +9,44 @@ per-task prediction files and RESULTS.md. A crash therefore loses at most the ru
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_kvbench.results import run_writer, storage
-from pytest_kvbench.results.environment import installed_packages
+from pytest_kvbench.results import storage
+from pytest_kvbench.results.environment import capture_environment, installed_packages
 from pytest_kvbench.results.record import is_finished
 from pytest_kvbench.wiring.grid import Grid
 
 
 class RunSession:
     def __init__(self, grid: Grid, results_dir: Path, run_id: str, *, is_controller: bool,
-                 environment: dict, resumed: bool = False) -> None:
+                 environment: dict | None = None, invocation_args: Sequence[str] = (), resumed: bool = False) -> None:
         self.grid = grid
         self.results_dir = results_dir
         self.run_id = run_id
         self.run_dir = results_dir / "runs" / run_id
         self.records_path = self.run_dir / storage.RECORDS_FILE
         self.is_controller = is_controller
-        self.environment = environment
+        self._environment = environment
+        self._invocation_args = list(invocation_args)
         self.resumed = resumed
         self.start = time.time()
         self.final_records: list[dict] | None = None  # what finish() wrote, for the terminal summary
         self.expected: dict[str, tuple[str, str]] = {}  # key -> (item id, node id) of the selected items
         self.unfinished: list[dict] = []  # what finish() found missing
         self.cases_by_id: dict | None = None  # filled by the plugin on first use
+
+    @property
+    def environment(self) -> dict:
+        return self.capture_environment()
+
+    def capture_environment(self) -> dict:
+        """Git commit, package versions, command line (results/environment.py), captured once: when the
+        controller's collection found items (plugin.py), or when first read; not at configure, which runs
+        in every pytest run of a user (git is a subprocess)."""
+        if self._environment is None:
+            self._environment = capture_environment(self._invocation_args)
+        return self._environment
 
     # -- what this run must finish -------------------------------------------------------------
     def expect(self, cases_and_nodeids) -> None:
@@ -74,6 +88,8 @@ class RunSession:
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
         """Write run.json, per-task files and RESULTS.md from every record; return run.json."""
+        from pytest_kvbench.results import run_writer  # lazy for startup time: tables and tabulate, at the end only
+
         records = self.final_records = self.all_records()
         self.unfinished = self.unfinished_items(records)
         complete = complete and not self.unfinished

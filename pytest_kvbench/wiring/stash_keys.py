@@ -15,7 +15,9 @@ from pytest_kvbench.wiring.progress import SessionProgress
 from pytest_kvbench.wiring.session import RunSession
 
 SESSION_KEY = pytest.StashKey[RunSession]()
-RUNNER_KEY = pytest.StashKey[object]()
+RUNNER_SETTINGS_KEY = pytest.StashKey[object]()  # what the Runner is built from, at configure (runner_settings.py)
+RUNNER_KEY = pytest.StashKey[object]()  # the Runner, built when the first item needs it
+PLANNED_CASES_KEY = pytest.StashKey[list]()  # the cases this process shares prefills among (collection's)
 GATE_KEY = pytest.StashKey[Gate]()
 SLOTS_KEY = pytest.StashKey[DeviceSlots]()
 PROGRESS_KEY = pytest.StashKey[SessionProgress]()

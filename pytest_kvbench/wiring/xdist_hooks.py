@@ -23,16 +23,14 @@ from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_
 
 def check_worker_count(config: pytest.Config) -> None:
     """Controller: more workers than GPUs is a usage error unless explicitly allowed."""
-    from pytest_kvbench.wiring.gpu_slots import assign_device
+    from pytest_kvbench.wiring.gpu_slots import assign_device, cuda_device_count
 
     workers = getattr(config.option, "numprocesses", None)
     if not isinstance(workers, int) or workers < 2:
         return
-    import torch
-
     environ = dict(os.environ, PYTEST_XDIST_WORKER_COUNT=str(workers))
     try:
-        assign_device(f"gw{workers - 1}", environ, torch.cuda.device_count(),
+        assign_device(f"gw{workers - 1}", environ, cuda_device_count(),
                       allow_oversubscribe=config.getoption("kvbench_allow_oversubscribe"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -42,14 +40,12 @@ def check_worker_count(config: pytest.Config) -> None:
 def pin_worker_device(config: pytest.Config) -> None:
     """Worker: take the GPU slot the controller handed out, before anything initialises CUDA.
 
-    torch.cuda.device_count() counts through NVML without starting CUDA.
+    torch.cuda.device_count() counts through NVML without starting CUDA (gpu_slots.cuda_device_count).
     """
-    import torch
-
-    from pytest_kvbench.wiring.gpu_slots import apply_environment, assign_device
+    from pytest_kvbench.wiring.gpu_slots import apply_environment, assign_device, cuda_device_count
 
     try:
-        changes = assign_device(os.environ.get("PYTEST_XDIST_WORKER"), os.environ, torch.cuda.device_count(),
+        changes = assign_device(os.environ.get("PYTEST_XDIST_WORKER"), os.environ, cuda_device_count(),
                                 allow_oversubscribe=config.getoption("kvbench_allow_oversubscribe"),
                                 slot=config.workerinput.get("kvbench_device_slot"))
     except ValueError as exc:

@@ -1,0 +1,42 @@
+"""The worker's Runner, built when the first benchmark item needs it, from settings fixed at configure.
+
+engine/ imports torch and transformers. The plugin is loaded in every pytest run of its users, most of
+which run no benchmark item, and `--collect-only` runs none either: configure only records what the
+Runner will be built from (and checks it), collection records the cases that share prefills, and the
+Runner, torch's thread count and the shared-prefill plan come when an item runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from pytest_kvbench.wiring.grid import Grid
+from pytest_kvbench.wiring.stash_keys import PLANNED_CASES_KEY, RUNNER_KEY, RUNNER_SETTINGS_KEY
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    grid: Grid
+    run_id: str
+    timeout_s: float | None
+    torch_threads: int | None  # --kvbench-torch-threads (checked at configure)
+    share_prefill: bool = True
+
+
+def runner_of(config: pytest.Config):
+    """This process's Runner (engine/runner.py), built on first use with its shared-prefill plan."""
+    runner = config.stash.get(RUNNER_KEY, None)
+    if runner is None:
+        import torch  # lazy for startup time, as is the engine: an item is running now
+
+        from pytest_kvbench.engine.runner import Runner
+
+        settings = config.stash[RUNNER_SETTINGS_KEY]
+        if settings.torch_threads is not None:
+            torch.set_num_threads(settings.torch_threads)
+        runner = config.stash[RUNNER_KEY] = Runner(settings.grid, settings.run_id, settings.timeout_s,
+                                                   share_prefill=settings.share_prefill)
+        runner.shared.plan(config.stash.get(PLANNED_CASES_KEY, []))
+    return runner
