@@ -62,8 +62,8 @@ def press_name(spec: str) -> str:
 
 
 def score_rows(ours: list[dict], theirs: list[dict]) -> list[list[str]]:
-    """Method, budget, native mean ± half-width, kvpress mean ± half-width, paired difference [95% interval],
-    and a flag when the difference exceeds the larger half-width."""
+    """Method, budget, native mean ± half-width, kvpress mean ± half-width (over the samples both ran), paired
+    difference [95% interval], and a flag when the difference exceeds the larger half-width."""
     native, pressed = sides(ours), sides(theirs)
     rows = []
     for (method, budget), mine in sorted(native.items(), key=lambda kv: (kv[0][0], budget_sort_key(kv[0][1]))):
@@ -71,7 +71,8 @@ def score_rows(ours: list[dict], theirs: list[dict]) -> list[list[str]]:
         other = pressed.get((press_name(spec), budget)) if spec else None
         if other is None:
             continue
-        common = sorted(set(mine.scores) & set(other.scores))
+        common = sorted(set(mine.scores) & set(other.scores))  # a run of fewer samples: its first ones
+        mine, other = (Side({i: side.scores[i] for i in common}) for side in (mine, other))
         diff, low, high = paired_bootstrap([mine.scores[i] for i in common], [other.scores[i] for i in common],
                                            n_resamples=2_000)
         widest = max(mine.half_width, other.half_width)

@@ -36,3 +36,10 @@ def test_every_native_method_and_press_spec_parses():
     for method, spec in KT.NATIVE_PRESSES.items():
         get_method(method)
         assert MethodSpec.parse(spec).name == KT.press_name(spec)
+
+
+def test_rows_compare_only_the_samples_both_sides_ran():
+    ours = [make_record([1, 1, 0, 0], method="snapkv", budget="r0.9")]  # ids qasper-0 .. qasper-3
+    theirs = [pressed([1, 1], KT.NATIVE_PRESSES["snapkv"])]
+    (row,) = KT.score_rows(ours, theirs)
+    assert row[3] == "100.0 ± 0.0" and row[4] == "100.0 ± 0.0" and row[6] == ""
