@@ -10,6 +10,12 @@ pipeline does (the press compresses the context; the question is appended uncomp
   reference item, as `pytest` runs them, against kvpress's pipeline with SnapKVPress (target <= 1.3x).
 - `grid`: 8 methods x 4 ratios plus the reference (33 items) against kvpress running the same 32
   (press, ratio) pairs (target <= 0.2x). METHOD_PRESSES maps each method to the press with equal settings.
+- `scores`: not a timing: our native methods beside kvpress's presses run through our adapter
+  (`kvpress:<Press>` methods, in kvpress's environment) on the same items (`--budgets`, the question_in_window
+  protocol of the real-model job), each at its own defaults; prints the table of docs/real-model.md
+  (kvpress_score_table.py). `--ours-run` / `--kvpress-run` reuse run directories instead of running.
+
+`--model` runs any of them on a model folder (docs/real-model.md: SmolLM2-135M) instead of the embedded model.
 
 Each side runs as a fresh subprocess timed from start to exit, so each pays its interpreter start, imports and
 model load as a user does: ours is `python -m pytest bench/test_ruler.py ...` (collection, the run directory and
@@ -20,6 +26,7 @@ reported, medians of interleaved rounds, with the load average; the answers of b
 
     python scripts/compare_kvpress.py item --repeat 3
     python scripts/compare_kvpress.py grid --repeat 3 --kvpress-python /work/venv-kvpress/bin/python
+    python scripts/compare_kvpress.py scores --model DIR --budgets m0.125 --samples 8 --ours-run RESULTS/runs/RUN
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kvpress_score_table import NATIVE_PRESSES, score_table
 from timed_run import ROOT, Timing, print_medians, print_ratio, timed_command, timed_pytest
 
 sys.path.insert(0, str(ROOT))
@@ -52,6 +60,7 @@ METHOD_PRESSES = {
 COMPARISONS = {  # name -> (methods, ratio budgets)
     "item": (["snapkv:window=64:kernel=5"], ["r0.9"]),
     "grid": (list(METHOD_PRESSES), ["r0.25", "r0.5", "r0.75", "r0.9"]),
+    "scores": (list(NATIVE_PRESSES), []),  # budgets from --budgets
 }
 PROTOCOL = "query_agnostic"
 
@@ -66,6 +75,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch threads on both sides")
     parser.add_argument("--kvpress-python", default="/work/venv-kvpress/bin/python",
                         help="python of an environment with kvpress installed")
+    parser.add_argument("--model", default=None, help="a model folder instead of the embedded model")
+    parser.add_argument("--budgets", default="m0.125", help="scores: budgets, comma-separated")
+    parser.add_argument("--ours-run", default=None, help="scores: a run directory holding our native rows")
+    parser.add_argument("--kvpress-run", default=None, help="scores: a run directory holding the kvpress rows")
     args = parser.parse_args(argv)
     for name in ("repeat", "samples", "context_length", "threads"):
         if getattr(args, name) < 1:
@@ -82,11 +95,13 @@ def kvpress_runs(methods: list[str], budgets: list[str]) -> list[dict]:
             for method in methods for budget in budgets]
 
 
-def pytest_args(args: argparse.Namespace, methods: list[str], budgets: list[str]) -> list[str]:
-    return ["bench/test_ruler.py", "--kvbench-methods", ",".join(["full", *methods]),
+def pytest_args(args: argparse.Namespace, methods: list[str], budgets: list[str],
+                protocol: str = PROTOCOL) -> list[str]:
+    model = ["--kvbench-model", args.model] if args.model else []
+    return ["bench/test_ruler.py", *model, "--kvbench-methods", ",".join(["full", *methods]),
             "--kvbench-budgets", ",".join(budgets), "--kvbench-tasks", args.task,
             "--kvbench-context-lengths", str(args.context_length), "--kvbench-samples", str(args.samples),
-            "--kvbench-torch-threads", str(args.threads), "--kvbench-protocol", PROTOCOL]
+            "--kvbench-torch-threads", str(args.threads), "--kvbench-protocol", protocol]
 
 
 def prompts(args: argparse.Namespace) -> tuple[list[dict], int, str]:
@@ -96,15 +111,16 @@ def prompts(args: argparse.Namespace) -> tuple[list[dict], int, str]:
     from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
     from pytest_kvbench.tasks import get_task
 
-    tokenizer, task = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR), get_task(args.task)
-    max_prompt = AutoConfig.from_pretrained(DEFAULT_MODEL_DIR).max_position_embeddings - task.max_new_tokens
+    model_dir = args.model or str(DEFAULT_MODEL_DIR)
+    tokenizer, task = AutoTokenizer.from_pretrained(model_dir), get_task(args.task)
+    max_prompt = AutoConfig.from_pretrained(model_dir).max_position_embeddings - task.max_new_tokens
     out = []
     for sample in task.load_samples(tokenizer, n=args.samples, seed=0, data_dir="fixtures",
                                     context_length=args.context_length):
         prompt = task.build_prompt(sample, tokenizer, max_prompt)
         out.append({"id": sample.id, "context_ids": prompt.input_ids[:prompt.context_len],
                     "question_ids": prompt.input_ids[prompt.context_len:]})
-    return out, task.max_new_tokens, str(DEFAULT_MODEL_DIR)
+    return out, task.max_new_tokens, model_dir
 
 
 def our_answers(records: list[dict]) -> dict[str, dict[str, str]]:
@@ -146,8 +162,29 @@ def agreement(ours: dict[str, dict[str, str]], theirs: dict[str, dict[str, str]]
     return same, same + len(differ), differ
 
 
+def run_records(run_dir: str | None, python: str, pytest_argv: list[str]) -> list[dict]:
+    """The records of a given run directory, or of a fresh pytest run with `python` (untimed)."""
+    from pytest_kvbench.results.runs import load_run
+
+    return load_run(run_dir).records if run_dir else timed_pytest(pytest_argv, python)[1]
+
+
+def compare_scores(args: argparse.Namespace) -> None:
+    """Native rows and kvpress rows on the same items, side by side (kvpress_score_table.py)."""
+    budgets = [b.strip() for b in args.budgets.split(",") if b.strip()]
+    protocol = "question_in_window"  # the real-model job's
+    ours = run_records(args.ours_run, sys.executable, pytest_args(args, list(NATIVE_PRESSES), budgets, protocol))
+    theirs = run_records(args.kvpress_run, args.kvpress_python,
+                         pytest_args(args, list(NATIVE_PRESSES.values()), budgets, protocol))
+    print(f"{args.task} at {args.context_length} tokens, {args.samples} samples, {protocol}, model "
+          f"{args.model or 'embedded'}; mean ± 95% bootstrap half-width over samples (score x 100)")
+    print(score_table(ours, theirs))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.comparison == "scores":
+        return compare_scores(args)
     methods, budgets = COMPARISONS[args.comparison]
     ours_name, theirs_name = f"ours: pytest, {len(methods) * len(budgets) + 1} items", \
         f"kvpress pipeline, {len(methods) * len(budgets)} pairs"

@@ -81,3 +81,11 @@ def test_mapped_settings_equal_the_presses_defaults():
         shared = {name: value for name, value in ours.items() if PRESS_NAMES.get(name, name) in theirs}
         assert shared or not ours, method
         assert {name: theirs[PRESS_NAMES.get(name, name)] for name in shared} == shared, method
+
+
+def test_model_folder_and_protocol_reach_the_pytest_run():
+    args = CK.parse_args(["scores", "--model", "/models/smollm2", "--budgets", "m0.125,m0.25"])
+    argv = CK.pytest_args(args, ["snapkv"], ["m0.125"], "question_in_window")
+    assert argv[argv.index("--kvbench-model") + 1] == "/models/smollm2"
+    assert argv[argv.index("--kvbench-protocol") + 1] == "question_in_window"
+    assert "--kvbench-model" not in CK.pytest_args(CK.parse_args(["item"]), ["snapkv"], ["r0.9"])

@@ -81,3 +81,16 @@ def test_byte_budget_tables_show_measured_bytes_peak_memory_and_the_share_of_the
     assert cells["full"][-1] == "-"
     ((_, token_table),) = budget_tables(RECORDS)
     assert "KV/budget" not in token_table and "Peak MiB" in token_table
+
+
+def test_one_seed_cells_show_the_bootstrap_half_width_over_their_samples():
+    half = [{"score": float(i % 2)} for i in range(40)]  # 20 of 40 right: 50 +- about 1.96 * 7.9
+    same = [{"score": 1.0} for _ in range(40)]
+    ((_, table),) = budget_tables([record("full", "full", "trec", 100.0, samples=same),
+                                   record("snapkv", "64", "trec", 50.0, samples=half),
+                                   record("h2o", "64", "trec", 0.0, samples=[{"score": 0.0}])])
+    rows = {l.split("|")[1].strip(): l.split("|")[2].strip() for l in table.splitlines()[2:]}
+    mean, half_width = rows["snapkv"].strip("*").split(" ± ")
+    assert mean == "50.00" and 13.0 < float(half_width) < 18.0
+    assert rows["full"] == "100.00 ± 0.00"  # every sample right: no spread seen
+    assert rows["h2o"] == "0.00"  # one sample: no interval

@@ -66,19 +66,34 @@ def paired_bootstrap(
     the same verdict.
     """
     left, right = _as_pair(a, b)
-    differences = right - left
-    mean_diff = float(np.mean(differences))
-    if left.size < 2:
-        return mean_diff, math.nan, math.nan
-    if _all_equal(differences):
-        return mean_diff, mean_diff, mean_diff
+    # Resampling the per-pair differences is resampling whole pairs (the statistic only sees b - a).
+    return bootstrap_mean(right - left, n_resamples=n_resamples, confidence=confidence, seed=seed)
+
+
+def bootstrap_mean(
+    values: Sequence[float],
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Mean of ``values`` and its bootstrap confidence interval (BCa, else percentile): how far the
+    mean of one item's per-sample scores could move with other samples of the same task.
+
+    Equal values give a collapsed interval (no sampling spread was seen), a single value NaN
+    bounds (the spread is unknown). A fixed ``seed`` makes it reproducible.
+    """
+    data = np.asarray(values, dtype=float)
+    mean = float(np.mean(data))
+    if data.size < 2:
+        return mean, math.nan, math.nan
+    if _all_equal(data):
+        return mean, mean, mean
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            # Resampling the per-pair differences is resampling whole pairs (the statistic only
-            # sees b - a) at half the memory; batching bounds memory for items with many samples.
+            # batching bounds memory for items with many samples
             result = _scipy_stats.bootstrap(
-                (differences,),
+                (data,),
                 _mean,
                 vectorized=True,
                 batch=_BATCH,
@@ -89,8 +104,8 @@ def paired_bootstrap(
             )
         low, high = result.confidence_interval
         if math.isfinite(low) and math.isfinite(high):
-            return mean_diff, float(low), float(high)
-    return mean_diff, math.nan, math.nan
+            return mean, float(low), float(high)
+    return mean, math.nan, math.nan
 
 
 def paired_ttest(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:

@@ -21,13 +21,16 @@ from pytest_kvbench.results.record import (DEFAULT_PROTOCOL, FULL, budget_sort_k
 
 AVG = "Avg"
 MiB = 2**20
+TABLE_RESAMPLES = 2_000  # per cell: a printed half-width to two decimals needs no more
 
 
 @dataclass
 class Cell:
-    """One (method, task) cell: a score per seed, summarised as mean and 95% interval."""
+    """One (method, task) cell: a score per seed, summarised as mean and 95% interval over seeds;
+    ``sample_scores`` (x 100) give one seed's interval, a bootstrap over the item's samples."""
 
     values: list[float]
+    sample_scores: list[float] = field(default_factory=list)
 
     @property
     def mean(self) -> float:
@@ -41,6 +44,16 @@ class Cell:
 
         _, low, high = seed_summary(self.values)
         return (high - low) / 2
+
+    @property
+    def sample_half_width(self) -> float | None:
+        """Half-width of the 95% bootstrap interval of the mean over samples (one seed's spread)."""
+        if len(self.sample_scores) < 2:
+            return None
+        from pytest_kvbench.comparison.stats import bootstrap_mean  # scipy: only where an interval is shown
+
+        _, low, high = bootstrap_mean(self.sample_scores, n_resamples=TABLE_RESAMPLES)
+        return (high - low) / 2 if math.isfinite(low) and math.isfinite(high) else None
 
 
 def _mean_of(values: Iterable[object]) -> float | None:
@@ -136,16 +149,19 @@ class ScoreTable:
         return heading if self.protocol == DEFAULT_PROTOCOL else f"{heading} — protocol {self.protocol}"
 
 
-def cell_text(table: ScoreTable, method: str, column: str, pm: str | None = " ± ") -> str:
-    """A cell as printed: the mean to two decimals, ``± half-width`` when several seeds ran
-    (``pm=None``: the mean alone, as RESULTS.md prints it)."""
+def cell_text(table: ScoreTable, method: str, column: str, pm: str | None = " ± ", over_samples: bool = False) -> str:
+    """A cell as printed: the mean to two decimals, ``± half-width`` of its 95% interval when several
+    seeds ran (``over_samples``: else a bootstrap over the samples of its one seed; ``pm=None``: the mean alone)."""
     value = table.value(method, column)
     if value is None:
         return "-"
     text = f"{value:.2f}"
     cell = table.cells.get((method, column))
-    if pm is not None and cell is not None and cell.half_width is not None:
-        text += f"{pm}{cell.half_width:.2f}"
+    half_width = None if cell is None or pm is None else cell.half_width
+    if half_width is None and over_samples and cell is not None and pm is not None:
+        half_width = cell.sample_half_width
+    if half_width is not None:
+        text += f"{pm}{half_width:.2f}"
     return text
 
 
@@ -153,6 +169,11 @@ def _task_order(label: str) -> tuple[str, int]:
     """Tasks by name, then context length as a number (niah@4096 before niah@16384)."""
     name, _, ctx = label.partition("@")
     return (name, int(ctx) if ctx.isdigit() else 0)
+
+
+def _sample_scores(record: dict) -> list[float]:
+    """The record's per-sample scores on the table's scale (x 100)."""
+    return [100 * float(s["score"]) for s in record.get("samples") or () if is_number(s.get("score"))]
 
 
 def score_tables(records: Iterable[dict]) -> list[ScoreTable]:
@@ -169,7 +190,9 @@ def score_tables(records: Iterable[dict]) -> list[ScoreTable]:
             tasks = sorted({label.task for label, _ in rows}, key=_task_order)
             table = ScoreTable(model, budget, tasks, methods, protocol=protocol)
             for label, r in rows:
-                table.cells.setdefault((label.method, label.task), Cell([])).values.append(float(r["score"]))
+                cell = table.cells.setdefault((label.method, label.task), Cell([]))
+                cell.values.append(float(r["score"]))
+                cell.sample_scores += _sample_scores(r)
                 table.records.setdefault(label.method, []).append(r)
             tables.append(table)
     return tables

@@ -1,6 +1,6 @@
 """RESULTS.md and the terminal summary: the table model (table_model.py) printed with tabulate.
 
-Each (model, budget) table shows the task columns and Avg, then the fidelity columns (mean KL,
+Each (model, budget) table shows the task columns (mean ± 95% half-width) and Avg, then the fidelity columns (mean KL,
 greedy agreement), the mean KV memory kept (measured from the stored tensors), the peak memory and,
 for a byte budget, the share of it used; the best compressed score of each column is bold
 in Markdown. Needle grids (needle_grid.py) follow as depth x context length tables.
@@ -27,7 +27,7 @@ def _rows(table: ScoreTable, bold: bool) -> list[list[str]]:
     for method in table.methods:
         cells = [method]
         for column in table.columns:
-            text = cell_text(table, method, column, pm=None)
+            text = cell_text(table, method, column, over_samples=True)
             cells.append(f"**{text}**" if bold and table.is_best(method, column) else text)
         cells += [_fmt(table.mean_kl(method), 4), _fmt(table.mean_agreement(method), 3),
                   _fmt(table.mean_kv_mib(method), 2), _fmt(table.mean_peak_mib(method), 1)]
@@ -90,7 +90,8 @@ def results_markdown(run: dict, records: list[dict]) -> str:
         f"Run `{run['run_id']}` — {run.get('start', '')} — commit `{(run.get('environment') or {}).get('git_commit') or 'n/a'}`"
         + (" (incomplete)" if not run.get("complete", True) else ""),
         "",
-        "Scores are the task's official metric x 100 (mean over samples; mean over seeds when several ran).",
+        "Scores are the task's official metric x 100 (mean over samples; mean over seeds when several ran),",
+        "± the half-width of their 95% interval: Student t over seeds when several ran, else a bootstrap over samples.",
         "KL: mean KL(full || method) over answer tokens (nats); Agree: greedy-token agreement with the full cache;",
         "KV MiB: mean KV-cache bytes the stored tensors hold after compression (quantized codes, scales, zero points",
         "and full-precision window included); Peak MiB: the item's peak memory (CPU resident, or CUDA allocated);",

