@@ -164,16 +164,6 @@ def compare_paired(
     return PairedResult(n=len(a), mean_diff=mean_diff, low=low, high=high, t=t, p=p)
 
 
-def bootstrap_mean(values: Sequence[float], n_resamples: int = DEFAULT_RESAMPLES,
-                   confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> tuple[float, float, float]:
-    """Mean of one item's per-sample scores and its bootstrap confidence interval: ``(mean, low, high)``.
-
-    The samples are the uncertainty of a single run's score; the interval is the paired bootstrap's
-    (BCa, percentile as fallback) against zero, so it collapses when every sample scored the same
-    and is NaN for one sample."""
-    return paired_bootstrap(np.zeros(len(values)), values, n_resamples=n_resamples, confidence=confidence, seed=seed)
-
-
 def seed_summary(values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
     """Mean over repeated runs (one value per seed) and its Student-t confidence interval.
 
