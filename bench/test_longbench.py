@@ -1,6 +1,6 @@
 """LongBench (and LongBench-E): one item per (method, budget, task) of the configured grid.
 
-The grid comes from --kvbench-* options, ini keys or --kvbench-config; see README.md.
+The grid comes from --kvbench-* options, ini keys or --kvbench-config; see docs/options.md.
 """
 
 import pytest

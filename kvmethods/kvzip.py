@@ -14,8 +14,9 @@ hidden states equal sdpa's to float rounding). Each repeat forward ends at the l
 computes the scores only (its output, MLP and the final norm would change no score), and the repeat tokens
 are then dropped from the cache, so the cache ends as it was. The extra forwards are part of the prefill time
 and reported separately (`scoring_ms` in the records): at 4,096 tokens on CPU, prefill + scoring is 3.2x a
-plain prefill on the tiny bench model, where attention dominates, and 2.26x on an MLP-dominated one (README
-"Performance": the repeat forwards attend over 2.5x the query-key pairs of the causal prefill by design).
+plain prefill on the tiny bench model, where attention dominates, and 2.26x on an MLP-dominated one
+(docs/performance.md, lab notebook: the repeat forwards attend over 2.5x the query-key pairs of the causal
+prefill by design).
 
 Defaults chunk_size=2048 and n_sink=4 are kvpress KVzipPress's (the instruction strings too). Unlike
 KVzipPress (which shares the budget over all heads and, by default, all layers), plain `kvzip` keeps the

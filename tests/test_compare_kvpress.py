@@ -1,6 +1,6 @@
 """The pure parts of scripts/compare_kvpress.py: its arguments, the method -> press mapping, answer matching.
 
-The timing itself runs two environments and is reported, never asserted (README, Performance).
+The timing itself runs two environments and is reported, never asserted (docs/performance.md).
 """
 
 from __future__ import annotations
