@@ -4,8 +4,8 @@ The embedded model is a compiled retrieval circuit; on most fixture tasks of the
 passkey, LongBench v2, ...) its full cache scores exactly 0, so every method scores 0 there too and those
 items only add flat zero rows. Its measured full-cache scores are data next to the model
 (``default_model/task_scores.toml``); items of tasks scored 0 there are deselected (pytest's
-``pytest_deselected``, so pytest counts them) when the user selected nothing: no ``-m``, no ``-k`` and no
-task list. Naming a task, a marker or a keyword selects from the whole grid as before, so the smoke subset
+``pytest_deselected``, so pytest counts them) when the user selected nothing: no ``-m``, no ``-k``, no
+task list and no protocol but the default. Naming a task, a marker or a keyword selects from the whole grid as before, so the smoke subset
 (``-m smoke``) and its baseline are unchanged.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_kvbench.results.record import DEFAULT_PROTOCOL
 from pytest_kvbench.wiring.grid import DEFAULT_MODEL, Case, Grid
 from pytest_kvbench.wiring.options import tomllib  # the standard library's, or tomli before Python 3.11
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
@@ -41,8 +42,10 @@ def unscored_tasks() -> set[str]:
 
 
 def user_selected(config: pytest.Config, grid: Grid) -> bool:
-    """-m, -k or a task list (option, ini key or grid file): the user chose what to run."""
-    return bool(config.option.markexpr or config.option.keyword or grid.tasks_named)
+    """-m, -k, a task list (option, ini key or grid file) or a protocol other than the default (it picks the
+    tasks that serve it, e.g. multi_turn: SCBench's): the user chose what to run."""
+    return bool(config.option.markexpr or config.option.keyword or grid.tasks_named
+                or any(protocol != DEFAULT_PROTOCOL for protocol in grid.protocols))
 
 
 def left_out_tasks(config: pytest.Config, grid: Grid) -> list[str]:
