@@ -92,6 +92,18 @@ def _at_most_one(role: str, methods: list[Method], spec: str, why: str) -> Metho
     return methods[0] if methods else None
 
 
+def _one_per_role(classes: list[type[Method]], spec: str) -> None:
+    """The roles checked on the classes, before any part is built: two quantizers are refused as such even
+    when building one of them would fail for another reason (a backend not installed)."""
+    roles = {"eviction method": [c for c in classes if not c.quantizes],
+             "think": [c for c in classes if c.prunes_channels],
+             "quantizer": [c for c in classes if c.quantizes and not c.prunes_channels]}
+    for role, members in roles.items():
+        if len(members) > 1:
+            raise MethodError(f"{spec}: a composition takes at most one {role}, got {len(members)} "
+                              f"({', '.join(c.name for c in members)})")
+
+
 def compose(spec: str, params: dict[str, Any], load) -> Composition:
     """The Composition named `a+b` or `a+b+c` (load: name -> Method class), parameters routed to its parts.
     Two or three parts with at most one per role always include ThinK or a quantizer to store the tokens."""
@@ -100,6 +112,7 @@ def compose(spec: str, params: dict[str, Any], load) -> Composition:
         raise MethodError(f"{spec}: a composition is an eviction method, think and/or a quantizer, like "
                           f"'snapkv+kivi' or 'snapkv+think+kivi'")
     classes = [load(name) for name in names]
+    _one_per_role(classes, spec)
     routed = _routed(classes, params, spec)
     methods = [cls.from_params(**kwargs) for cls, kwargs in zip(classes, routed)]
     evictor = _at_most_one("eviction method", [m for m in methods if not m.quantizes], spec,

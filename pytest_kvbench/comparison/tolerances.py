@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_kvbench.comparison.baseline_file import BaselineError
+from pytest_kvbench.input_values import InputError, ascii_float, split_list
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def _parse_one(spec: str) -> tuple[str, Tolerance | None]:
         return name, None
     relative = raw.endswith("%")
     try:
-        value = float(raw[:-1] if relative else raw)
+        value = ascii_float(raw[:-1] if relative else raw)
     except ValueError:
         raise BaselineError(usage) from None
     if not math.isfinite(value) or value < 0:
@@ -99,9 +100,11 @@ def parse_tolerances(spec_list: Sequence[str] | None) -> Tolerances:
     only when named.
     """
     chosen: dict[str, Tolerance | None] = {}
-    for part in (p.strip() for text in (spec_list or ()) for p in str(text).split(",")):
-        if not part:
-            continue
+    try:  # an empty tolerance ('', 'score:1,') is refused, not skipped: the default would gate instead
+        parts = split_list([str(text) for text in spec_list or ()], "tolerance list")
+    except InputError as exc:
+        raise BaselineError(str(exc)) from None
+    for part in parts:
         name, tolerance = _parse_one(part)
         if name in chosen:
             raise BaselineError(f"tolerance for {name!r} is given twice")
