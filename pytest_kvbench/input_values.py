@@ -61,7 +61,8 @@ def ascii_int(text: Any, where: str, *, minimum: int, maximum: int) -> int:
     else:
         value = None
     if value is None or not minimum <= value <= maximum:
-        raise InputError(f"{where} must be an integer from {minimum:,} to {maximum:,} (ASCII digits), got {text!r}")
+        what = f"a positive integer up to {maximum:,}" if minimum == 1 else f"an integer from {minimum} to {maximum:,}"
+        raise InputError(f"{where} must be {what} (ASCII digits), got {text!r}")
     return value
 
 

@@ -83,13 +83,24 @@ def _parse_one(spec: str) -> tuple[str, Tolerance | None]:
     if raw.lower() == "off":
         return name, None
     relative = raw.endswith("%")
+    number = raw[:-1] if relative else raw
     try:
-        value = ascii_float(raw[:-1] if relative else raw)
+        value = ascii_float(number)
     except ValueError:
-        raise BaselineError(usage) from None
+        value = math.nan if _python_reads(number) else None  # nan, inf, '١': a number, but not a usable one
+    if value is None:
+        raise BaselineError(usage)
     if not math.isfinite(value) or value < 0:
-        raise BaselineError(f"invalid tolerance {spec!r}: the value must be a finite number >= 0")
+        raise BaselineError(f"invalid tolerance {spec!r}: the value must be a finite number >= 0 in ASCII digits")
     return name, Tolerance(name, value, relative)
+
+
+def _python_reads(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_tolerances(spec_list: Sequence[str] | None) -> Tolerances:
