@@ -270,6 +270,7 @@ def resolved(pytester, *args: str) -> Grid:
     options.check_given_options(config)
     grid = options.resolve_grid(config)
     Gate.from_config(config)
+    options.results_dir(config)
     return grid
 
 
@@ -355,6 +356,7 @@ def test_grid_file_classes_are_refused_in_one_line(pytester, toml, named):
     ("kvbench_methods = full,,snapkv", "empty element"),
     ("kvbench_seed = 1\nkvbench_seeds = 0,2", "ini key kvbench_seed 1 contradicts ini key kvbench_seeds 0,2"),
     (f"kvbench_samples = {HUGE}", "up to 1,000,000"),
+    ("kvbench_results =", "ini key kvbench_results is empty"),
 ])
 def test_ini_classes_are_refused_in_one_line(pytester, ini, named):
     pytester.makeini("[pytest]\n" + ini + "\n")
@@ -431,3 +433,17 @@ def test_any_value_is_a_grid_or_a_one_line_usage_error(workdir, pairs):
     else:
         assert isinstance(grid, Grid) and grid.methods and grid.budgets and grid.tasks, args
     assert _files(workdir.path, workdir.path / "results") == before, args
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["show", ""], "RUN is empty"), (["compare", "", "b"], "A is empty"), (["merge", "a", " "], "RUN is empty"),
+    (["export", "a", "--format", "md", "-o", ""], "--output is empty"), (["merge", "a", "b", "--into", ""], "--into"),
+    (["variance", "a", "--plot", ""], "--plot is empty"), (["report", "a", "-o", ""], "--output is empty"),
+    (["list", "--results", ""], "--results is empty"), (["compare", "a", "b", "--fail", "score:1,"], "empty element"),
+])
+def test_kvbench_refuses_empty_arguments_before_anything(cli_dir, monkeypatch, capsys, argv, named):
+    monkeypatch.chdir(cli_dir)
+    assert cli.main(argv) == cli.EXIT_USAGE
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert not out and len(lines) == 1 and named in lines[0], (out, lines)

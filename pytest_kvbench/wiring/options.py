@@ -435,7 +435,9 @@ def results_dir(config: pytest.Config) -> Path:
     given = config.getoption("kvbench_results")
     where = "--kvbench-results" if given is not None else "ini key kvbench_results"
     if given is None:
-        given = config.getini("kvbench_results") or "results"
+        given = config.getini("kvbench_results")
+        if not str(given).strip():  # a blank key is not "unset": the default would be used silently
+            raise GridError(f"{where} is empty; give a directory or leave the key out for results/")
     try:
         return user_paths.writable_dir(given, where)
     except user_paths.PathError as exc:
