@@ -329,6 +329,8 @@ def refused(pytester, *args: str) -> str:
     ([f"--kvbench-shard=١/٢"], "ASCII digits"),
     ([f"--kvbench-budgets={ARABIC_12}"], "invalid budget"),
     ([f"--kvbench-methods=snapkv:window={ARABIC_12}"], "parameter 'window' must be int"),
+    ([f"--kvbench-tasks=niah_single_1:questions={ARABIC_12}"], "questions must be a positive integer"),
+    (["--kvbench-tasks=niah_single_1:questions=2:questions=3"], "sets questions twice"),
     (["--kvbench-compare-fail=score:١"], "finite number >= 0 in ASCII digits"),
 ])
 def test_each_class_of_issue_31_is_refused_in_one_line(pytester, args, named):
