@@ -67,12 +67,19 @@ def _routed(parts: list[type[Method]], params: dict[str, Any], spec: str) -> lis
     """Each parameter to the one part that declares it (or that its `part.` prefix names)."""
     routed: list[dict[str, Any]] = [{} for _ in parts]
     names = [cls.name for cls in parts]
+
+    def route(part: int, bare: str, key: str, value: Any) -> None:
+        if bare in routed[part]:  # `window=32:snapkv.window=64`: one parameter given twice
+            raise MethodError(f"{spec}: parameter {names[part]}.{bare} is given twice ({routed[part][bare]} and "
+                              f"{key}={value}); give it once")
+        routed[part][bare] = value
+
     for key, value in params.items():
         prefix, dot, bare = key.partition(".")
         if dot:
             if prefix not in names:
                 raise MethodError(f"{spec}: parameter {key!r} names no part of the composition ({', '.join(names)})")
-            routed[names.index(prefix)][bare] = value
+            route(names.index(prefix), bare, key, value)
             continue
         owners = [i for i, cls in enumerate(parts) if key in cls.__dataclass_fields__]
         if len(owners) > 1:
@@ -81,7 +88,7 @@ def _routed(parts: list[type[Method]], params: dict[str, Any], spec: str) -> lis
         if not owners:
             valid = "; ".join(f"{cls.name}: {cls.describe_params()}" for cls in parts)
             raise MethodError(f"{spec}: unknown parameter {key!r}; valid parameters: {valid}")
-        routed[owners[0]][key] = value
+        route(owners[0], key, key, value)
     return routed
 
 

@@ -312,6 +312,7 @@ def refused(pytester, *args: str) -> str:
     (["--kvbench-methods=kivi+hf_quantized"], "at most one quantizer, got 2 (kivi, hf_quantized)"),
     (["--kvbench-methods=snapkv+kivi+kivi"], "at most one quantizer"),
     (["--kvbench-methods=snapkv+h2o+kivi"], "at most one eviction method"),
+    (["--kvbench-methods=snapkv+kivi:window=32:snapkv.window=64"], "snapkv.window is given twice"),
     # numbers: bounded, ASCII digits only
     ([f"--kvbench-samples={HUGE}"], "up to 1,000,000"),
     (["--kvbench-samples=1000001"], "up to 1,000,000"),
