@@ -46,8 +46,8 @@ def split_list(value: Any, where: str) -> list:
             continue
         parts = [part.strip() for part in item.split(",")]
         if not all(parts):
-            shown = ", ".join(repr(i) for i in items) if len(items) > 1 else repr(item)
-            raise InputError(f"{where} has an empty element in {shown}; remove the extra comma or empty value")
+            given = ", ".join(shown(i) for i in items) if len(items) > 1 else shown(item)
+            raise InputError(f"{where} has an empty element in {given}; remove the extra comma or empty value")
         out.extend(parts)
     return out
 
@@ -56,14 +56,21 @@ def ascii_int(text: Any, where: str, *, minimum: int, maximum: int) -> int:
     """An integer in [minimum, maximum] written in ASCII digits (TOML integers accepted as they are)."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
-    elif isinstance(text, str) and _ASCII_INT.fullmatch(text.strip()) and len(text.strip()) <= len(str(maximum)) + 1:
+    elif isinstance(text, str) and _ASCII_INT.fullmatch(text.strip()) and \
+            len(text.strip().lstrip("+").lstrip("0")) <= len(str(maximum)):  # never int() of a 5,000-digit string
         value = int(text.strip())
     else:
         value = None
     if value is None or not minimum <= value <= maximum:
         what = f"a positive integer up to {maximum:,}" if minimum == 1 else f"an integer from {minimum} to {maximum:,}"
-        raise InputError(f"{where} must be {what} (ASCII digits), got {text!r}")
+        raise InputError(f"{where} must be {what} (ASCII digits), got {shown(text)}")
     return value
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)``, cut to about ``limit`` characters so that a refusal stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value)):,} characters)"
 
 
 def ascii_float(text: str) -> float:

@@ -316,6 +316,7 @@ def refused(pytester, *args: str) -> str:
     # numbers: bounded, ASCII digits only
     ([f"--kvbench-samples={HUGE}"], "up to 1,000,000"),
     (["--kvbench-samples=1000001"], "up to 1,000,000"),
+    (["--kvbench-samples=" + "9" * 5000], "... (5,000 characters)"),  # read without int(), shown cut
     ([f"--kvbench-shard=1/{HUGE}"], "N <= 10,000"),
     (["--kvbench-shard=1/10001"], "N <= 10,000"),
     ([f"--kvbench-context-lengths={HUGE}"], "up to 10,000,000"),

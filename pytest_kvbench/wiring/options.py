@@ -239,7 +239,7 @@ class _Sources:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.path = config.getoption("kvbench_config")
-        self.file = load_grid_file(self.path) if self.path else {}
+        self.file = load_grid_file(self.path) if self.path is not None else {}
         self.preset: presets.Preset | None = None
         self.preset_where = ""
         name, where = self.scalar("preset")
