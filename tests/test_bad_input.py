@@ -303,6 +303,7 @@ def refused(pytester, *args: str) -> str:
     (["--kvbench-compare-fail="], "--kvbench-compare-fail is empty"),
     (["--kvbench-compare-fail=latency:20%", "--kvbench-compare-fail= "], "--kvbench-compare-fail is empty"),
     (["--kvbench-compare-fail=score:1,"], "empty element"),
+    (["--kvbench-compare-fail=score:1", "--kvbench-compare-fail=score:2%"], "given twice (score:1 and score:2%)"),
     (["--kvbench-results="], "--kvbench-results is empty"),
     (["--kvbench-resume="], "--kvbench-resume is empty"),
     (["--kvbench-timeout="], "--kvbench-timeout is empty"),

@@ -115,11 +115,12 @@ def parse_tolerances(spec_list: Sequence[str] | None) -> Tolerances:
         parts = split_list([str(text) for text in spec_list or ()], "tolerance list")
     except InputError as exc:
         raise BaselineError(str(exc)) from None
+    given: dict[str, str] = {}
     for part in parts:
         name, tolerance = _parse_one(part)
         if name in chosen:
-            raise BaselineError(f"tolerance for {name!r} is given twice")
-        chosen[name] = tolerance
+            raise BaselineError(f"tolerance for {name!r} is given twice ({given[name]} and {part}); give it once")
+        chosen[name], given[name] = tolerance, part
     for default in DEFAULT_TOLERANCES:
         name, tolerance = _parse_one(default)
         chosen.setdefault(name, tolerance)

@@ -332,7 +332,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-# how sure a value's source is: a command-line option beats the grid file, which beats an ini key or a preset
+# which source wins: a command-line option over the grid file, the grid file over an ini key or a preset
 _PRECEDENCE = ("--kvbench-", "grid file", "ini key")
 
 
