@@ -445,6 +445,7 @@ def test_any_value_is_a_grid_or_a_one_line_usage_error(workdir, pairs):
     (["export", "a", "--format", "md", "-o", ""], "--output is empty"), (["merge", "a", "b", "--into", ""], "--into"),
     (["variance", "a", "--plot", ""], "--plot is empty"), (["report", "a", "-o", ""], "--output is empty"),
     (["list", "--results", ""], "--results is empty"), (["compare", "a", "b", "--fail", "score:1,"], "empty element"),
+    (["variance", "a", "b", "--threshold", "١%"], "invalid threshold"),
 ])
 def test_kvbench_refuses_empty_arguments_before_anything(cli_dir, monkeypatch, capsys, argv, named):
     monkeypatch.chdir(cli_dir)
