@@ -67,12 +67,19 @@ def _routed(parts: list[type[Method]], params: dict[str, Any], spec: str) -> lis
     """Each parameter to the one part that declares it (or that its `part.` prefix names)."""
     routed: list[dict[str, Any]] = [{} for _ in parts]
     names = [cls.name for cls in parts]
+
+    def route(part: int, bare: str, key: str, value: Any) -> None:
+        if bare in routed[part]:  # `window=32:snapkv.window=64`: one parameter given twice
+            raise MethodError(f"{spec}: parameter {names[part]}.{bare} is given twice ({routed[part][bare]} and "
+                              f"{key}={value}); give it once")
+        routed[part][bare] = value
+
     for key, value in params.items():
         prefix, dot, bare = key.partition(".")
         if dot:
             if prefix not in names:
                 raise MethodError(f"{spec}: parameter {key!r} names no part of the composition ({', '.join(names)})")
-            routed[names.index(prefix)][bare] = value
+            route(names.index(prefix), bare, key, value)
             continue
         owners = [i for i, cls in enumerate(parts) if key in cls.__dataclass_fields__]
         if len(owners) > 1:
@@ -81,7 +88,7 @@ def _routed(parts: list[type[Method]], params: dict[str, Any], spec: str) -> lis
         if not owners:
             valid = "; ".join(f"{cls.name}: {cls.describe_params()}" for cls in parts)
             raise MethodError(f"{spec}: unknown parameter {key!r}; valid parameters: {valid}")
-        routed[owners[0]][key] = value
+        route(owners[0], key, key, value)
     return routed
 
 
@@ -92,6 +99,18 @@ def _at_most_one(role: str, methods: list[Method], spec: str, why: str) -> Metho
     return methods[0] if methods else None
 
 
+def _one_per_role(classes: list[type[Method]], spec: str) -> None:
+    """The roles checked on the classes, before any part is built: two quantizers are refused as such even
+    when building one of them would fail for another reason (a backend not installed)."""
+    roles = {"eviction method": [c for c in classes if not c.quantizes],
+             "think": [c for c in classes if c.prunes_channels],
+             "quantizer": [c for c in classes if c.quantizes and not c.prunes_channels]}
+    for role, members in roles.items():
+        if len(members) > 1:
+            raise MethodError(f"{spec}: a composition takes at most one {role}, got {len(members)} "
+                              f"({', '.join(c.name for c in members)})")
+
+
 def compose(spec: str, params: dict[str, Any], load) -> Composition:
     """The Composition named `a+b` or `a+b+c` (load: name -> Method class), parameters routed to its parts.
     Two or three parts with at most one per role always include ThinK or a quantizer to store the tokens."""
@@ -100,6 +119,7 @@ def compose(spec: str, params: dict[str, Any], load) -> Composition:
         raise MethodError(f"{spec}: a composition is an eviction method, think and/or a quantizer, like "
                           f"'snapkv+kivi' or 'snapkv+think+kivi'")
     classes = [load(name) for name in names]
+    _one_per_role(classes, spec)
     routed = _routed(classes, params, spec)
     methods = [cls.from_params(**kwargs) for cls, kwargs in zip(classes, routed)]
     evictor = _at_most_one("eviction method", [m for m in methods if not m.quantizes], spec,

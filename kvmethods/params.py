@@ -119,6 +119,8 @@ def coerce(method: str, name: str, kind: type, value: Any) -> Any:
         if isinstance(value, int) or (kind is float and isinstance(value, float)):
             return kind(value)
         if isinstance(value, str):
+            if not value.isascii():  # int('١٢') and float('١.٥') read other scripts' digits: ASCII only
+                raise wrong
             try:
                 return kind(value.strip())
             except ValueError:

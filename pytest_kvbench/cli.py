@@ -393,6 +393,19 @@ def _check_results_dir(path: str) -> None:
         raise UsageError(str(exc)) from None
 
 
+_POSITIONALS = {"run": "RUN", "runs": "RUN", "baseline": "A", "current": "B"}  # dest -> metavar in messages
+
+
+def _check_no_blank_arguments(args: argparse.Namespace) -> None:
+    """An empty string given to any argument (`-o ''`, `--into ''`, `--plot ''`, a run `''`) is refused before
+    anything runs or prints: read as "unset" it would write or show something other than what was asked."""
+    for name, value in sorted(vars(args).items()):
+        for given in value if isinstance(value, list) else [value]:
+            if isinstance(given, str) and not given.strip():
+                shown = _POSITIONALS.get(name, "--" + name.replace("_", "-"))
+                raise UsageError(f"{shown} is empty; give a value or leave it out")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -401,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     args.results = getattr(args, "results", DEFAULT_RESULTS)
     try:
+        _check_no_blank_arguments(args)
         _check_results_dir(args.results)
         return args.func(args)
     except (RunError, BaselineError, ExportError, ReportError, UsageError, VarianceError) as exc:

@@ -16,6 +16,7 @@ import os
 
 import pytest
 
+from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
@@ -63,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if kvbench_options_given(config):
         check_transformers(config)
     try:
+        options.check_given_options(config)
         grid = options.resolve_grid(config)
         gate = Gate.from_config(config)
         results = options.results_dir(config)
@@ -102,12 +104,12 @@ def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
     raw = config.getoption(dest)
     if raw is None:
         return None
-    try:
-        value = kind(raw)
+    option = "--" + dest.replace("_", "-")
+    try:  # ASCII digits only: Python's int() and float() also read '١٢'
+        value = ascii_float(raw) if kind is float else ascii_int(raw, option, minimum=1, maximum=MAX_TOKENS)  # threads: cores checked below
     except ValueError:
         value = None
     if value is None or not math.isfinite(value) or value <= 0:
-        option = "--" + dest.replace("_", "-")
         raise pytest.UsageError(f"{option} must be {what}, got {raw!r}")
     return value
 

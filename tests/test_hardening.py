@@ -15,7 +15,7 @@ from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_table
 from pytest_kvbench.results.run_writer import item_dir
 from pytest_kvbench.results.merge import merge_runs
-from pytest_kvbench.results.runs import load_run
+from pytest_kvbench.results.runs import RunError, load_run
 
 DEFAULT = parse_tolerances([])
 
@@ -109,19 +109,41 @@ def test_item_folders_stay_inside_the_run_whatever_the_record_says(tmp_path, fie
     assert folder.name not in (".", "..") and folder.parent.name not in (".", "..")
 
 
-def test_merge_of_crafted_records_writes_nothing_outside_its_run(tmp_path):
+def _craft(record: dict, field: str, value: str) -> None:
+    if field == "key":  # the key's labels name the item folders: a crafted method label in it
+        record["key"] = record["key"].replace("|snapkv|", f"|{value}|").replace("|full|full|", f"|{value}|full|")
+    elif field == "budget":
+        record["budget"]["spec"] = value
+    else:
+        record[field]["name"] = value
+
+
+@pytest.mark.parametrize("field, value", [
+    ("task", ".."), ("task", "../../x"), ("task", "qasper/x"), ("task", ""), ("method", "../snapkv"),
+    ("method", "snap kv"), ("method", "a\\b"), ("model", ".."), ("model", "org/../../x"), ("model", "m\x00x"),
+    ("model", ""), ("budget", ".."), ("budget", "../.."), ("key", "snapkv(window=../../x)"), ("key", "../x"),
+])
+def test_merge_refuses_records_whose_names_are_not_names(tmp_path, field, value):
     crafted = standard_records()
-    for record in crafted:
-        record["budget"]["spec"] = ".."
-        record["task"]["name"] = ".."
-        record["item_id"] = ".."
+    _craft(crafted[0], field, value)
     write_run(tmp_path, crafted)
     write_run(tmp_path, standard_records(run_id=OTHER_ID, seeds=(1,)), run_id=OTHER_ID)
-    before = {p.name for p in tmp_path.iterdir()} | {p.name for p in (tmp_path / "runs").iterdir()}
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(RunError) as refused:
+        merge_runs([RUN_ID, OTHER_ID], tmp_path)
+    message = str(refused.value)
+    named = "method" if field == "key" else field
+    assert "\n" not in message and f"run {RUN_ID}: record" in message and f"invalid {named} name" in message
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before, "a refused merge wrote something"
+
+
+def test_merge_takes_records_with_real_names(tmp_path):
+    records = standard_records()
+    _craft(records[0], "task", "niah_single_1:questions=2")
+    _craft(records[1], "model", "org/model-1.5B")
+    write_run(tmp_path, records)
+    write_run(tmp_path, standard_records(run_id=OTHER_ID, seeds=(1,)), run_id=OTHER_ID)
     merged = merge_runs([RUN_ID, OTHER_ID], tmp_path)
-    after = {p.name for p in tmp_path.iterdir()} | {p.name for p in (tmp_path / "runs").iterdir()}
-    assert after - before == {merged}
     merged_dir = load_run(merged, tmp_path).path
     for path in merged_dir.rglob("metrics.json"):
         assert path.parent.parent.parent == merged_dir
-        assert json.loads(path.read_text())["key"]

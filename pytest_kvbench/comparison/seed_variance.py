@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from pytest_kvbench.comparison.stats import VariationCurve
+from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.results.export import config_key
 from pytest_kvbench.results.record import is_scored
 from pytest_kvbench.results.runs import Run
@@ -28,7 +29,7 @@ def parse_fraction(text: str) -> float:
     """``1%`` or ``0.01``: a positive fraction for a coefficient-of-variation threshold."""
     raw = text.strip()
     try:
-        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+        value = ascii_float(raw[:-1]) / 100.0 if raw.endswith("%") else ascii_float(raw)  # not '١%' or '1_0'
     except ValueError:
         raise VarianceError(f"invalid threshold {text!r}: use a percentage like 1% or a fraction like 0.01") from None
     if not (0 < value < 10) or not math.isfinite(value):

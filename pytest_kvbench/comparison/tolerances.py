@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_kvbench.comparison.baseline_file import BaselineError
+from pytest_kvbench.input_values import InputError, ascii_float, split_list
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,24 @@ def _parse_one(spec: str) -> tuple[str, Tolerance | None]:
     if raw.lower() == "off":
         return name, None
     relative = raw.endswith("%")
+    number = raw[:-1] if relative else raw
     try:
-        value = float(raw[:-1] if relative else raw)
+        value = ascii_float(number)
     except ValueError:
-        raise BaselineError(usage) from None
+        value = math.nan if _python_reads(number) else None  # nan, inf, '١': a number, but not a usable one
+    if value is None:
+        raise BaselineError(usage)
     if not math.isfinite(value) or value < 0:
-        raise BaselineError(f"invalid tolerance {spec!r}: the value must be a finite number >= 0")
+        raise BaselineError(f"invalid tolerance {spec!r}: the value must be a finite number >= 0 in ASCII digits")
     return name, Tolerance(name, value, relative)
+
+
+def _python_reads(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_tolerances(spec_list: Sequence[str] | None) -> Tolerances:
@@ -99,13 +111,16 @@ def parse_tolerances(spec_list: Sequence[str] | None) -> Tolerances:
     only when named.
     """
     chosen: dict[str, Tolerance | None] = {}
-    for part in (p.strip() for text in (spec_list or ()) for p in str(text).split(",")):
-        if not part:
-            continue
+    try:  # an empty tolerance ('', 'score:1,') is refused, not skipped: the default would gate instead
+        parts = split_list([str(text) for text in spec_list or ()], "tolerance list")
+    except InputError as exc:
+        raise BaselineError(str(exc)) from None
+    given: dict[str, str] = {}
+    for part in parts:
         name, tolerance = _parse_one(part)
         if name in chosen:
-            raise BaselineError(f"tolerance for {name!r} is given twice")
-        chosen[name] = tolerance
+            raise BaselineError(f"tolerance for {name!r} is given twice ({given[name]} and {part}); give it once")
+        chosen[name], given[name] = tolerance, part
     for default in DEFAULT_TOLERANCES:
         name, tolerance = _parse_one(default)
         chosen.setdefault(name, tolerance)

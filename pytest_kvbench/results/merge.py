@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_kvbench.results import run_writer, storage
+from pytest_kvbench.results.record_names import RecordNameError, check_record_names
 from pytest_kvbench.results.runs import Run, RunError, load_run, runs_dir
 
 # Grid settings that change what an item measures without appearing in its key: runs that
@@ -60,6 +61,10 @@ def _plan_merge(runs: list[Run]) -> _MergePlan:
     plan = _MergePlan(runs=runs, grid=_merged_grid(runs))
     for run in runs:
         for record in run.records:
+            try:
+                check_record_names(record, f"run {run.run_id}")
+            except RecordNameError as exc:
+                raise RunError(str(exc)) from None
             key = record["key"]
             if key in owner:
                 raise RunError(f"cannot merge: item {key} is in both {owner[key]} and {run.run_id}")

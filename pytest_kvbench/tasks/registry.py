@@ -110,6 +110,8 @@ def split_name(name: str) -> tuple[str, dict[str, int | str]]:
     overrides: dict[str, int | str] = {}
     for part in parts:
         key, equals, value = part.partition("=")
+        if key in overrides:
+            raise TaskError(f"task {name[:80]!r} sets {key} twice ({key}={overrides[key]} and {part[:30]}); give it once")
         if key in _CHOICES and equals:
             if value not in _CHOICES[key]:
                 raise TaskError(f"task {name[:80]!r}: {key} must be one of {', '.join(_CHOICES[key])}, "
@@ -119,7 +121,7 @@ def split_name(name: str) -> tuple[str, dict[str, int | str]]:
         if key not in _OVERRIDABLE or not equals:
             raise TaskError(f"task {name!r}: unknown setting {part!r}; a task accepts {', '.join(_OVERRIDABLE)}=N, "
                             + ", ".join(f"{key}={'|'.join(values)}" for key, values in _CHOICES.items()))
-        if not value.isdigit() or int(value) <= 0:
+        if not (value.isascii() and value.isdigit()) or int(value) <= 0:  # '١٢'.isdigit() is true
             raise TaskError(f"task {name!r}: {key} must be a positive integer, got {value!r}")
         if int(value) > _OVERRIDE_MAXIMUM[key]:
             raise TaskError(f"task {name[:80]!r}: {key} must be at most {_OVERRIDE_MAXIMUM[key]:,}, "

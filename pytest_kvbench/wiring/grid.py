@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmethods import Budget
+from pytest_kvbench.input_values import MAX_SAMPLES, InputError, ascii_int
 from pytest_kvbench.results.record import DEFAULT_PROTOCOL, FULL, FULL_CACHE, CaseBudget, model_label, protocol_key_part
 
 DEFAULT_MODEL = "default"
 FULL_METHOD = FULL
 
 
-class GridError(ValueError):
-    """A grid value that cannot be used; the message is one line naming the valid choices."""
+GridError = InputError  # a grid value that cannot be used; the message is one line naming the valid choices
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,18 @@ class MethodSpec:
         name, *pairs = text.strip().split(":")
         while pairs and "=" not in pairs[0]:
             name += ":" + pairs.pop(0)
-        params = []
+        params: dict[str, str] = {}
         for pair in pairs:
-            key, sep, value = pair.partition("=")
-            if not sep or not key.strip():
+            key, sep, value = (part.strip() for part in pair.partition("="))
+            if not sep or not key or not value:
                 raise GridError(f"method parameter {pair!r} in {text!r} is not of the form name=value")
-            params.append((key.strip(), value.strip()))
-        return cls(name.strip(), tuple(sorted(params)))
+            if key in params:
+                raise GridError(f"method {text!r} sets {key!r} twice ({key}={params[key]} and {key}={value}); "
+                                f"give it once")
+            params[key] = value
+        if not name.strip():
+            raise GridError(f"method {text!r} has no name")
+        return cls(name.strip(), tuple(sorted(params.items())))
 
 
 @dataclass(frozen=True)
@@ -176,39 +181,14 @@ class Grid:
         }
 
 
-def parse_positive_int(text: Any, what: str) -> int:
-    """A positive integer from an option, ini or TOML value; GridError otherwise."""
-    try:
-        value = int(str(text).strip())
-        if str(text).strip().lstrip("+").isdigit() and value > 0:
-            return value
-    except ValueError:
-        pass
-    raise GridError(f"{what} must be a positive integer, got {text!r}")
+def parse_positive_int(text: Any, what: str, maximum: int = MAX_SAMPLES) -> int:
+    """A positive integer up to ``maximum`` (input_values.py says why each bound) from an option, ini or
+    TOML value; GridError otherwise."""
+    return ascii_int(text, what, minimum=1, maximum=maximum)
 
 
 MAX_SEED = 2**32 - 1  # the largest seed numpy accepts; torch's limit is larger
 
 
-def parse_seed(text: Any) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = -1
-    if not 0 <= value <= MAX_SEED:
-        raise GridError(f"seed must be an integer from 0 to {MAX_SEED}, got {text!r}")
-    return value
-
-
-def split_list(value: Any) -> list[str]:
-    """Comma-separated strings, repeated options and TOML arrays all become one flat list."""
-    if value is None:
-        return []
-    items = value if isinstance(value, (list, tuple)) else [value]
-    out: list[str] = []
-    for item in items:
-        if isinstance(item, str):
-            out.extend(part.strip() for part in item.split(",") if part.strip())
-        else:
-            out.append(item)
-    return out
+def parse_seed(text: Any, where: str = "seed") -> int:
+    return ascii_int(text, where, minimum=0, maximum=MAX_SEED)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_kvbench import user_paths
+from pytest_kvbench.input_values import MAX_TOKENS, split_list
 from pytest_kvbench.wiring import canonical, model_refs, presets
 from pytest_kvbench.wiring.protocols import (check_decoding_intervals, check_per_turn, check_tasks_serve_protocols,
                                              parse_protocols)
@@ -24,7 +25,6 @@ from pytest_kvbench.wiring.grid import (
     MethodSpec,
     parse_positive_int,
     parse_seed,
-    split_list,
 )
 
 try:  # Python >= 3.11
@@ -103,6 +103,27 @@ def add_options(parser: pytest.Parser) -> None:
                          "(to time items in isolation)")
 
 
+def check_given_options(config: pytest.Config) -> None:
+    """Every ``--kvbench-*`` value given on the command line: none blank, alone or repeated
+    (``--kvbench-save ''``, ``--kvbench-model X --kvbench-model ''``), since an empty value used to be
+    read as "unset" and silently dropped; ``--kvbench-shard`` well formed. Runs before anything else."""
+    for dest, value in sorted(vars(config.option).items()):
+        if not dest.startswith("kvbench_") or isinstance(value, bool) or value is None:
+            continue
+        option = "--" + dest.replace("_", "-")
+        for given in value if isinstance(value, list) else [value]:
+            if isinstance(given, str) and not given.strip():
+                raise GridError(f"{option} is empty; give a value or leave the option out")
+    shard = config.getoption("kvbench_shard")
+    if shard is not None:
+        from pytest_kvbench.wiring.shards import parse_shard
+
+        try:
+            parse_shard(shard)
+        except ValueError as exc:
+            raise GridError(str(exc)) from None
+
+
 def _cli(config: pytest.Config, name: str) -> Any:
     return config.getoption("kvbench_" + name.replace("-", "_"))
 
@@ -128,12 +149,19 @@ def load_grid_file(path: str) -> dict:
         raise GridError(f"grid file {path}: malformed TOML ({exc})") from None
     except OSError as exc:
         raise GridError(f"grid file {path}: cannot be read ({exc.strerror or exc})") from None
-    data = data.get("kvbench", data)
+    if "kvbench" in data:
+        beside = sorted(set(data) - {"kvbench"})
+        if beside:  # a table or key next to [kvbench] would be ignored: refused like an unknown key inside it
+            raise GridError(f"grid file {path}: unknown table(s) or key(s) beside [kvbench]: {', '.join(beside)}; "
+                            f"put the grid keys under [kvbench] or at the top level, not both")
+        data = data["kvbench"]
     if not isinstance(data, dict):
         raise GridError(f"grid file {path}: 'kvbench' must be a table ([kvbench]), got {_toml_type(data)}")
     unknown = sorted(set(data) - TOML_KEYS)
     if unknown:
-        raise GridError(f"grid file {path}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(TOML_KEYS))}")
+        tables = [key for key in unknown if isinstance(data[key], dict)]
+        what = "unknown table(s)" if len(tables) == len(unknown) else "unknown key(s)"
+        raise GridError(f"grid file {path}: {what} {', '.join(unknown)}; valid keys: {', '.join(sorted(TOML_KEYS))}")
     for key, value in data.items():
         _check_toml_value(path, key, value)
     return data
@@ -187,7 +215,7 @@ def _check_toml_value(path: str, key: str, value: Any) -> None:
             raise GridError(f"grid file {path}: {key} must be {what}, got {_toml_type(entry)}")
 
 
-def _toml_methods(value: Any) -> list[Any]:
+def _toml_methods(value: Any, where: str) -> list[Any]:
     """TOML methods: strings, or tables like {name = "snapkv", window = 64}."""
     out: list[Any] = []
     for entry in value if isinstance(value, list) else [value]:
@@ -197,7 +225,7 @@ def _toml_methods(value: Any) -> list[Any]:
                 raise GridError(f"grid file: method table {entry} has no name")
             out.append(MethodSpec(entry["name"], tuple(sorted((k, str(v)) for k, v in params.items()))))
         else:
-            out.extend(split_list(entry))
+            out.extend(split_list(entry, where))
     return out
 
 
@@ -211,7 +239,7 @@ class _Sources:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.path = config.getoption("kvbench_config")
-        self.file = load_grid_file(self.path) if self.path else {}
+        self.file = load_grid_file(self.path) if self.path is not None else {}
         self.preset: presets.Preset | None = None
         self.preset_where = ""
         name, where = self.scalar("preset")
@@ -252,9 +280,9 @@ class _Sources:
         if value is None:
             return None
         if name == "methods" and where.startswith("grid file"):
-            values = _toml_methods(value)
+            values = _toml_methods(value, where)
         else:
-            values = split_list(value)
+            values = split_list(value, where)
         if not values:
             raise GridError(f"{where} is empty; give at least one value or leave it out for the default")
         return [parse(v, where) if parse else v for v in values]
@@ -281,12 +309,8 @@ def resolve_grid(config: pytest.Config) -> Grid:
         grid.samples = None  # every record of each dataset
     else:
         grid.samples = parse_positive_int(samples, where) if samples is not None else DEFAULT_SAMPLES
-    seeds = sources.listed("seeds", lambda s, _: parse_seed(s))
-    if seeds is None:
-        seed, _ = sources.scalar("seed")
-        seeds = [parse_seed(seed)] if seed is not None else [0]
-    grid.seeds = canonical.unique(seeds)
-    grid.context_lengths = canonical.unique(sources.listed("context-lengths", parse_positive_int) or [])
+    grid.seeds = canonical.unique(_seeds(sources))
+    grid.context_lengths = canonical.unique(sources.listed("context-lengths", _token_count) or [])
     protocols = sources.listed("protocol")
     if protocols is not None:
         grid.protocols = parse_protocols(protocols)
@@ -299,7 +323,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
     data, _ = sources.scalar("data")
     grid.data_dir = str(data) if data is not None else None
     max_prompt, where = sources.scalar("max-prompt-tokens")
-    grid.max_prompt_tokens = parse_positive_int(max_prompt, where) if max_prompt is not None else None
+    grid.max_prompt_tokens = _token_count(max_prompt, where) if max_prompt is not None else None
     if sources.preset is not None:
         grid.preset = sources.preset.name
         presets.check_grid(grid, sources.preset, sources.preset_where, sources.given_against_preset())
@@ -308,6 +332,34 @@ def resolve_grid(config: pytest.Config) -> Grid:
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# which source wins: a command-line option over the grid file, the grid file over an ini key or a preset
+_PRECEDENCE = ("--kvbench-", "grid file", "ini key")
+
+
+def _precedence(where: str) -> int:
+    return next((rank for rank, prefix in enumerate(_PRECEDENCE) if where.startswith(prefix)), len(_PRECEDENCE))
+
+
+def _token_count(text: Any, where: str) -> int:
+    return parse_positive_int(text, where, maximum=MAX_TOKENS)
+
+
+def _seeds(sources: _Sources) -> list[int]:
+    """--kvbench-seeds, or the one --kvbench-seed, or 0. Both set at one level (both options, both grid
+    file keys, both ini keys) contradict each other and are refused with both values; set at different
+    levels, the more specific source wins as for every other value."""
+    seeds_value, seeds_where = sources.raw("seeds")
+    seed_value, seed_where = sources.scalar("seed")
+    if seeds_value is not None and seed_value is not None and _precedence(seeds_where) == _precedence(seed_where):
+        raise GridError(f"{seed_where} {seed_value} contradicts {seeds_where} {_shown_list(seeds_value)}; "
+                        f"give one of them")
+    if seeds_value is not None and (seed_value is None or _precedence(seeds_where) < _precedence(seed_where)):
+        return sources.listed("seeds", parse_seed)
+    return [parse_seed(seed_value, seed_where)] if seed_value is not None else [0]
+
+
+def _shown_list(value: Any) -> str:
+    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
 
 
 def _validate(grid: Grid) -> None:
@@ -333,6 +385,9 @@ def _validate(grid: Grid) -> None:
         grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
+    too_large = [budget.spec for budget in grid.budgets if budget.kind == "tokens" and budget.value > MAX_TOKENS]
+    if too_large:
+        raise GridError(f"--kvbench-budgets: {too_large[0]} tokens is more than any context ({MAX_TOKENS:,} at most)")
     tasks_named = grid.tasks_named = bool(grid.tasks)
     grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
     try:
@@ -380,7 +435,9 @@ def results_dir(config: pytest.Config) -> Path:
     given = config.getoption("kvbench_results")
     where = "--kvbench-results" if given is not None else "ini key kvbench_results"
     if given is None:
-        given = config.getini("kvbench_results") or "results"
+        given = config.getini("kvbench_results")
+        if not str(given).strip():  # a blank key is not "unset": the default would be used silently
+            raise GridError(f"{where} is empty; give a directory or leave the key out for results/")
     try:
         return user_paths.writable_dir(given, where)
     except user_paths.PathError as exc:

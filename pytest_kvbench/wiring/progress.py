@@ -28,6 +28,7 @@ from statistics import fmean
 
 import pytest
 
+from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
 from pytest_kvbench.wiring.progress_text import PREFIX, duration, session_part, start_own_line
 
@@ -155,9 +156,9 @@ def progress_interval(config: pytest.Config) -> float:
         raw = config.getini(INTERVAL_INI)
     except (TypeError, ValueError) as exc:  # pytest 9's native TOML ini values are typed
         raise pytest.UsageError(f"ini key {INTERVAL_INI}: {exc}") from None
-    try:
-        value = float(raw)
-    except ValueError:
+    try:  # ASCII only: float() also reads '١' (input_values.py)
+        value = ascii_float(raw) if isinstance(raw, str) else float(raw)
+    except (TypeError, ValueError):
         value = math.nan
     if not math.isfinite(value) or value < 0:
         raise pytest.UsageError(f"ini key {INTERVAL_INI} must be a number of seconds >= 0, got {raw!r}")
