@@ -8,7 +8,11 @@ heads that spread it. The safeguard floor keeps each head's own top `max(1, int(
 alpha = 0.2 is the AdaKV reference code's `floor_alpha` (also kvpress' `alpha_safeguard`). Like kvpress,
 the floor counts from the whole per-head budget (a base's protected window included), and the base's
 per-layer budgets (pyramidkv) are kept. Ties in the shared top-k go to the lower head, then the earlier
-position, so equal scores in every head give exactly the base method's selection.
+position, so equal scores in every head give exactly the base method's selection, and so does alpha = 1
+(nothing left to share). FFY0/AdaKV's own code differs in the floor: it leaves the window out and blends each
+head's share of the shared top-k with a uniform floor, round(share x (1 - alpha) + alpha x (budget - window))
+non-window tokens. docs/adakv.md: why adakv scores below snapkv on SmolLM2-135M's needles (the allocation,
+not the ragged cache).
 
 With `across_layers` (bases that score the whole prompt: kvzip) the top-k also runs over all layers, as in
 KVzipPress's default: layers then keep different totals too.

@@ -46,6 +46,25 @@ def test_equal_scores_in_every_head_give_the_base_method(model, budget):
     assert ragged_out.kept_tokens_per_layer == dense_out.kept_tokens_per_layer
 
 
+
+@pytest.mark.parametrize("budget", ["12", "m0.25"])
+def test_a_floor_of_the_whole_budget_gives_the_base_method_whatever_the_heads_score(model, budget):
+    # snapkv's heads rank positions differently (GQA groups of 2 here); alpha=1 leaves nothing to share,
+    # so the ragged cache must hold exactly snapkv's positions per head and decode the same tokens
+    dense = prefill(model, get_method("snapkv", window=4), budget, PROMPT, len(PROMPT), "question_in_window")
+    ragged = prefill(model, get_method("adakv", window=4, alpha=1.0), budget, PROMPT, len(PROMPT),
+                     "question_in_window")
+    assert any(len({frozenset(h) for h in kept_sets(layer)}) > 1 for layer in dense.kept_indices), \
+        "every head kept the same positions: the test would prove nothing"
+    for base_layer, ada_layer in zip(dense.kept_indices, ragged.kept_indices):
+        assert kept_sets(base_layer) == kept_sets(ada_layer)
+    dense_out = generate(model, get_method("snapkv", window=4), budget, PROMPT, len(PROMPT), 6, set(),
+                         "question_in_window", return_logprobs=True)
+    ragged_out = generate(model, get_method("adakv", window=4, alpha=1.0), budget, PROMPT, len(PROMPT), 6, set(),
+                          "question_in_window", return_logprobs=True)
+    assert ragged_out.tokens == dense_out.tokens
+    torch.testing.assert_close(ragged_out.logprobs, dense_out.logprobs, rtol=1e-5, atol=1e-5)
+
 def test_shared_budget_and_safeguard_floor():
     scores = torch.rand(1, 4, 50, generator=torch.Generator().manual_seed(0))
     scores[:, 0] *= 10  # head 0 dominates the shared top-k
