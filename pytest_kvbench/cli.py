@@ -26,7 +26,8 @@ from pytest_kvbench.comparison.verdicts import compare_record, comparison_summar
 from pytest_kvbench import model_listing, user_paths
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import environment_differences
-from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS, export_directory
+from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS
+from pytest_kvbench.results.protocol_exports import export_directory
 from pytest_kvbench.results.export import FORMATS, ExportError, export_records, to_markdown
 from pytest_kvbench.results.merge import merge_runs
 from pytest_kvbench.results.report import ReportError

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kvbench.engine.model_revision import hub_revision
-
-DEFAULT_MODEL_DIR = Path(__file__).parents[1] / "default_model"
+from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
 
 
 class ModelLoadError(RuntimeError):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_kvbench.model_sources import named_models
+from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL, DEFAULT_MODEL_DIR
 from pytest_kvbench.model_sources.gguf_file import looks_like_gguf
 
 
@@ -35,9 +36,6 @@ def is_named(reference: str) -> bool:
 
 def model_source(reference: str) -> ModelSource:
     """``default`` is the embedded model; a named model is resolved (NamedModelError when it has no source)."""
-    from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
-    from pytest_kvbench.wiring.grid import DEFAULT_MODEL
-
     if reference == DEFAULT_MODEL:
         return ModelSource(reference, str(DEFAULT_MODEL_DIR))
     if is_named(reference):

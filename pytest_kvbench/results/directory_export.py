@@ -8,7 +8,6 @@ kind or protocol) are left out and counted, never silently dropped.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,20 +49,3 @@ def write_export(export: DirectoryExport, output: str, what: str) -> list[Path]:
     for path, text in zip(targets, export.files.values()):
         storage.atomic_write_text(path, text)
     return targets
-
-
-def export_directory(records: list[dict], run_id: str | None, fmt: str, output: str | None) -> list[str]:
-    """Build and write the ``fmt`` layout under ``output``; the lines that tell what was written and left out."""
-    if not output:
-        raise ExportError(f"--format {fmt} writes a directory of files: give --output DIR")
-    if fmt == "kvpress":
-        from pytest_kvbench.results.kvpress_export import kvpress_export as build
-    else:
-        from pytest_kvbench.results.kvcache_factory_export import kvcache_factory_export as build
-    export = build(records, run_id)
-    written = write_export(export, output, fmt)
-    lines = [f"wrote {len(written)} files under {output} in {fmt}'s layout"]
-    if export.left_out:
-        reasons = Counter(export.left_out.values())
-        lines.append("left out: " + "; ".join(f"{n} record(s): {why}" for why, n in sorted(reasons.items())))
-    return lines

@@ -14,9 +14,9 @@ from typing import Any
 
 from kvmethods import Budget
 from pytest_kvbench.input_values import MAX_SAMPLES, InputError, ascii_int
+from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL
 from pytest_kvbench.results.record import DEFAULT_PROTOCOL, FULL, FULL_CACHE, CaseBudget, model_label, protocol_key_part
 
-DEFAULT_MODEL = "default"
 FULL_METHOD = FULL
 
 

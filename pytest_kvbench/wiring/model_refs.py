@@ -55,7 +55,7 @@ def _check_config(model: str, location: str) -> int | None:
 
 def _default_model_max_positions() -> int | None:
     """The embedded model's maximum length, from its config.json (without importing transformers)."""
-    from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
+    from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
 
     data = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text(encoding="utf-8"))
     return _max_positions(SimpleNamespace(**data))

@@ -1,0 +1,28 @@
+"""`kvbench export --format kvpress | kvcache-factory`: the chosen layout built from a run's records and written.
+
+The two layouts share their writing (directory_export.py) and depend on it; this module picks one, so the
+shared part never imports the layouts that build on it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pytest_kvbench.results.directory_export import write_export
+from pytest_kvbench.results.export import ExportError
+from pytest_kvbench.results.kvcache_factory_export import kvcache_factory_export
+from pytest_kvbench.results.kvpress_export import kvpress_export
+
+
+def export_directory(records: list[dict], run_id: str | None, fmt: str, output: str | None) -> list[str]:
+    """Build and write the ``fmt`` layout under ``output``; the lines that tell what was written and left out."""
+    if not output:
+        raise ExportError(f"--format {fmt} writes a directory of files: give --output DIR")
+    build = kvpress_export if fmt == "kvpress" else kvcache_factory_export
+    export = build(records, run_id)
+    written = write_export(export, output, fmt)
+    lines = [f"wrote {len(written)} files under {output} in {fmt}'s layout"]
+    if export.left_out:
+        reasons = Counter(export.left_out.values())
+        lines.append("left out: " + "; ".join(f"{n} record(s): {why}" for why, n in sorted(reasons.items())))
+    return lines
