@@ -25,6 +25,8 @@ from pathlib import Path
 import xxhash
 from filelock import FileLock
 
+from pytest_kvbench.model_sources.gguf_file import file_digest
+
 CACHE_ENV = "KVBENCH_GGUF_CACHE"
 MANIFEST = "kvbench-gguf-manifest.json"
 MANIFEST_FORMAT = "kvbench-gguf-conversion-2"  # -2: XXH3-128 file checksums (entries of -1 are rebuilt)
@@ -53,11 +55,7 @@ def read_manifest(entry: Path) -> dict | None:
 
 def checksum_of(path: Path) -> str:
     """XXH3-128 of a converted file, checked at every load."""
-    digest = xxhash.xxh3_128()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_digest(path, xxhash.xxh3_128())
 
 
 def is_intact(entry: Path, sha256: str) -> bool:

@@ -71,12 +71,16 @@ def missing_packages() -> list[str]:
     return missing
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
+def file_digest(path: Path, digest) -> str:
+    """The hex digest of a whole file, read in 4 MiB chunks; ``digest`` is a fresh hashlib/xxhash object."""
     with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
+        while chunk := file.read(1 << 22):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    return file_digest(path, hashlib.sha256())
 
 
 def _field(reader, key: str):
