@@ -17,7 +17,10 @@ import argparse
 import torch
 
 from kvmethods import Budget
-from kvmethods.testing import live_tensor_bytes, tensors_reachable
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny models live with the tests
+from tiny_models import live_tensor_bytes, tensors_reachable  # noqa: E402
 from pytest_kvbench.engine.runner import Runner
 from pytest_kvbench.wiring.grid import Grid, MethodSpec
 

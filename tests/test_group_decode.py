@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kvmethods import Budget
-from kvmethods.testing import live_tensor_bytes, tensors_reachable
+from tiny_models import live_tensor_bytes, tensors_reachable
 from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
 from pytest_kvbench.engine.runner import Runner
 from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills

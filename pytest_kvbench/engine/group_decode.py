@@ -45,7 +45,7 @@ def _detached(error: BaseException, note: str) -> BaseException:
 def decode_members(running: Case, members: list[Case], shared, sample_id: str, decode: Decode,
                    outcomes: SharedPrefills, limit: item_time_limit,
                    time_left: Callable[[Case], float | None]) -> None:
-    """Decode every member's selection of `shared` (kvmethods.shared_prefill.SharedPrefill), freeing each cache
+    """Decode every member's selection of `shared` (kvmethods.runtime.shared_prefill.SharedPrefill), freeing each cache
     once decoded, and keep the outcomes. `running`'s own failures raise here; other members' are kept, and
     their decoding runs on `time_left(member)` while `limit` (the running item's) is paused."""
     for index, member in enumerate(members):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvmethods import Budget
-from kvmethods.generation import GROUP_PROTOCOLS
+from kvmethods.runtime.generation import GROUP_PROTOCOLS
 from pytest_kvbench.engine.fidelity import ReferenceCache, compare, reference_of
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
 from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn, generations, group_position
@@ -99,7 +99,7 @@ class Runner:
     def _decode_reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, shared=None):
         """The reference's generation; from the full cache of `shared` (a SharedPrefill), which it empties."""
         from kvmethods import get_method
-        from kvmethods.generation import generate
+        from kvmethods.runtime.generation import generate
 
         prefilled = None
         if shared is not None:  # the full cache is freed with this decoding, before any compressed one
@@ -122,7 +122,7 @@ class Runner:
         return method
 
     def _shares(self, case: Case) -> bool:
-        from kvmethods.shared_prefill import can_share_prefill
+        from kvmethods.runtime.shared_prefill import can_share_prefill
 
         return case.method.name != FULL_METHOD and can_share_prefill(self._method(case))
 
@@ -144,7 +144,7 @@ class Runner:
         decode_members(case, members, shared, sample.id, decode, self.shared, limit, self._time_left)
 
     def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
-        from kvmethods.shared_prefill import shared_prefill
+        from kvmethods.runtime.shared_prefill import shared_prefill
 
         return shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
                               prompt.context_len, protocol, len(prompt.input_ids) + task.max_new_tokens)
@@ -153,7 +153,7 @@ class Runner:
                     prefilled=None) -> tuple:
         """(generation, kl, agreement) of the sample under the case's method: teacher-forced on the reference's
         output and compared with it at once, so no vocabulary-sized log-probs outlive this call."""
-        from kvmethods.generation import generate
+        from kvmethods.runtime.generation import generate
         from pytest_kvbench.engine.finite_logits import check_logits_finite
 
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len, task.max_new_tokens,
@@ -176,7 +176,7 @@ class Runner:
             self.shared.finish(case)  # outcomes left for this item (it failed mid-way) are freed
 
     def _run(self, case: Case, progress: Callable[[int, int], None]) -> dict:
-        from kvmethods.generation import record_fields
+        from kvmethods.runtime.generation import record_fields
         from pytest_kvbench.engine.hardware.item_meter import ItemMeter
         from pytest_kvbench.tasks import get_task
 
@@ -262,7 +262,7 @@ class Runner:
         prompt = build(sample, output, loaded.tokenizer, self._max_prompt_tokens(task, loaded)) if build else None
         if prompt is None:
             return None
-        from kvmethods.generation import generate
+        from kvmethods.runtime.generation import generate
 
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
                           task.follow_up_max_new_tokens, loaded.eos_token_ids, protocol)

@@ -140,7 +140,7 @@ def _check_gguf(model: str, location: str | None = None) -> int | None:
 
 
 def known_attention_implementations() -> list[str]:
-    from kvmethods.transformers_compat import attention_implementations
+    from kvmethods.adapters.transformers_compat import attention_implementations
 
     return [EAGER, *attention_implementations()]
 
