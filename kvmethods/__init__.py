@@ -9,6 +9,7 @@ names that need torch are resolved on first use.
 from importlib import import_module
 
 from .core.budget import Budget
+from .core.capabilities import Capability
 from .core.errors import MethodError
 from .core.params import param
 from .core.registry import (
@@ -33,6 +34,7 @@ def __getattr__(name: str):
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Budget",
+    "Capability",
     "LayerInputs",
     "Method",
     "MethodError",

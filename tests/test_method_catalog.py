@@ -1,7 +1,8 @@
 """The method catalog (kvmethods/core/catalog.py) says what the classes say, so validation cannot drift.
 
 The grid is validated from the catalog without importing a method (tests/test_plugin_startup.py); here every
-entry is compared with its class (parameters, capabilities, whether validation needs the class), and for
+entry is compared with its class (parameters, capabilities and the hooks they need, whether validation needs
+the class), and for
 the methods validated from the catalog alone, any given parameters give the same outcome, the same message
 on a bad value, as building the method does.
 """
@@ -12,22 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvmethods import MethodError, available_methods, describe_method, get_method
-from kvmethods.core.base import Method
-from kvmethods.core.catalog import (BUILTINS, CHANGES_PREFILL, COMPRESSES, LAYER_SCORES, PRUNES_CHANNELS, QUANTIZES,
-                               RUNS_PREFILL, SCORES_WHOLE_PROMPT, TAKES_CHANNELS, WRAPS)
+from kvmethods import Capability, MethodError, available_methods, describe_method, get_method
+from kvmethods.core.base import Method, capability_mismatch
+from kvmethods.core.catalog import BUILTINS
 from kvmethods.core.params import declared_params
 from kvmethods.wrappers.wrapping import WrapperMethod
-
-
-def capabilities_of(cls: type[Method]) -> frozenset[str]:
-    """The capabilities a class's flags and methods give it, in the catalog's words (a flag that is a property,
-    like adakv's scores_whole_prompt, depends on the parameters: not a capability of the class)."""
-    flags = {COMPRESSES: cls.compresses, SCORES_WHOLE_PROMPT: cls.scores_whole_prompt, RUNS_PREFILL: cls.runs_prefill,
-             CHANGES_PREFILL: cls.shares_prefill is False, QUANTIZES: cls.quantizes,
-             PRUNES_CHANNELS: cls.prunes_channels, TAKES_CHANNELS: cls.takes_channels,
-             LAYER_SCORES: cls.has_layer_scores(), WRAPS: issubclass(cls, WrapperMethod)}
-    return frozenset(name for name, present in flags.items() if present is True)
 
 
 def validates_in_code(cls: type[Method]) -> bool:
@@ -40,7 +30,9 @@ def test_each_entry_describes_its_class(name):
     cls = getattr(importlib.import_module(entry.module), entry.class_name)
     assert cls.name == name
     assert entry.params == declared_params(cls), f"catalog.py's parameters of {name} differ from {entry.target}'s"
-    assert entry.capabilities == capabilities_of(cls)
+    assert cls.capabilities == entry.capabilities, f"{entry.target} declares capabilities of its own"
+    assert capability_mismatch(cls) is None
+    assert (Capability.WRAPS in cls.capabilities) == issubclass(cls, WrapperMethod)
     assert entry.checked_in_code == validates_in_code(cls)
 
 
@@ -91,9 +83,9 @@ def test_catalog_validation_agrees_with_building_the_method(name, data):
     built = _outcome(lambda: get_method(name, **params))
     if built[0] == "ok":
         method = built[1]
-        built = ("ok", (method.name, method.params(), method.recompresses_per_turn))
+        built = ("ok", (method.name, method.params(), method.capabilities))
     if described[0] == "ok":
-        described = ("ok", (described[1].name, described[1].params, described[1].recompresses_per_turn))
+        described = ("ok", (described[1].name, described[1].params, described[1].capabilities))
     assert described == built
 
 
@@ -106,4 +98,4 @@ def test_catalog_validation_agrees_with_building_the_method(name, data):
 def test_specs_that_need_their_class_are_built(spec, params):
     method = get_method(spec, **params)
     assert describe_method(spec, **params) == type(describe_method(spec, **params))(
-        method.name, method.params(), method.recompresses_per_turn)
+        method.name, method.params(), method.capabilities)

@@ -4,7 +4,7 @@ and items of a reference group really take their caches from one forward."""
 import pytest
 
 from helpers import hook_records, run_bench
-from kvmethods import Method, MethodError, available_methods, get_method
+from kvmethods import Capability, MethodError, available_methods, get_method
 from kvmethods.runtime.shared_prefill import can_share_prefill
 
 def _runs_here(name: str) -> bool:
@@ -14,7 +14,7 @@ def _runs_here(name: str) -> bool:
         method = get_method(name)
     except MethodError:
         return False
-    return type(method).while_decoding is Method.while_decoding
+    return Capability.COMPRESSES_WHILE_DECODING not in method.capabilities
 
 
 METHODS = ",".join(m for m in available_methods() if _runs_here(m))  # kvzip (not sharing) included

@@ -24,6 +24,7 @@ from importlib.metadata import version
 from typing import Any
 
 from ..core.base import Method
+from ..core.capabilities import Capability
 from ..core.errors import MethodError
 from ..core.params import coerce
 
@@ -99,7 +100,7 @@ class KVPressMethod(Method):
     """A kvpress press, applied around the prefill forward (Method.prefill_context)."""
 
     name = "kvpress"
-    runs_prefill = True
+    capabilities = Capability.COMPRESSES | Capability.RUNS_PREFILL
 
     def __init__(self, press_name: str, **params: Any):
         self.spec = f"kvpress:{press_name}"

@@ -22,6 +22,7 @@ import torch
 
 from .attention_hooks import AttentionCall, after_attention, attention_masks, projected_queries
 from ..core.base import Method
+from ..core.capabilities import Capability
 from ..core.errors import MethodError
 from ..core.families import decoder_layers, rotary_embedding
 from ..storage.ragged import RaggedLayer, visibility_mask
@@ -61,6 +62,9 @@ def store_selection(cache: DynamicCache, layer_idx: int, method: Method, selecti
     layer = cache.layers[layer_idx]
     keys, values = layer.keys, layer.values
     if isinstance(selection, torch.Tensor) and selection.dtype == torch.bool:
+        if Capability.HEAD_ADAPTIVE not in method.capabilities:  # undeclared, chunks/per_turn/compositions take it
+            raise MethodError(f"{method.name}: selected a head-adaptive mask but does not declare "
+                              f"Capability.HEAD_ADAPTIVE")
         mask = _validated_mask(selection, method, tuple(keys.shape[:3]), n_keep)
         cache.layers[layer_idx] = RaggedLayer(keys, values, mask)
         return mask

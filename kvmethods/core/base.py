@@ -17,9 +17,12 @@ from typing import Any, ClassVar
 import torch
 
 from ..runtime.layer_inputs import LayerInputs
+from .capabilities import Capability
+from .catalog import declared_capabilities
 from .params import check_known, checked_values, declared_params, describe_params, param
 
-__all__ = ["Method", "param", "top_positions"]  # param: declared in params.py, used by every method module
+# param (params.py) and declared_capabilities (catalog.py): what every built-in method module declares with
+__all__ = ["Method", "capability_mismatch", "declared_capabilities", "param", "top_positions"]
 
 
 def top_positions(scores: torch.Tensor, n_keep: int) -> torch.Tensor:
@@ -33,29 +36,16 @@ def top_positions(scores: torch.Tensor, n_keep: int) -> torch.Tensor:
 class Method:
     """Base class of every compression method (built-in or third-party).
 
-    Subclasses are dataclasses that set `name`, declare parameters with `param(...)`, and implement
-    `score` (higher = keep; the base keeps the top n per KV head) or override `kept_indices`.
+    Subclasses are dataclasses that set `name` and `capabilities`, declare parameters with `param(...)`, and
+    implement `score` (higher = keep; the base keeps the top n per KV head) or override `kept_indices`.
     """
 
     name: ClassVar[str] = ""
-    compresses: ClassVar[bool] = True  # False only for the full-cache reference
-    # True for methods that score from the whole prefilled cache (KVzip's reconstruction forward):
-    # they implement prefill_scores() instead of score(), and compression happens after the prefill.
-    scores_whole_prompt: ClassVar[bool] = False
-    # True for adapters that compress through their own hooks (kvpress presses): prefill_context() wraps
-    # the plain prefill forward instead of kvmethods' hooks.
-    runs_prefill: ClassVar[bool] = False
-    # False for methods that change the prefill forward itself (chunked eviction, compression while
-    # decoding): they cannot take their selection from a forward shared with others (shared_prefill.py).
-    shares_prefill: ClassVar[bool] = True
-    # True for methods that change how the kept tokens are stored (KIVI): storage_layer() replaces each
-    # layer of the cache once the prompt is compressed, and stored_bytes() gives its analytic size.
-    quantizes: ClassVar[bool] = False
+    # What the runtime must know to run the method (capabilities.py): an evicting method by default; a
+    # built-in takes its catalog row's, a third-party method declares its own. Wrappers refine it per instance.
+    capabilities: ClassVar[Capability] = Capability.COMPRESSES
     query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
-    # True when the method is cut back to its budget after each turn of a multi-turn session (per_turn.py)
-    recompresses_per_turn: ClassVar[bool] = False
-    prunes_channels: ClassVar[bool] = False  # ThinK: a storage that thins keys, composable before a quantizer
-    takes_channels: ClassVar[bool] = False  # quantizers whose storage_layer() can quantize thin keys (KIVI)
+    prefill_chunk: ClassVar[int] = 0  # > 0: the prompt is prefilled this many tokens at a time (chunked.py)
 
     def __post_init__(self) -> None:
         specs = declared_params(type(self))
@@ -89,12 +79,12 @@ class Method:
 
     def prefill_scores(self, model, cache, input_ids: torch.Tensor) -> list[torch.Tensor]:
         """Per layer [batch, num_kv_heads, T] scores from the whole prefilled `cache` of `input_ids`
-        ([batch, T]); only for methods with scores_whole_prompt."""
-        raise NotImplementedError(f"{type(self).__name__} sets scores_whole_prompt but has no prefill_scores()")
+        ([batch, T]); only for methods with Capability.SCORES_WHOLE_PROMPT."""
+        raise NotImplementedError(f"{type(self).__name__} declares SCORES_WHOLE_PROMPT but has no prefill_scores()")
 
     def prefill_context(self, model, budget_tokens: int, prompt_len: int, ratio: float | None):
-        """Context manager around the prefill forward of a runs_prefill method; ratio is set for ratio budgets."""
-        raise NotImplementedError(f"{type(self).__name__} sets runs_prefill but has no prefill_context()")
+        """Context manager around the prefill forward of a RUNS_PREFILL method; ratio is set for ratio budgets."""
+        raise NotImplementedError(f"{type(self).__name__} declares RUNS_PREFILL but has no prefill_context()")
 
     def while_decoding(self, model, state):
         """Context manager around greedy decoding on a prefilled `state` (generation.PrefilledPrompt); it
@@ -109,7 +99,7 @@ class Method:
 
     def storage_layer(self, keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor | None = None):
         """A transformers cache layer holding a compressed layer's keys/values [batch, heads, n, dim], or
-        None to keep them as they are (every method but the quantizers). `queries`: with query_window,
+        None to keep them as they are (every method without OWN_STORAGE). `queries`: with query_window,
         the layer's last prompt queries [batch, q_heads, w, dim]."""
         return None
 
@@ -121,14 +111,13 @@ class Method:
     def select(self, scores: torch.Tensor, n_keep: int) -> torch.Tensor:
         """What to keep given [batch, num_kv_heads, T] scores: the top n_keep of each KV head (ties go to
         the earlier position). Head-adaptive methods (adakv) instead return a bool mask [batch,
-        num_kv_heads, T] keeping num_kv_heads * n_keep positions per layer, shared unevenly among heads."""
+        num_kv_heads, T] keeping num_kv_heads * n_keep positions per layer, shared unevenly among heads
+        (they declare HEAD_ADAPTIVE; hooks.store_selection refuses such a mask from any other)."""
         return top_positions(scores, n_keep)
 
-    # True when select_layers shares the budget over all layers (adakv:across_layers over kvzip)
-    shares_across_layers: ClassVar[bool] = False
-
     def select_layers(self, scores: list[torch.Tensor], layer_budgets: list[int]) -> list[torch.Tensor]:
-        """select() per layer, for methods that score the whole prompt at once (scores_whole_prompt)."""
+        """select() per layer, for methods that score the whole prompt at once (SCORES_WHOLE_PROMPT); with
+        SHARES_ACROSS_LAYERS the layers' totals are free (one budget over all layers)."""
         return [self.select(layer_scores, n_keep) for layer_scores, n_keep in zip(scores, layer_budgets)]
 
     def kept_indices(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
@@ -136,7 +125,25 @@ class Method:
         bool mask for head-adaptive methods)."""
         return self.select(self.score(layer, n_keep), n_keep)
 
-    @classmethod
-    def has_layer_scores(cls) -> bool:
-        """Whether score() is implemented, i.e. another method can reuse this one's scores (adakv, criticalkv)."""
-        return cls.score is not Method.score and not cls.scores_whole_prompt
+
+# The hooks through which a capability changes the runtime's path: a class that declares the capability must
+# implement its hook, and a class (other than a wrapper, which forwards every hook) that implements the hook
+# must declare the capability, else the runtime would silently take the plain path.
+HOOKS = {Capability.LAYER_SCORES: "score", Capability.SCORES_WHOLE_PROMPT: "prefill_scores",
+         Capability.RUNS_PREFILL: "prefill_context", Capability.OWN_STORAGE: "storage_layer",
+         Capability.COMPRESSES_WHILE_DECODING: "while_decoding"}
+SCORES_OPTIONAL = Capability.LAYER_SCORES  # a method may score positions without offering its scores to wrappers
+
+
+def capability_mismatch(cls: type[Method]) -> str | None:
+    """What a class's declared capabilities and its hooks disagree on (None when they agree)."""
+    if not isinstance(cls.capabilities, Capability):
+        return f"capabilities must be a kvmethods.Capability, got {cls.capabilities!r}"
+    wraps = Capability.WRAPS in cls.capabilities
+    for capability, hook in HOOKS.items():
+        implemented = getattr(cls, hook) is not getattr(Method, hook)
+        if capability in cls.capabilities and not implemented:
+            return f"declares {capability.name} but does not implement {hook}()"
+        if implemented and capability not in cls.capabilities and not wraps and capability not in SCORES_OPTIONAL:
+            return f"implements {hook}() but does not declare Capability.{capability.name}"
+    return None

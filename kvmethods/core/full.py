@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Method
+from .base import Method, declared_capabilities
 
 
 @dataclass
 class Full(Method):
     name = "full"
-    compresses = False
+    capabilities = declared_capabilities(name)  # declared once, in catalog.py

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from .base import Method
 from .budget import Budget
+from .capabilities import Capability
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def operating_point(method: Method, budget: Budget, prompt_len: int, geometry: C
     """Tokens per layer the method keeps of the compressed part of a prompt under a byte budget (at least 1):
     the last `uncompressed` tokens (query_agnostic's question) are stored in full and count against it."""
     compressed = prompt_len - uncompressed
-    if not method.compresses:
+    if Capability.COMPRESSES not in method.capabilities:
         return compressed
     allowed = allowed_bytes(budget, prompt_len, geometry) - geometry.full_bytes(uncompressed)
     stored = lambda n: method.stored_bytes(n, geometry.heads, geometry.head_dim, geometry.element_size)  # noqa: E731

@@ -10,6 +10,7 @@ Values from the CLI grid arrive as strings and are coerced by the declared type,
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -117,15 +118,17 @@ def coerce(method: str, name: str, kind: type, value: Any) -> Any:
         raise wrong
     if kind in (int, float):
         if isinstance(value, int) or (kind is float and isinstance(value, float)):
-            return kind(value)
-        if isinstance(value, str):
-            if not value.isascii():  # int('١٢') and float('١.٥') read other scripts' digits: ASCII only
-                raise wrong
+            number = kind(value)
+        elif isinstance(value, str) and value.isascii():  # int('١٢') and float('١.٥') read other scripts' digits
             try:
-                return kind(value.strip())
+                number = kind(value.strip())
             except ValueError:
                 raise wrong from None
-        raise wrong
+        else:
+            raise wrong
+        if not math.isfinite(number):  # nan passes every bound check; inf is no setting
+            raise MethodError(f"{method}: parameter {name!r} must be a finite number, got {value!r}")
+        return number
     if kind is str:
         if isinstance(value, str):
             return value.strip()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from .capabilities import Capability
 from .catalog import BUILTINS, KVPRESS_PREFIX, PER_TURN, PREFILL_CHUNK, SEPARATOR
 from .errors import MethodError
 from .params import validated
@@ -31,12 +32,16 @@ _registered: dict[str, type[Method]] = {}
 
 
 def _check_method_class(cls: Any, origin: str) -> type[Method]:
-    from .base import Method  # lazy for startup time: base imports torch; only a registered or loaded class is checked
+    # lazy for startup time: base imports torch; only a registered or loaded class is checked
+    from .base import Method, capability_mismatch
 
     if not (isinstance(cls, type) and issubclass(cls, Method)):
         raise MethodError(f"{origin}: {cls!r} is not a subclass of kvmethods.Method")
     if not cls.name or not cls.name.replace("_", "").replace("-", "").isalnum():
         raise MethodError(f"{origin}: {cls.__name__}.name must be a non-empty identifier-like string")
+    mismatch = capability_mismatch(cls)
+    if mismatch is not None:
+        raise MethodError(f"{origin}: {cls.__name__} {mismatch}")
     return cls
 
 
@@ -125,12 +130,13 @@ def get_method(name: str, **params: Any) -> Method:
 
 @dataclass(frozen=True)
 class MethodDescription:
-    """What the grid needs of a valid method spec: its one name (a composition's parts in role order) and
-    every parameter's value as the method coerces it."""
+    """What the grid needs of a valid method spec: its one name (a composition's parts in role order),
+    every parameter's value as the method coerces it, and its capabilities (whether it re-compresses per
+    turn, prefills alone: capabilities.prefills_alone)."""
 
     name: str
     params: dict[str, Any]
-    recompresses_per_turn: bool = False
+    capabilities: Capability  # the built method's (per_turn, chunks and wrapped bases included)
 
 
 def describe_method(name: str, **params: Any) -> MethodDescription:
@@ -139,6 +145,6 @@ def describe_method(name: str, **params: Any) -> MethodDescription:
     (wrappers, compositions, per_turn, prefill_chunk, kvpress presses, third-party methods) is built."""
     entry = BUILTINS.get(name.strip()) if isinstance(name, str) else None
     if entry is not None and not entry.checked_in_code and not {PER_TURN, PREFILL_CHUNK} & set(params):
-        return MethodDescription(entry.name, validated(entry.name, entry.params, params))
+        return MethodDescription(entry.name, validated(entry.name, entry.params, params), entry.capabilities)
     method = get_method(name, **params)
-    return MethodDescription(method.name, method.params(), method.recompresses_per_turn)
+    return MethodDescription(method.name, method.params(), method.capabilities)

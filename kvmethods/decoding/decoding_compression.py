@@ -8,8 +8,9 @@ by the scorer, those recent tokens serving as its observation window. The prompt
 prefill by the same scorer. So the cache never holds more than its length after prefill + `interval`
 tokens (budget + interval under question_in_window, where the whole prompt is compressed). Decoding keeps
 the original RoPE positions. Scorers that need every prompt query (h2o) or the whole prompt (kvzip), that
-keep heads uneven (adakv) or run their own prefill (kvpress presses) cannot be used; a scorer's `window`
-must fit in the interval. The default interval 128 is R-KV's buffer (its reference code, `buffer=128`).
+keep heads uneven (adakv), run their own prefill (kvpress presses), store their own way or wrap another
+cannot be used (capabilities.can_cut_back_from_recent_queries); a scorer's `window` must fit in the
+interval. The default interval 128 is R-KV's buffer (its reference code, `buffer=128`).
 """
 
 from __future__ import annotations
@@ -21,15 +22,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..attention.attention_hooks import AttentionCall, after_attention
-from ..core.base import Method, param
+from ..core.base import Method, declared_capabilities, param
+from ..core.capabilities import Capability, can_cut_back_from_recent_queries
 from ..core.errors import MethodError
 from ..core.families import decoder_layers, rotary_embedding
 from ..attention.hooks import store_selection
 from ..runtime.layer_inputs import LayerInputs
 from ..wrappers.wrapping import WrapperMethod
-
-# Scorers that score from the whole prompt's queries: their scores need the prompt, not recent tokens.
-NEEDS_ALL_QUERIES = ("h2o",)
 
 
 @contextmanager
@@ -79,6 +78,7 @@ def check_decoding_scorer(owner: str, scorer: Method, interval: int) -> None:
 @dataclass
 class DecodingCompression(WrapperMethod):
     name = "decoding"
+    capabilities = declared_capabilities(name)  # declared once, in catalog.py
     base: str = param("snapkv", "prefill-time scorer that also cuts the cache back while decoding")
     interval: int = param(128, "new tokens between two compressions while decoding (R-KV's buffer)", minimum=1)
 
@@ -90,14 +90,13 @@ class DecodingCompression(WrapperMethod):
 
     def can_wrap(self, inner: Method) -> bool:
         """Any method that picks positions layer by layer (StreamingLLM included), but not one needing
-        every prompt query, the whole prompt, uneven heads or its own prefill."""
-        return (inner.compresses and not inner.scores_whole_prompt and not inner.runs_prefill
-                and not isinstance(inner, WrapperMethod) and inner.name not in NEEDS_ALL_QUERIES)
+        every prompt query, the whole prompt, uneven heads, its own prefill or storage, nor a wrapper."""
+        return can_cut_back_from_recent_queries(inner.capabilities) and Capability.WRAPS not in inner.capabilities
 
     def why_not(self, inner: Method) -> str:
-        if not inner.compresses:
+        if Capability.COMPRESSES not in inner.capabilities:
             return "it keeps everything"
-        return "it needs every prompt query, the whole prompt, uneven heads or its own prefill"
+        return "it needs every prompt query, the whole prompt, uneven heads, its own prefill or storage, or wraps another"
 
     def kept_indices(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
         return self.inner.kept_indices(layer, n_keep)

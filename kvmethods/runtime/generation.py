@@ -27,6 +27,7 @@ import torch
 
 from ..core.base import Method
 from ..core.budget import Budget
+from ..core.capabilities import Capability
 from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (GROUP_PROTOCOLS: this contract's name too)
 from ..core.errors import MethodError
 from ..core.families import check_family, decoder_layers
@@ -137,14 +138,15 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
             total_tokens: int | None = None) -> PrefilledPrompt:
     """Run the prompt through the model, compressing per the protocol; nothing is decoded yet."""
     _check_request(method, input_ids, context_len, protocol)
-    if method.compresses:
+    capabilities = method.capabilities
+    if Capability.COMPRESSES in capabilities:
         check_family(model, method.name, total_tokens or len(input_ids))
     budget = Budget.parse(budget)
     compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
     n_layers = len(decoder_layers(model))
     budget_tokens = tokens_kept(model, method, budget, len(input_ids), compressed_len)
     layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
-    active = method.compresses and compressed_len > 0 and min(layer_budgets) < compressed_len
+    active = Capability.COMPRESSES in capabilities and compressed_len > 0 and min(layer_budgets) < compressed_len
     cache = DynamicCache()
     kept_indices: list = [None] * n_layers
     logits = None
@@ -155,24 +157,24 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
         if active:
             if len(layer_budgets) != n_layers or min(layer_budgets) < 1:
                 raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
-            if method.runs_prefill:
+            if Capability.RUNS_PREFILL in capabilities:
                 ratio = budget.value if budget.kind == "ratio" else None
                 with method.prefill_context(model, budget_tokens, compressed_len, ratio):
                     logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
-            elif method.scores_whole_prompt:
+            elif Capability.SCORES_WHOLE_PROMPT in capabilities:
                 logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
                 started = time.perf_counter()
                 kept_indices = _compress_from_whole_prompt(model, method, layer_budgets, cache, input_ids[:compressed_len])
                 scoring_s = time.perf_counter() - started
             else:  # a chunked prefill (chunked.py) compresses after each chunk; otherwise one chunk
-                chunk = getattr(method, "prefill_chunk", 0) or compressed_len
+                chunk = method.prefill_chunk or compressed_len
                 with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
                     for start in range(0, compressed_len, chunk):
                         end = min(start + chunk, compressed_len)
                         logits = _forward(model, cache, input_ids[start:end], start, _uneven(cache), 1)
         elif compressed_len > 0:
             logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
-        if method.quantizes and compressed_len > 0:
+        if Capability.OWN_STORAGE in capabilities and compressed_len > 0:
             _store_quantized(method, cache, queries)
     uneven = _uneven(cache)
     if compressed_len < len(input_ids):
@@ -201,7 +203,7 @@ def _compress_from_whole_prompt(model, method: Method, layer_budgets: list[int],
     """Compress every layer of a prefilled cache from the method's whole-prompt scores (KVzip)."""
     input_ids = torch.tensor([ids], dtype=torch.long, device=_device(model))
     selections = method.select_layers(method.prefill_scores(model, cache, input_ids), layer_budgets)
-    shared = method.shares_across_layers
+    shared = Capability.SHARES_ACROSS_LAYERS in method.capabilities
     return [store_selection(cache, i, method, selection, None if shared else layer_budgets[i])
             for i, selection in enumerate(selections)]
 

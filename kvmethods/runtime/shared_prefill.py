@@ -11,8 +11,8 @@ budget (SnapKV's window attention at four budgets, H2O's accumulated attention) 
 and shared by the selections that read it (kernel_memo.py). What a selection's method raises is
 handed back with it (`errors`); the others go on.
 
-Methods that change the forward itself (KVzip's reconstruction pass, kvpress presses, anything with
-`shares_prefill = False`) cannot share it; `can_share_prefill` says which. The results equal
+Methods that change the forward itself (KVzip's reconstruction pass, kvpress presses, anything declaring
+Capability.CHANGES_PREFILL) cannot share it; `can_share_prefill` says which. The results equal
 generation.prefill's bit for bit: the same layer inputs reach the same method code.
 """
 
@@ -26,6 +26,7 @@ import torch
 
 from ..core.base import Method
 from ..core.budget import Budget
+from ..core.capabilities import Capability, prefills_alone
 from ..core.errors import MethodError
 from ..core.families import check_family, decoder_layers, rotary_embedding
 from .generation import PrefilledPrompt, _check_request, _forward, prefill, tokens_kept
@@ -38,11 +39,10 @@ from ..adapters.transformers_compat import DynamicCache, DynamicLayer
 
 def can_share_prefill(method: Method) -> bool:
     """Whether the method selects from a plain forward's layer inputs (and so can share one). Methods that
-    prefill in chunks, store the kept tokens quantized or pruned (KIVI, ThinK), read the prompt's last
-    queries for their storage or compress while decoding run their own prefill (generation.prefill)."""
-    return (method.shares_prefill and not method.scores_whole_prompt and not method.runs_prefill
-            and not method.quantizes and not method.query_window and not getattr(method, "prefill_chunk", 0)
-            and type(method).while_decoding is Method.while_decoding)  # compressing while decoding: own prefill
+    score the whole prompt, run or change their own prefill (chunks), store the kept tokens their own way
+    (KIVI, ThinK), compress while decoding or after each turn run their own prefill (generation.prefill):
+    capabilities.PREFILLS_ALONE."""
+    return not prefills_alone(method.capabilities)
 
 
 @dataclass
@@ -67,7 +67,7 @@ class _Selection:
 def _plan(model, method: Method, budget, prompt_len: int, compressed_len: int, n_layers: int) -> _Selection:
     budget_tokens = tokens_kept(model, method, Budget.parse(budget), prompt_len, compressed_len)
     layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
-    if not method.compresses or min(layer_budgets) >= compressed_len:  # keeps everything, as prefill() does
+    if Capability.COMPRESSES not in method.capabilities or min(layer_budgets) >= compressed_len:  # keeps everything, as prefill() does
         layer_budgets = [compressed_len] * n_layers
     elif len(layer_budgets) != n_layers or min(layer_budgets) < 1:
         raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
@@ -138,7 +138,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
         _check_request(method, input_ids, context_len, protocol)
         if not can_share_prefill(method):
             raise MethodError(f"{method.name} changes the prefill forward and cannot share it")
-        if method.compresses:
+        if Capability.COMPRESSES in method.capabilities:
             check_family(model, method.name, total_tokens or len(input_ids))
     compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
     if compressed_len == 0:  # nothing to compress: every request is a plain prefill

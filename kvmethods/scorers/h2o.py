@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, param
+from ..core.base import Method, declared_capabilities, param
 from ..runtime.layer_inputs import LayerInputs
 from .scoring import accumulated_attention, protect_last
 
@@ -22,6 +22,7 @@ from .scoring import accumulated_attention, protect_last
 @dataclass
 class H2O(Method):
     name = "h2o"
+    capabilities = declared_capabilities(name)  # declared once, in catalog.py
     recent_ratio: float = param(0.5, "fraction of the budget given to the most recent tokens", minimum=0.0,
                                 maximum=1.0)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method
+from ..core.base import Method, declared_capabilities
 from ..runtime.layer_inputs import LayerInputs
 from .scoring import score_dtype
 
@@ -19,6 +19,7 @@ from .scoring import score_dtype
 @dataclass
 class KNorm(Method):
     name = "knorm"
+    capabilities = declared_capabilities(name)  # declared once, in catalog.py
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
         return -layer.keys.to(score_dtype(layer.keys)).norm(dim=-1)

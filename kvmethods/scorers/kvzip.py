@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, param
+from ..core.base import Method, declared_capabilities, param
 from ..core.families import decoder_layers
 from ..attention.kvzip_attention import RepeatSpan, scoring_attention
 from .scoring import score_dtype
@@ -96,7 +96,7 @@ SCRATCH_ELEMENTS = 1 << 19
 @dataclass
 class KVzip(Method):
     name = "kvzip"
-    scores_whole_prompt = True
+    capabilities = declared_capabilities(name)  # declared once, in catalog.py
     chunk_size: int = param(2048, "context tokens reconstructed per repeat forward", minimum=1)
     n_sink: int = param(4, "first tokens always kept (and in every chunk's softmax)", minimum=0)
 

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, param
+from ..core.base import Method, declared_capabilities, param
 from ..runtime.layer_inputs import LayerInputs
 
 
 @dataclass
 class Random(Method):
     name = "random"
+    capabilities = declared_capabilities(name)  # declared once, in catalog.py
     seed: int = param(0, "seed of the per-layer generator", minimum=0)
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:

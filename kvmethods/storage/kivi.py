@@ -12,11 +12,10 @@ k_bits = v_bits = 2, group_size = 32, residual_length = 32); the paper's LongBen
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
-from ..core.base import Method, param
+from ..core.base import Method, declared_capabilities, param
 from ..core.errors import MethodError
 from .kivi_layer import KIVILayer, kivi_bytes
 from .quantization import check_grouping
@@ -27,9 +26,7 @@ KIVI_BITS = (2, 4)  # what the reference kernels support for keys and values
 @dataclass
 class KIVI(Method):
     name = "kivi"
-    compresses: ClassVar[bool] = False  # keeps every token
-    quantizes: ClassVar[bool] = True
-    takes_channels: ClassVar[bool] = True  # think+kivi: quantizes ThinK's thin keys
+    capabilities = declared_capabilities(name)  # declared once, in catalog.py
 
     bits: int = param(2, "bits per key and value (2 or 4)")
     group_size: int = param(32, "values per quantization group (tokens for keys, channels for values)", minimum=1)

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
-from ..core.base import Method, param, top_positions
+from ..core.base import Method, declared_capabilities, param, top_positions
 from .compact_layer import CompactLayer
 from ..core.errors import MethodError
 from .thin_keys import INDEX_BYTES, thinned, widened
@@ -65,9 +64,7 @@ class ChannelPrunedLayer(CompactLayer):
 @dataclass
 class ThinK(Method):
     name = "think"
-    compresses: ClassVar[bool] = False  # keeps every token
-    quantizes: ClassVar[bool] = True  # changes how kept tokens are stored (storage_layer)
-    prunes_channels: ClassVar[bool] = True
+    capabilities = declared_capabilities(name)  # declared once, in catalog.py
 
     pruning_ratio: float = param(0.4, "fraction of key channels pruned per KV head (reference: 0.4)")
     window: int = param(32, "observation window: the last prompt queries that score the channels", minimum=1)

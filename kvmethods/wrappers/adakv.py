@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import param, top_positions
+from ..core.base import Method, declared_capabilities, param, top_positions
+from ..core.capabilities import Capability
 from ..core.errors import MethodError
 from .wrapping import WrapperMethod
 
@@ -50,6 +51,7 @@ def head_adaptive_mask(scores: torch.Tensor, n_keep: int, alpha: float) -> torch
 @dataclass
 class AdaKV(WrapperMethod):
     name = "adakv"
+    capabilities = declared_capabilities(name)  # declared once, in catalog.py
     base: str = param("snapkv", "scoring method whose scores the heads share (any method with score())")
     alpha: float = param(0.2, "safeguard floor: each head keeps at least alpha x budget of its own top tokens",
                          minimum=0.0)
@@ -60,13 +62,14 @@ class AdaKV(WrapperMethod):
         if self.alpha > 1:
             raise MethodError(f"{self.name}: parameter 'alpha' must be in [0, 1], got {self.alpha}")
         super().check()
-        if self.across_layers and not self.inner.scores_whole_prompt:
+        if self.across_layers and Capability.SCORES_WHOLE_PROMPT not in self.inner.capabilities:
             raise MethodError(f"{self.name}: across_layers needs a base that scores the whole prompt at once (kvzip), "
                               f"not {self.base!r}")
 
-    @property
-    def shares_across_layers(self) -> bool:
-        return self.across_layers
+    def inherited(self, inner: Method) -> Capability:
+        """adakv over kvzip scores after the prefill, like kvzip; across_layers shares the budget over layers."""
+        shared = Capability.SHARES_ACROSS_LAYERS if self.across_layers else Capability(0)
+        return super().inherited(inner) | shared
 
     def select_layers(self, scores: list[torch.Tensor], layer_budgets: list[int]) -> list[torch.Tensor]:
         if not self.across_layers:
@@ -75,12 +78,9 @@ class AdaKV(WrapperMethod):
         n_keep = sum(layer_budgets) // len(layer_budgets)
         return list(head_adaptive_mask(torch.stack(scores, dim=1), n_keep, self.alpha).unbind(dim=1))
 
-    def can_wrap(self, inner) -> bool:
-        return inner.compresses and (type(inner).has_layer_scores() or inner.scores_whole_prompt)
-
-    @property
-    def scores_whole_prompt(self) -> bool:  # adakv over kvzip scores after the prefill, like kvzip
-        return self.inner.scores_whole_prompt
+    def can_wrap(self, inner: Method) -> bool:
+        return (Capability.COMPRESSES in inner.capabilities
+                and bool(inner.capabilities & (Capability.LAYER_SCORES | Capability.SCORES_WHOLE_PROMPT)))
 
     def prefill_scores(self, model, cache, input_ids):
         return self.inner.prefill_scores(model, cache, input_ids)

@@ -8,12 +8,14 @@ keys with that chunk's queries: results differ from a one-shot prefill, so the c
 method's identity (a parameter: in the item id, the record's params and the baseline key). With
 `prefill_chunk` 0 (the default) or at least the prompt length, the prefill is exactly the one-shot one.
 Methods that score the whole prompt at once (kvzip), that run their own prefill (kvpress) or that store a
-ragged cache (adakv) cannot be chunked: a MethodError, hence a usage error at collection.
+ragged cache (adakv) cannot be chunked (capabilities.can_prefill_in_chunks): a MethodError, hence a usage
+error at collection.
 """
 
 from __future__ import annotations
 
 from ..core.base import Method
+from ..core.capabilities import Capability, can_prefill_in_chunks
 from ..core.catalog import PREFILL_CHUNK as PARAMETER
 from .delegation import Delegating
 from ..core.errors import MethodError
@@ -25,6 +27,7 @@ class Chunked(Delegating):
 
     def __init__(self, inner: Method, prefill_chunk: int):
         super().__init__(inner, inner.name)
+        self.capabilities |= Capability.CHANGES_PREFILL  # later chunks attend to the compressed cache
         self.prefill_chunk = prefill_chunk
 
     def params(self) -> dict:
@@ -38,7 +41,7 @@ def chunked(method: Method, value) -> Method:
         raise MethodError(f"{method.name}: parameter {PARAMETER!r} must be >= 0, got {chunk}")
     if chunk == 0:
         return method
-    if not method.compresses or method.scores_whole_prompt or method.runs_prefill or method.name == "adakv":
+    if not can_prefill_in_chunks(method.capabilities):
         raise MethodError(f"{method.name}: cannot prefill in chunks (it must evict from the cache layer by "
                           f"layer during the prefill)")
     return Chunked(method, chunk)

@@ -24,11 +24,25 @@ from typing import Any
 import torch
 
 from ..core.base import Method
+from ..core.capabilities import Capability
 from ..core.catalog import SEPARATOR
 from .delegation import Delegating
 from ..core.errors import MethodError
 
 THINK_WINDOW = "recent"  # ThinK's full-channel window, replaced by the quantizer's own under think+kivi
+STORAGE_ROLES = Capability.PRUNES_CHANNELS | Capability.TAKES_CHANNELS  # what a part is, not the composition
+
+
+def _is_evictor(method: type[Method] | Method) -> bool:
+    return Capability.OWN_STORAGE not in method.capabilities
+
+
+def _is_thinner(method: type[Method] | Method) -> bool:
+    return Capability.PRUNES_CHANNELS in method.capabilities
+
+
+def _is_quantizer(method: type[Method] | Method) -> bool:
+    return Capability.OWN_STORAGE in method.capabilities and not _is_thinner(method)
 
 
 class Composition(Delegating):
@@ -39,7 +53,7 @@ class Composition(Delegating):
                  quantizer: Method | None, name: str):
         super().__init__(evictor or thinner or quantizer, name)
         self.parts, self.thinner, self.quantizer = parts, thinner, quantizer
-        self.quantizes = True
+        self.capabilities = (self.capabilities & ~STORAGE_ROLES) | Capability.OWN_STORAGE
         self.query_window = thinner.query_window if thinner else 0
 
     def params(self) -> dict:
@@ -102,9 +116,9 @@ def _at_most_one(role: str, methods: list[Method], spec: str, why: str) -> Metho
 def _one_per_role(classes: list[type[Method]], spec: str) -> None:
     """The roles checked on the classes, before any part is built: two quantizers are refused as such even
     when building one of them would fail for another reason (a backend not installed)."""
-    roles = {"eviction method": [c for c in classes if not c.quantizes],
-             "think": [c for c in classes if c.prunes_channels],
-             "quantizer": [c for c in classes if c.quantizes and not c.prunes_channels]}
+    roles = {"eviction method": [c for c in classes if _is_evictor(c)],
+             "think": [c for c in classes if _is_thinner(c)],
+             "quantizer": [c for c in classes if _is_quantizer(c)]}
     for role, members in roles.items():
         if len(members) > 1:
             raise MethodError(f"{spec}: a composition takes at most one {role}, got {len(members)} "
@@ -122,18 +136,19 @@ def compose(spec: str, params: dict[str, Any], load) -> Composition:
     _one_per_role(classes, spec)
     routed = _routed(classes, params, spec)
     methods = [cls.from_params(**kwargs) for cls, kwargs in zip(classes, routed)]
-    evictor = _at_most_one("eviction method", [m for m in methods if not m.quantizes], spec,
+    evictor = _at_most_one("eviction method", [m for m in methods if _is_evictor(m)], spec,
                            "they would each choose the kept tokens")
-    thinner = _at_most_one("think", [m for m in methods if m.prunes_channels], spec, "keys are thinned once")
-    quantizer = _at_most_one("quantizer", [m for m in methods if m.quantizes and not m.prunes_channels], spec,
+    thinner = _at_most_one("think", [m for m in methods if _is_thinner(m)], spec, "keys are thinned once")
+    quantizer = _at_most_one("quantizer", [m for m in methods if _is_quantizer(m)], spec,
                              "a cache is quantized once")
-    if evictor is not None and not evictor.compresses:
+    if evictor is not None and Capability.COMPRESSES not in evictor.capabilities:
         raise MethodError(f"{spec}: {evictor.name} evicts nothing; name the storage alone "
                           f"({SEPARATOR.join(m.name for m in methods if m is not evictor)})")
-    if evictor is not None and evictor.name == "adakv":
-        raise MethodError(f"{spec}: adakv stores a ragged cache, which {(thinner or quantizer).name} cannot store")
+    if evictor is not None and Capability.HEAD_ADAPTIVE in evictor.capabilities:
+        raise MethodError(f"{spec}: {evictor.name} stores a ragged cache, which {(thinner or quantizer).name} "
+                          f"cannot store")
     if thinner is not None and quantizer is not None:
-        if not quantizer.takes_channels:
+        if Capability.TAKES_CHANNELS not in quantizer.capabilities:
             raise MethodError(f"{spec}: {quantizer.name} cannot quantize think's thin keys; use kivi")
         if THINK_WINDOW in routed[methods.index(thinner)]:
             raise MethodError(f"{spec}: think's {THINK_WINDOW!r} does not apply with {quantizer.name}, whose "

@@ -2,7 +2,8 @@
 
 Composition (composition.py: the kept tokens stored by a quantizer) and chunked prefill (chunked.py: the
 prompt prefilled a chunk at a time) both leave the choice of kept tokens to the method they wrap; this
-base forwards every selection hook to it, so each wrapper states only what it changes.
+base forwards every selection hook to it, so each wrapper states only what it changes. It has the inner
+method's capabilities but LAYER_SCORES (it forwards kept_indices, not score: no wrapper can reuse its scores).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..core.base import Method
+from ..core.capabilities import Capability
 
 
 class Delegating(Method):
@@ -17,12 +19,9 @@ class Delegating(Method):
 
     def __init__(self, inner: Method, name: str):
         self.inner, self.name = inner, name
-        self.compresses = inner.compresses
-        self.scores_whole_prompt = inner.scores_whole_prompt
-        self.runs_prefill = inner.runs_prefill
-        self.shares_across_layers = inner.shares_across_layers
-        self.quantizes = inner.quantizes
+        self.capabilities = inner.capabilities & ~Capability.LAYER_SCORES
         self.query_window = inner.query_window
+        self.prefill_chunk = inner.prefill_chunk
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name}, {self.params()})"

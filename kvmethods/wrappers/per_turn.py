@@ -11,8 +11,8 @@ Because the re-compression changes what later turns see, it is part of the metho
 in the item id, the record's params and the baseline key. `per_turn=false` (the default) is the method
 unchanged. Only methods that can cut a grown cache back from recent queries can do it (as for `decoding`):
 not those needing every prompt query (h2o), the whole prompt (kvzip), their own prefill (kvpress), uneven
-heads (adakv) or a quantized store. The protocol side is protocols/multi_turn.py; the grid refuses the
-parameter under any other protocol (wiring/protocols.py).
+heads (adakv) or a storage of their own (capabilities.can_cut_back_from_recent_queries). The protocol side
+is protocols/multi_turn.py; the grid refuses the parameter under any other protocol (wiring/protocols.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..core.base import Method
+from ..core.capabilities import Capability, can_cut_back_from_recent_queries
 from ..core.catalog import PER_TURN as PARAMETER
-from ..decoding.decoding_compression import NEEDS_ALL_QUERIES
 from .delegation import Delegating
 from ..core.errors import MethodError
 from ..core.params import coerce
@@ -30,12 +30,9 @@ from ..core.params import coerce
 class PerTurn(Delegating):
     """`inner`, cut back to its budget after every turn of a multi-turn session."""
 
-    recompresses_per_turn = True
-
     def __init__(self, inner: Method):
         super().__init__(inner, inner.name)
-        self.shares_prefill = inner.shares_prefill
-        self.prefill_chunk = getattr(inner, "prefill_chunk", 0)
+        self.capabilities |= Capability.RECOMPRESSES_PER_TURN
 
     def params(self) -> dict:
         return self.inner.params() | {PARAMETER: True}
@@ -55,8 +52,7 @@ def per_turn(method: Method, value) -> Method:
     """The method re-compressing after each turn (`value` true), else unchanged; MethodError when it cannot."""
     if not coerce(method.name, PARAMETER, bool, value):
         return method
-    if (not method.compresses or method.scores_whole_prompt or method.runs_prefill or method.quantizes
-            or method.name in NEEDS_ALL_QUERIES or method.name == "adakv"):
+    if not can_cut_back_from_recent_queries(method.capabilities):
         raise MethodError(f"{method.name}: cannot re-compress after each turn (per_turn needs a method that cuts "
                           f"the cache back layer by layer from recent queries, as decoding's bases do)")
     return PerTurn(method)

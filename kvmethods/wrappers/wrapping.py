@@ -15,14 +15,29 @@ from typing import Any
 import torch
 
 from ..core.base import Method
+from ..core.capabilities import INHERITED_FROM_BASE, Capability
 from ..core.errors import MethodError
 from ..runtime.layer_inputs import LayerInputs
 
 
 class WrapperMethod(Method):
-    """Base class of wrappers; subclasses are dataclasses declaring `base: str = param(...)`."""
+    """Base class of wrappers; subclasses are dataclasses declaring `base: str = param(...)`. An instance's
+    capabilities are its class's plus what its base needs (`inherited`), set whenever `inner` is."""
 
     base: str
+
+    @property
+    def inner(self) -> Method:
+        return self._inner
+
+    @inner.setter
+    def inner(self, method: Method) -> None:
+        self._inner = method
+        self.capabilities = type(self).capabilities | self.inherited(method)
+
+    def inherited(self, inner: Method) -> Capability:
+        """The capabilities the wrapper has because its base has them (whole-prompt scoring, every query)."""
+        return inner.capabilities & INHERITED_FROM_BASE
 
     def check(self) -> None:
         self.inner = self._wrap(self.base, {})
@@ -38,10 +53,10 @@ class WrapperMethod(Method):
         return inner
 
     def can_wrap(self, inner: Method) -> bool:
-        return inner.compresses and type(inner).has_layer_scores()
+        return (Capability.COMPRESSES | Capability.LAYER_SCORES) in inner.capabilities
 
     def why_not(self, inner: Method) -> str:
-        if not inner.compresses:
+        if Capability.COMPRESSES not in inner.capabilities:
             return "it keeps everything"
         return "it selects positions without per-layer scores"
 

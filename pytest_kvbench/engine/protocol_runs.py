@@ -50,6 +50,7 @@ def generations(runner, case, task, method, budget, loaded, samples: list) -> It
     from pytest_kvbench.engine.fidelity import compare, reference_of
     from pytest_kvbench.engine.finite_logits import check_logits_finite
     from pytest_kvbench.engine.runner import NO_COMPRESSION
+    from pytest_kvbench.results.record import FULL_CACHE
     from pytest_kvbench.wiring.grid import FULL_METHOD
 
     prompts = [runner._prompt(case, task, sample, loaded) for sample in samples]
@@ -72,7 +73,7 @@ def generations(runner, case, task, method, budget, loaded, samples: list) -> It
         key = (case.model, case.task, case.seed, case.context_length, tuple(samples[i].id for i in group),
                case.protocol)
         references = runner.references.get(key, full_cache_reference)
-        if case.method.name == FULL_METHOD:
+        if case.budget == FULL_CACHE:  # the reference row: its outcomes are the references
             for turn, (index, reference) in enumerate(zip(group, references)):
                 yield Generation(samples[index], reference.result, 0.0, 1.0, context_index, turn)
             continue

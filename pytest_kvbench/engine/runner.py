@@ -124,7 +124,7 @@ class Runner:
     def _shares(self, case: Case) -> bool:
         from kvmethods.runtime.shared_prefill import can_share_prefill
 
-        return case.method.name != FULL_METHOD and can_share_prefill(self._method(case))
+        return case.budget != records.FULL_CACHE and can_share_prefill(self._method(case))
 
     def _share_prefill(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
                        limit: item_time_limit) -> None:
@@ -243,7 +243,7 @@ class Runner:
         for sample in samples:
             prompt = self._prompt(case, task, sample, loaded)
             reference = self._reference(case, task, sample, prompt, loaded, limit)
-            if case.method.name == FULL_METHOD:
+            if case.budget == records.FULL_CACHE:  # the reference row: its outcome is the reference's
                 yield Generation(sample, reference.result, 0.0, 1.0), _prefill_split(
                     reference.result if self.shared.enabled else None)
             elif sharing:  # decoded with the group's shared prefill of the sample (maybe in another item's run)

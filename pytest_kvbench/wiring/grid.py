@@ -12,7 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvmethods import Budget
+from kvmethods import Budget, describe_method
 from pytest_kvbench.input_values import MAX_SAMPLES, InputError, ascii_int
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL
 from pytest_kvbench.results.record import DEFAULT_PROTOCOL, FULL, FULL_CACHE, CaseBudget, model_label, protocol_key_part
@@ -146,7 +146,9 @@ class Grid:
                     continue
                 lengths = self.context_lengths if suite == "ruler" else [None]
                 for method in self.methods:
-                    budgets = [FULL_CACHE] if method.name == FULL_METHOD else self.budgets
+                    # a method that changes nothing (full) has no budget axis: it runs once, uncompressed
+                    keeps_all = not describe_method(method.name, **dict(method.params)).capabilities
+                    budgets = [FULL_CACHE] if keeps_all else self.budgets
                     for budget in budgets:
                         for length in lengths:
                             for seed, protocol in itertools.product(self.seeds, self.protocols):

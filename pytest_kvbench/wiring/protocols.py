@@ -11,7 +11,7 @@ A method re-compressing after each turn (``per_turn=true``) needs multi_turn and
 
 from __future__ import annotations
 
-from kvmethods import describe_method
+from kvmethods import Capability, describe_method
 from kvmethods.core.catalog import PROTOCOLS
 
 from pytest_kvbench.input_values import split_list
@@ -75,7 +75,9 @@ def check_per_turn(grid: Grid) -> None:
     """GridError for a method re-compressing after each turn in a grid with a protocol that has no turns:
     it would run as the plain method under another name."""
     others = [protocol for protocol in grid.protocols if protocol != "multi_turn"]
+    if not others:
+        return
     for spec in grid.methods:
-        if others and describe_method(spec.name, **dict(spec.params)).recompresses_per_turn:
+        if Capability.RECOMPRESSES_PER_TURN in describe_method(spec.name, **dict(spec.params)).capabilities:
             raise GridError(f"method {spec.label}: per_turn re-compresses after each turn, but protocol {others[0]} "
                             f"has no turns (use --kvbench-protocol multi_turn alone)")

@@ -27,6 +27,7 @@ import torch
 
 from ...core.base import Method
 from ...core.budget import Budget
+from ...core.capabilities import REWRITES_WHILE_DECODING, Capability
 from .cache_snapshot import CacheSnapshot
 from ...decoding.decoding_compression import compressing_decode
 from ..generation import GenerationOutput, PrefilledPrompt, _teacher_force_prefilled, _uneven, measured_prefill, prefill
@@ -101,7 +102,7 @@ def answering(state: PrefilledPrompt, method: Method, keep_answers: bool):
     while decoding (decoding_compression.py, per_turn), the answer is decoded on a copy of the cache."""
     if keep_answers:
         yield state
-    elif type(method).while_decoding is not Method.while_decoding:
+    elif method.capabilities & REWRITES_WHILE_DECODING:
         yield dataclasses.replace(state, cache=copy.deepcopy(state.cache))
     else:
         snapshot, position = CacheSnapshot.take(state.cache), state.next_position
@@ -113,7 +114,7 @@ def answering(state: PrefilledPrompt, method: Method, keep_answers: bool):
 def turn_scope(model, method: Method, state: PrefilledPrompt, fed: int):
     """Around one turn (question and answer): with `per_turn`, the cache is cut back to its budget when the
     turn ends, the turn's queries scoring (a scorer window longer than the `fed` question tokens shrinks)."""
-    if not method.recompresses_per_turn:
+    if Capability.RECOMPRESSES_PER_TURN not in method.capabilities:
         return contextlib.nullcontext()
     scorer = method.observing(fed) if hasattr(method, "observing") else method
     return compressing_decode(model, state, scorer, sys.maxsize, cut_at_exit=True)

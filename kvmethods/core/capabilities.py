@@ -1,0 +1,72 @@
+"""What the runtime must know about a method, as one declared value: `Method.capabilities`.
+
+The runtime takes a different path for a method that scores the whole prompt after a plain prefill
+(kvzip), runs its own prefill (kvpress presses), stores its kept tokens its own way (quantizers, ThinK),
+keeps uneven heads (adakv), compresses while decoding (rkv), ... It asks the method's capabilities, never
+its name, so a new method that declares what it does takes the right path (and one that declares a hook
+it does not implement is refused when it is registered: base.capability_mismatch).
+
+A built-in declares its capabilities once, in its catalog row (catalog.py, read without torch); its class
+takes them from there. A third-party method declares `capabilities = Capability.X | Capability.Y` on its
+class (kvmethods/README.md, "Adding your own method"). Wrappers and compositions refine them per instance
+from the methods they wrap (wrapping.py, delegation.py). This module imports nothing (the plugin reads it
+at configure time).
+"""
+
+from __future__ import annotations
+
+from enum import Flag, auto
+
+
+class Capability(Flag):
+    """One bit per thing a method does that changes how the runtime runs it."""
+
+    COMPRESSES = auto()  # evicts prompt tokens (not: the full cache, a quantizer or ThinK alone)
+    LAYER_SCORES = auto()  # score(): per-layer scores a wrapper can reuse (adakv, criticalkv, decoding)
+    SCORES_WHOLE_PROMPT = auto()  # prefill_scores(): scores the prompt after a plain prefill (kvzip)
+    NEEDS_ALL_QUERIES = auto()  # its scores need every prompt query (h2o), not just the recent ones
+    HEAD_ADAPTIVE = auto()  # select() shares a layer's budget unevenly among heads: a ragged cache (adakv)
+    SHARES_ACROSS_LAYERS = auto()  # select_layers() shares the budget over all layers (adakv:across_layers)
+    RUNS_PREFILL = auto()  # prefill_context(): compresses inside its own prefill forward (kvpress presses)
+    CHANGES_PREFILL = auto()  # its selection needs a prefill forward of its own (chunked prefill)
+    OWN_STORAGE = auto()  # storage_layer(): stores the kept tokens its own way (quantizers, ThinK)
+    PRUNES_CHANNELS = auto()  # a storage that thins keys, composable before a quantizer (ThinK)
+    TAKES_CHANNELS = auto()  # a quantizer whose storage_layer() takes thin keys (KIVI)
+    COMPRESSES_WHILE_DECODING = auto()  # while_decoding(): cuts the cache back while generating (decoding, rkv)
+    RECOMPRESSES_PER_TURN = auto()  # cut back to its budget after each multi-turn turn (per_turn=true)
+    WRAPS = auto()  # builds on a base method named by its `base` parameter (wrapping.py)
+
+
+SCORER = Capability.COMPRESSES | Capability.LAYER_SCORES  # the common case: evicts by per-layer scores
+
+# Any of these: the method cannot take its selection from a prefill forward shared with other methods
+# (shared_prefill.py) and prefills alone. A per-turn method rewrites the cache between turns, so its
+# prefill is its own too.
+PREFILLS_ALONE = (Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREFILL | Capability.CHANGES_PREFILL
+                  | Capability.OWN_STORAGE | Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN)
+# Any of these: the method cannot cut a grown cache back layer by layer from the most recent queries
+# (decoding's bases, per_turn): it needs more than those queries, keeps uneven heads or stores its own way.
+NOT_FROM_RECENT_QUERIES = (Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREFILL | Capability.HEAD_ADAPTIVE
+                           | Capability.NEEDS_ALL_QUERIES | Capability.OWN_STORAGE)
+# Any of these: the method cannot evict chunk by chunk during the prefill (chunked.py).
+NOT_CHUNK_BY_CHUNK = Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREFILL | Capability.HEAD_ADAPTIVE
+# What a wrapper needs because its base needs it (adakv over kvzip scores the whole prompt, like kvzip).
+INHERITED_FROM_BASE = Capability.SCORES_WHOLE_PROMPT | Capability.NEEDS_ALL_QUERIES
+# The rewrites of the cache while or after decoding: an answer that must leave the cache is decoded on a copy.
+REWRITES_WHILE_DECODING = Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN
+
+
+def prefills_alone(capabilities: Capability) -> bool:
+    """Whether a method with these capabilities runs its own prefill instead of sharing one."""
+    return bool(capabilities & PREFILLS_ALONE)
+
+
+def can_cut_back_from_recent_queries(capabilities: Capability) -> bool:
+    """Whether a method with these capabilities can cut a grown cache back to its budget layer by layer,
+    scoring with the most recent queries (compression while decoding, per_turn)."""
+    return Capability.COMPRESSES in capabilities and not capabilities & NOT_FROM_RECENT_QUERIES
+
+
+def can_prefill_in_chunks(capabilities: Capability) -> bool:
+    """Whether a method with these capabilities can evict after each chunk of a chunked prefill."""
+    return Capability.COMPRESSES in capabilities and not capabilities & NOT_CHUNK_BY_CHUNK
