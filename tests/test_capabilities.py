@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import kvmethods
 from kvmethods import (Capability, Method, MethodError, available_methods, describe_method, get_method,
                        register_method, unregister_method)
 from kvmethods.core.capabilities import prefills_alone
@@ -21,7 +22,7 @@ from kvmethods.runtime.shared_prefill import can_share_prefill
 from kvmethods.wrappers.adakv import head_adaptive_mask
 from tiny_models import tiny_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(kvmethods.__file__).resolve().parents[1]  # the repository (wherever this test file sits)
 # the receivers that hold a method (or a grid's method spec): `method.name`, `case.method.name`, `self.inner.name`
 METHOD_HOLDERS = re.compile(r"(method|inner|evictor|thinner|quantizer|scorer|press)s?$", re.IGNORECASE)
 NAME_COMPARISONS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)

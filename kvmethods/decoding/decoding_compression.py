@@ -96,7 +96,8 @@ class DecodingCompression(WrapperMethod):
     def why_not(self, inner: Method) -> str:
         if Capability.COMPRESSES not in inner.capabilities:
             return "it keeps everything"
-        return "it needs every prompt query, the whole prompt, uneven heads, its own prefill or storage, or wraps another"
+        return ("it needs every prompt query, the whole prompt, uneven heads, its own prefill or storage, "
+                "or wraps another")
 
     def kept_indices(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
         return self.inner.kept_indices(layer, n_keep)

@@ -67,7 +67,8 @@ class _Selection:
 def _plan(model, method: Method, budget, prompt_len: int, compressed_len: int, n_layers: int) -> _Selection:
     budget_tokens = tokens_kept(model, method, Budget.parse(budget), prompt_len, compressed_len)
     layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
-    if Capability.COMPRESSES not in method.capabilities or min(layer_budgets) >= compressed_len:  # keeps everything, as prefill() does
+    # keeps everything, as prefill() does
+    if Capability.COMPRESSES not in method.capabilities or min(layer_budgets) >= compressed_len:
         layer_budgets = [compressed_len] * n_layers
     elif len(layer_budgets) != n_layers or min(layer_budgets) < 1:
         raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
