@@ -229,22 +229,24 @@ class Record:
         """A record of any schema version read back (migrated first); RecordError (one line) when it
         is not a record: not an object, a newer version, no key, a part that is not an object."""
         if not isinstance(data, dict):
-            raise RecordError(f"not a JSON object but {type(data).__name__}")
+            raise RecordError(f"is not a JSON object but {type(data).__name__}")
         try:
             migrated = migrate(data)
-            record = from_json(cls, migrated)
-        except (RecordVersionError, RecordShapeError) as exc:
+        except RecordVersionError as exc:
             raise RecordError(str(exc)) from None
-        if not isinstance(record.key, str):
-            raise RecordError("'key' must be a string")
-        for part, name in ((record.model, "model"), (record.method, "method"), (record.budget, "budget"),
-                           (record.task, "task")):
-            inner = "spec" if name == "budget" else "name"
-            if not isinstance(getattr(part, inner), str):
-                raise RecordError(f"'{name}' has no '{inner}' string")
-        if not isinstance(record.samples, list) or not all(isinstance(s, dict) for s in record.samples):
-            raise RecordError("'samples' must be a list of objects")
-        return record
+        if not isinstance(migrated.get("key"), str):
+            raise RecordError("has no 'key' string")
+        for name, inner in (("model", "name"), ("method", "name"), ("budget", "spec"), ("task", "name")):
+            part = migrated.get(name)
+            if not isinstance(part, dict) or not isinstance(part.get(inner), str):
+                raise RecordError(f"has no '{name}' object with a '{inner}'")
+        samples = migrated.get("samples", [])
+        if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):
+            raise RecordError("has malformed 'samples' (a list of objects)")
+        try:
+            return from_json(cls, migrated)
+        except RecordShapeError as exc:
+            raise RecordError(str(exc)) from None
 
     # -- made and finished -----------------------------------------------------------------------
     @classmethod
