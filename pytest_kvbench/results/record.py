@@ -69,7 +69,6 @@ def budget_sort_key(spec: str) -> tuple:
         return (3, 0.0, str(spec))  # a spec this version cannot parse (an old or hand-made file): last
 
 
-
 # -- the typed record -------------------------------------------------------------------------
 # Each part is a small frozen dataclass; ``extra`` keeps the keys a part does not declare (a newer or
 # hand-made file), so a record read and written back (``kvbench merge``) loses nothing.
