@@ -23,6 +23,7 @@ from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn,
 from pytest_kvbench.engine.shared_prefills import SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
+from pytest_kvbench.results.record_json import from_json
 from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
 
 NO_COMPRESSION = Budget("ratio", 0.0)  # the budget the full-cache reference runs with: remove nothing
@@ -280,7 +281,6 @@ class Runner:
 
     def _record(self, case, task, method, loaded, loaded_now, rows, aggregate, meter, total_s) -> records.Record:
         from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
-        from pytest_kvbench.results.record_json import from_json
 
         kv = kv_cache_figures([r["kv_bytes_before"] for r in rows], [r["kv_bytes_after"] for r in rows])
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],

@@ -67,46 +67,55 @@ def from_json(cls: type[T], data: object, path: str = "record") -> T:
     concern (``is_number``), as it was for the plain dicts."""
     if not isinstance(data, dict):
         raise RecordShapeError(f"{path} must be an object, found {type(data).__name__}")
-    declared = _fields(cls)
-    values: dict = {}
-    extra: dict = {}
-    for key, value in data.items():
-        if key in declared and key != EXTRA:
-            values[key] = _load(declared[key], value, f"{path}.{key}")
-        else:
-            extra[key] = value
-    if EXTRA in declared:
-        values[EXTRA] = extra
-    missing = [name for name, field in _dataclass_fields(cls).items()
-               if name not in values and _default(field) is dataclasses.MISSING]
+    plan = _plan(cls)
+    values = {key: value for key, value in data.items() if key in plan.plain}  # scalars, lists, dicts as they are
+    for key, how in plan.parts.items():
+        if key in data:
+            values[key] = _load(how, data[key], f"{path}.{key}")
+    if plan.has_extra:
+        values[EXTRA] = {key: value for key, value in data.items() if key not in plan.declared}
+    missing = [name for name in plan.required if name not in values]
     if missing:
         raise RecordShapeError(f"{path} has no {', '.join(repr(m) for m in missing)}")
     return cls(**values)
 
 
-def _load(hint: Any, value: Any, path: str) -> Any:
-    part = _part_type(hint)
-    if part is not None:
-        if value is None and _allows_none(hint):
+class _FieldPlan(typing.NamedTuple):
+    part: type | None  # a nested record dataclass
+    item: type | None  # list[dataclass]: its item
+    allows_none: bool
+
+
+class _ClassPlan(typing.NamedTuple):
+    plain: frozenset[str]  # fields taken as they are
+    parts: dict[str, _FieldPlan]  # fields holding a nested part (or a list of them)
+    declared: frozenset[str]  # every field but extra
+    required: tuple[str, ...]  # fields without a default
+    has_extra: bool
+
+
+def _load(how: _FieldPlan, value: Any, path: str) -> Any:
+    if how.part is not None:
+        if value is None and how.allows_none:
             return None
-        return from_json(part, value, path)
-    item = _list_item_part(hint)
-    if item is not None:
-        if not isinstance(value, list):
-            raise RecordShapeError(f"{path} must be a list, found {type(value).__name__}")
-        return [from_json(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
-    return value
+        return from_json(how.part, value, path)
+    if not isinstance(value, list):
+        raise RecordShapeError(f"{path} must be a list, found {type(value).__name__}")
+    return [from_json(how.item, v, f"{path}[{i}]") for i, v in enumerate(value)]
 
 
 @functools.cache
-def _dataclass_fields(cls: type) -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(cls)}
-
-
-@functools.cache
-def _fields(cls: type) -> dict[str, Any]:
+def _plan(cls: type) -> _ClassPlan:
+    """How to read each field of ``cls``, worked out once per class from its type hints (records are
+    read by the thousand)."""
     hints = typing.get_type_hints(cls)
-    return {name: hints[name] for name in _dataclass_fields(cls)}
+    fields = dataclasses.fields(cls)
+    plans = {f.name: _FieldPlan(_part_type(hints[f.name]), _list_item_part(hints[f.name]),
+                                _allows_none(hints[f.name])) for f in fields if f.name != EXTRA}
+    parts = {name: how for name, how in plans.items() if how.part is not None or how.item is not None}
+    required = tuple(f.name for f in fields if _default(f) is dataclasses.MISSING)
+    return _ClassPlan(frozenset(plans) - frozenset(parts), parts, frozenset(plans), required,
+                      any(f.name == EXTRA for f in fields))
 
 
 def _members(hint: Any) -> tuple:
