@@ -1,6 +1,8 @@
 """Per-suite summaries: LongBench v2's difficulty and length splits, InfiniteBench's paper columns
 and average, in RESULTS.md and in the LaTeX export."""
 
+from dataclasses import replace
+
 from pytest_kvbench.results.export import to_latex
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.tables import results_markdown
@@ -82,9 +84,7 @@ def test_latex_prints_each_summary_with_the_best_compressed_value_bold():
 
 def scbench_record(method, score, turns, seed=0, history="gold"):
     r = record(method, "full" if method == "full" else "128", "scbench_kv", "scbench", score, seed=seed)
-    r["task"]["history"] = history
-    r["aggregate"]["turns"] = turns
-    return r
+    return replace(r, task=replace(r.task, history=history), aggregate=r.aggregate | {"turns": turns})
 
 
 def test_scbench_reports_each_turn_then_the_pooled_score():
