@@ -69,9 +69,10 @@ def from_json(cls: type[T], data: object, path: str = "record") -> T:
         raise RecordShapeError(f"{path} must be an object, found {type(data).__name__}")
     plan = _plan(cls)
     values = {key: value for key, value in data.items() if key in plan.plain}  # scalars, lists, dicts as they are
-    for key, how in plan.parts.items():
+    for key, (part, allows_none) in plan.parts.items():
         if key in data:
-            values[key] = _load(how, data[key], f"{path}.{key}")
+            value = data[key]
+            values[key] = None if value is None and allows_none else from_json(part, value, f"{path}.{key}")
     if plan.has_extra:
         values[EXTRA] = {key: value for key, value in data.items() if key not in plan.declared}
     missing = [name for name in plan.required if name not in values]
@@ -80,28 +81,12 @@ def from_json(cls: type[T], data: object, path: str = "record") -> T:
     return cls(**values)
 
 
-class _FieldPlan(typing.NamedTuple):
-    part: type | None  # a nested record dataclass
-    item: type | None  # list[dataclass]: its item
-    allows_none: bool
-
-
 class _ClassPlan(typing.NamedTuple):
-    plain: frozenset[str]  # fields taken as they are
-    parts: dict[str, _FieldPlan]  # fields holding a nested part (or a list of them)
+    plain: frozenset[str]  # fields taken as they are: scalars, lists, dicts
+    parts: dict[str, tuple[type, bool]]  # fields holding a nested part: (its dataclass, whether None is allowed)
     declared: frozenset[str]  # every field but extra
     required: tuple[str, ...]  # fields without a default
     has_extra: bool
-
-
-def _load(how: _FieldPlan, value: Any, path: str) -> Any:
-    if how.part is not None:
-        if value is None and how.allows_none:
-            return None
-        return from_json(how.part, value, path)
-    if not isinstance(value, list):
-        raise RecordShapeError(f"{path} must be a list, found {type(value).__name__}")
-    return [from_json(how.item, v, f"{path}[{i}]") for i, v in enumerate(value)]
 
 
 @functools.cache
@@ -109,33 +94,21 @@ def _plan(cls: type) -> _ClassPlan:
     """How to read each field of ``cls``, worked out once per class from its type hints (records are
     read by the thousand)."""
     hints = typing.get_type_hints(cls)
-    fields = dataclasses.fields(cls)
-    plans = {f.name: _FieldPlan(_part_type(hints[f.name]), _list_item_part(hints[f.name]),
-                                _allows_none(hints[f.name])) for f in fields if f.name != EXTRA}
-    parts = {name: how for name, how in plans.items() if how.part is not None or how.item is not None}
-    required = tuple(f.name for f in fields if _default(f) is dataclasses.MISSING)
-    return _ClassPlan(frozenset(plans) - frozenset(parts), parts, frozenset(plans), required,
-                      any(f.name == EXTRA for f in fields))
+    fields = [f for f in dataclasses.fields(cls) if f.name != EXTRA]
+    parts = {}
+    for field in fields:
+        members = _members(hints[field.name])
+        nested = [m for m in members if isinstance(m, type) and dataclasses.is_dataclass(m)]
+        if nested:
+            parts[field.name] = (nested[0], type(None) in members)
+    declared = frozenset(f.name for f in fields)
+    return _ClassPlan(declared - frozenset(parts), parts, declared,
+                      tuple(f.name for f in fields if _default(f) is dataclasses.MISSING),
+                      any(f.name == EXTRA for f in dataclasses.fields(cls)))
 
 
 def _members(hint: Any) -> tuple:
+    """The types of a hint: ``Latency | None`` -> (Latency, NoneType)."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return typing.get_args(hint)
     return (hint,)
-
-
-def _allows_none(hint: Any) -> bool:
-    return type(None) in _members(hint)
-
-
-def _part_type(hint: Any) -> type | None:
-    parts = [m for m in _members(hint) if isinstance(m, type) and dataclasses.is_dataclass(m)]
-    return parts[0] if parts else None
-
-
-def _list_item_part(hint: Any) -> type | None:
-    for member in _members(hint):
-        if typing.get_origin(member) is list:
-            (item,) = typing.get_args(member) or (None,)
-            return item if isinstance(item, type) and dataclasses.is_dataclass(item) else None
-    return None
