@@ -60,7 +60,7 @@ def main() -> None:
         between.append(beyond_model_and_references())
 
     records = [runner.run(case, progress) for case in cases]
-    group = sum(r["samples"][0]["kv_bytes_after"] for r in records[1:])
+    group = sum(r.samples[0]["kv_bytes_after"] for r in records[1:])
     print(f"group: full + {len(cases) - 1} sharing items ({', '.join(c.id for c in cases[1:])}), {args.samples} samples")
     print(f"bytes held by the shared prefills between samples: max {max(held):,}")
     print(f"live tensor bytes beyond the model and references between samples: max {max(between):,}")

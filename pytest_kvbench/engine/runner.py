@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kvmethods import Budget
@@ -22,6 +23,7 @@ from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn,
 from pytest_kvbench.engine.shared_prefills import SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
+from pytest_kvbench.results.record_json import from_json
 from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
 
 NO_COMPRESSION = Budget("ratio", 0.0)  # the budget the full-cache reference runs with: remove nothing
@@ -164,7 +166,7 @@ class Runner:
         return (result, *compare(reference, logprobs))
 
     # -- the item ------------------------------------------------------------------------------
-    def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> dict:
+    def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> records.Record:
         """The item's record; out of memory raises ItemOutOfMemory after the memory is freed.
         progress(samples done, samples in all) is called after each sample."""
         from pytest_kvbench.engine.out_of_memory import fail_on_out_of_memory
@@ -175,7 +177,7 @@ class Runner:
         finally:
             self.shared.finish(case)  # outcomes left for this item (it failed mid-way) are freed
 
-    def _run(self, case: Case, progress: Callable[[int, int], None]) -> dict:
+    def _run(self, case: Case, progress: Callable[[int, int], None]) -> records.Record:
         from kvmethods.runtime.generation import record_fields
         from pytest_kvbench.engine.hardware.item_meter import ItemMeter
         from pytest_kvbench.tasks import get_task
@@ -277,31 +279,31 @@ class Runner:
             self._devices[device] = describe_device(device)
         return self._devices[device]
 
-    def _record(self, case, task, method, loaded, loaded_now, rows, aggregate, meter, total_s) -> dict:
+    def _record(self, case, task, method, loaded, loaded_now, rows, aggregate, meter, total_s) -> records.Record:
         from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
 
         kv = kv_cache_figures([r["kv_bytes_before"] for r in rows], [r["kv_bytes_after"] for r in rows])
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
                                   [r["new_tokens"] for r in rows], total_s)
-        model_info = loaded.info() | {"loaded_by_this_item": loaded_now}
-        return records.identity(case, self.run_id, case.protocol) | {
-            "device": self.device_description(loaded.device),
-            "model": model_info,
-            "method": {"name": method.name, "params": method.params()},
-            "task": {"name": task.name, "suite": task.suite, "metric": task.metric_name,
-                     "context_length": case.context_length} | task.record_settings(),
-            "max_prompt_tokens": self.grid.max_prompt_tokens,
-            "metric": task.metric_name,
-            "score": aggregate.get("score"),
-            "aggregate": aggregate,
-            "n_samples": len(rows),
-            "samples": rows,
-            "latency": latency,
-            "memory": {"peak_bytes": meter.get("peak_bytes"), "kind": meter.get("memory_kind"),
-                       "peak_method": meter.get("peak_method"),
-                       "peak_reserved_bytes": meter.get("peak_reserved_bytes")} | kv,
-            "fidelity": {"kl": _mean([r["kl"] for r in rows]), "agreement": _mean([r["agreement"] for r in rows])},
-            "energy_j": meter.get("energy_j"),
-            "energy_source": meter.get("energy_source"),
-            "meter_scope": self.shared.meter_scope(case),
-        }
+        return replace(
+            records.Record.identity(case, self.run_id, case.protocol),
+            device=from_json(records.Device, self.device_description(loaded.device), "device"),
+            model=from_json(records.ModelInfo, loaded.info() | {"loaded_by_this_item": loaded_now}, "model"),
+            method=records.MethodInfo(name=method.name, params=method.params()),
+            task=from_json(records.TaskInfo, {"name": task.name, "suite": task.suite, "metric": task.metric_name,
+                                              "context_length": case.context_length} | task.record_settings(), "task"),
+            max_prompt_tokens=self.grid.max_prompt_tokens,
+            metric=task.metric_name,
+            score=aggregate.get("score"),
+            aggregate=aggregate,
+            n_samples=len(rows),
+            samples=rows,
+            latency=from_json(records.Latency, latency, "latency"),
+            memory=records.Memory(peak_bytes=meter.get("peak_bytes"), kind=meter.get("memory_kind"),
+                                  peak_method=meter.get("peak_method"),
+                                  peak_reserved_bytes=meter.get("peak_reserved_bytes"), **kv),
+            fidelity=records.Fidelity(kl=_mean([r["kl"] for r in rows]), agreement=_mean([r["agreement"] for r in rows])),
+            energy_j=meter.get("energy_j"),
+            energy_source=meter.get("energy_source"),
+            meter_scope=from_json(records.MeterScope, self.shared.meter_scope(case), "meter_scope"),
+        )
