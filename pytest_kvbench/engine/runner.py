@@ -10,7 +10,6 @@ outcomes (shared_prefills.py) and scores them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -25,6 +24,7 @@ from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.record_json import from_json
 from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
+from kvmethods.runtime.clock import now
 
 NO_COMPRESSION = Budget("ratio", 0.0)  # the budget the full-cache reference runs with: remove nothing
 
@@ -182,7 +182,7 @@ class Runner:
         from pytest_kvbench.engine.hardware.item_meter import ItemMeter
         from pytest_kvbench.tasks import get_task
 
-        started = time.perf_counter()
+        started = now()
         task = get_task(case.task)
         method = self._method(case)
         sharing = self.shared.enabled and self._shares(case)
@@ -229,7 +229,7 @@ class Runner:
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
         aggregate = by_context_and_turn(rows) | aggregate  # a task's own "turns" (SCBench's) win
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,
-                            meter.result, time.perf_counter() - started)
+                            meter.result, now() - started)
 
     def _time_left(self, case: Case) -> float | None:
         """The item's time limit less its decoding already done in other items' runs (group_decode.py);
