@@ -15,11 +15,16 @@ SMALL_GRID = [
 ]
 
 
+# Collection only, one budget and one task: enough to see which items a method spec makes.
+GRID = ["--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-budgets", "64",
+        "--kvbench-tasks", "passage_retrieval_en"]
+
+
 def add_bench_files(pytester) -> None:
     """Copy the real benchmark suite into the pytester directory.
 
-    Renamed, because pytester runs in this process, where tests/test_longbench.py and
-    tests/test_ruler.py are already imported under those module names.
+    Renamed, because pytester runs in this process, where tests/tasks/test_longbench.py and
+    tests/tasks/test_ruler.py are already imported under those module names.
     """
     for path in sorted(BENCH.glob("test_*.py")):
         if path.name != "test_kernels.py":

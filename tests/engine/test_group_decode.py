@@ -18,7 +18,6 @@ from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
 from pytest_kvbench.results.record import MeterScope
 from pytest_kvbench.wiring.grid import Grid, MethodSpec
 from model_helpers import one_thread  # noqa: F401 - module-scoped autouse fixture
-from test_distributed_health import _busy
 
 SHARING = ["snapkv", "h2o", "streamingllm", "tova"]
 
@@ -177,3 +176,8 @@ def test_shared_prefills_serve_only_planned_unfinished_items_and_free_what_an_it
     shared.finish(snapkv)
     assert shared.waiting_count() == 0 and shared.members(full, "s4") == [full]
     assert SharedPrefills(enabled=False).members(full, "s1") == [full]
+
+
+def _busy(iterations: int) -> int:
+    """Pure-Python work that a time limit can interrupt (no sleeps)."""
+    return sum(range(iterations))

@@ -142,7 +142,7 @@ def test_help_lists_every_verb(capsys):
 def test_the_command_as_a_process_exits_2_with_one_line_and_no_traceback(results):
     """What CI sees: the real exit status and stderr of the `kvbench` entry point."""
     (results / "runs" / RUN_ID / "run.json").write_text("not json")
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     completed = subprocess.run([sys.executable, "-m", "pytest_kvbench.cli", "show", RUN_ID, "--results", str(results)],
                                capture_output=True, text=True, env=env, timeout=120, check=False)

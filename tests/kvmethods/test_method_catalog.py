@@ -1,6 +1,6 @@
 """The method catalog (kvmethods/core/catalog.py) says what the classes say, so validation cannot drift.
 
-The grid is validated from the catalog without importing a method (tests/test_plugin_startup.py); here every
+The grid is validated from the catalog without importing a method (tests/plugin/test_plugin_startup.py); here every
 entry is compared with its class (parameters, capabilities, whether validation needs the class), and for
 the methods validated from the catalog alone, any given parameters give the same outcome, the same message
 on a bad value, as building the method does.

@@ -17,7 +17,7 @@ from pytest_kvbench.tasks.ruler.niah import NIAH_CONFIGS, NiahConfig, generate_n
 from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_part
 from pytest_kvbench.tasks.ruler.templates import NOISE_SENTENCE
 
-ESSAY = (Path(__file__).resolve().parent.parent / "pytest_kvbench" / "tasks" / "ruler" / "fixture_essay.txt").read_text()
+ESSAY = (Path(__file__).resolve().parents[2] / "pytest_kvbench" / "tasks" / "ruler" / "fixture_essay.txt").read_text()
 NEEDLE = re.compile(r"One of the special magic (\w+) for (\S+) is: (\S+)\.")
 
 
@@ -174,7 +174,7 @@ class TestSeeding:
             "s = get_task('niah_single_1').load_samples(tiny_tokenizer(), n=2, seed=5, context_length=1024); "
             "print(json.dumps([[x.fields['input'], x.answers] for x in s]))"
         )
-        root = Path(__file__).resolve().parent.parent
+        root = Path(__file__).resolve().parents[2]
         env = dict(os.environ, PYTHONHASHSEED="12345", HF_HUB_OFFLINE="1")
         out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
         here = get_task("niah_single_1").load_samples(tokenizer, n=2, seed=5, context_length=1024)

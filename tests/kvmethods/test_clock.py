@@ -20,7 +20,7 @@ from kvmethods.runtime.shared_prefill import shared_prefill
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from tiny_models import tiny_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIMED_PACKAGES = [ROOT / "kvmethods", ROOT / "pytest_kvbench" / "engine"]
 
 

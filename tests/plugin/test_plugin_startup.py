@@ -16,7 +16,7 @@ import pytest
 
 from pytest_kvbench.wiring.gpu_slots import GPU_DRIVER_PATHS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "datasets", "scipy", "matplotlib", "numpy", "pandas", "safetensors", "tokenizers")
 PROBE = f"""
 import json, os, sys

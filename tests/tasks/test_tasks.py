@@ -105,6 +105,6 @@ def test_import_and_lookup_load_no_heavy_library():
         "print(sorted(m for m in ('jieba', 'rouge', 'datasets', 'rapidfuzz', 'scipy', 'transformers', 'torch', "
         "'wonderwords') if m in sys.modules))"
     )
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

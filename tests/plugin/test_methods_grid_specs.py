@@ -7,15 +7,13 @@ import importlib.util
 
 import pytest
 
-from helpers import collected_ids
+from helpers import GRID, collected_ids
 
 HAS_KVPRESS = importlib.util.find_spec("kvpress") is not None
 if HAS_KVPRESS:  # imported once here: in-process pytester runs would re-import torch.distributed through it
     import kvpress  # noqa: F401
 
 
-GRID = ["--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-budgets", "64",
-        "--kvbench-tasks", "passage_retrieval_en"]
 
 
 def test_wrappers_and_new_methods_are_grid_items(bench):

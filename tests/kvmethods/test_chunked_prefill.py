@@ -11,7 +11,7 @@ from kvmethods.runtime.generation import generate, prefill
 from kvmethods.scorers.snapkv import SnapKV
 from tiny_models import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
-from test_methods_grid_specs import GRID
+from helpers import GRID
 from helpers import collected_ids
 
 PROMPT = torch.randint(3, 256, (240,), generator=torch.Generator().manual_seed(9)).tolist()

@@ -11,7 +11,7 @@ from kvmethods.runtime.generation import generate
 from kvmethods.storage.hf_quantized import tensor_bytes
 from tiny_models import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
-from test_methods_grid_specs import GRID
+from helpers import GRID
 
 HAS_QUANTO = importlib.util.find_spec("optimum") is not None and importlib.util.find_spec("optimum.quanto") is not None
 HAS_HQQ = importlib.util.find_spec("hqq") is not None

@@ -9,7 +9,7 @@ from kvmethods.runtime.generation import generate
 from kvmethods.core.memory_budget import CacheGeometry, operating_point
 from tiny_models import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
-from test_methods_grid_specs import GRID
+from helpers import GRID
 from helpers import collected_ids
 
 PROMPT = torch.randint(3, 256, (400,), generator=torch.Generator().manual_seed(7)).tolist()
