@@ -23,6 +23,7 @@ from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.wiring import default_selection, fixture, hookspecs, options, xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.grid import GridError
+from pytest_kvbench.wiring.output_paths import check_run_outputs
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, suite_of
 from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.progress_lines import FinishedItemLines
@@ -76,6 +77,8 @@ def pytest_configure(config: pytest.Config) -> None:
             run_id = check_resume(config.getoption("kvbench_resume"), results, grid)
         else:
             run_id = new_run_id()
+        if not is_worker(config):
+            check_run_outputs(results, run_id)
     except GridError as exc:
         raise pytest.UsageError(str(exc)) from None
     if is_worker(config):
@@ -232,7 +235,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     complete = exitstatus not in (pytest.ExitCode.INTERRUPTED,) and not session.shouldstop
     run_json = run.finish(complete=complete)
-    config.stash[GATE_KEY].finish(run_json["records"], run_json["environment"])
+    gate = config.stash[GATE_KEY]
+    gate.finish(run_json["records"], run_json["environment"])
+    if (run.write_failures or gate.write_failures) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # an output asked for is missing (one line: summary)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 RECORDS_FILE = "records.jsonl"
 RUN_FILE = "run.json"
+RESULTS_FILE = "RESULTS.md"  # a run's table, in its directory and (the latest run's) in the results directory
 SETTINGS_FILE = "settings.json"  # the grid a run was made with; --kvbench-resume checks against it
 _UMASK = os.umask(0)
 os.umask(_UMASK)

@@ -34,6 +34,8 @@ class RunSession:
         self.final_records: list[dict] | None = None  # what finish() wrote, for the terminal summary
         self.expected: dict[str, tuple[str, str]] = {}  # key -> (item id, node id) of the selected items
         self.unfinished: list[dict] = []  # what finish() found missing
+        self.written: list[str] = []  # what finish() wrote, and what it could not (wiring/final_writes.py)
+        self.write_failures: list = []
         self.cases_by_id: dict | None = None  # filled by the plugin on first use
 
     @property
@@ -79,16 +81,19 @@ class RunSession:
         storage.append_record(self.records_path, record)
 
     def all_records(self) -> list[dict]:
-        """Every record of the run (all workers, earlier resumed attempts), the last per case."""
-        return storage.latest_per_key(storage.read_records(self.records_path))
+        """Every record of the run (all workers, earlier resumed attempts), the last per case; a line that is
+        not a record is skipped here (``kvbench show`` names it: results/run_state.py)."""
+        return storage.latest_per_key(storage.scan_records(self.records_path).records)
 
     def finished_keys(self) -> set[str]:
         return {r["key"] for r in self.all_records() if is_finished(r)}
 
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
-        """Write run.json, per-task files and RESULTS.md from every record; return run.json."""
+        """Write run.json, per-task files and RESULTS.md from every record, each on its own (a failure is
+        kept in ``write_failures``, the others are still written); return run.json's content."""
         from pytest_kvbench.results import run_writer  # lazy for startup time: tables and tabulate, at the end only
+        from pytest_kvbench.wiring.final_writes import write_each
 
         records = self.final_records = self.all_records()
         self.unfinished = self.unfinished_items(records)
@@ -102,9 +107,18 @@ class RunSession:
             grid=self.grid.as_dict(), records=records,
             environment=self.environment | {"packages": installed_packages()},  # read once, at the end
             unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
-        markdown = run_writer.write_run(self.run_dir, run)
-        storage.atomic_write_text(self.results_dir / run_writer.RESULTS_FILE, markdown)
+        files, markdown = run_writer.run_files(self.run_dir, run)
+        table = self.results_dir / storage.RESULTS_FILE
+        files.append((f"{storage.RESULTS_FILE} of the results directory", table,
+                      lambda: storage.atomic_write_text(table, markdown)))
+        self.written, self.write_failures = write_each(files)
         return run
+
+    def kept(self) -> list[str]:
+        """What a failure line says was kept: the records, and what finish() did write."""
+        count = len(self.final_records or [])
+        kept = [f"{self.records_path} ({count} record{'s' if count != 1 else ''})"]
+        return kept + [what for what in dict.fromkeys(self.written) if what != "item folder"]
 
     def _previous_run(self) -> dict | None:
         path = self.run_dir / storage.RUN_FILE
