@@ -157,3 +157,11 @@ def test_an_output_that_cannot_be_written_is_refused_before_anything_is_printed(
     assert code == 2 and out == "", out
     assert len(err.strip().splitlines()) == 1 and named in err, err
     assert (tmp_path / "a_file").read_text() == "keep me\n"
+
+
+def test_the_report_names_each_runs_state(capsys, tmp_path, run_dir):
+    garbage_after_records(run_dir)
+    code, _, _ = cli(capsys, tmp_path, "report", RUN_ID, "-o", tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert code == 2
+    assert "damaged (" in page and "records.jsonl:31: not a JSON record" in page

@@ -34,8 +34,8 @@ class RunSession:
         self.final_records: list[dict] | None = None  # what finish() wrote, for the terminal summary
         self.expected: dict[str, tuple[str, str]] = {}  # key -> (item id, node id) of the selected items
         self.unfinished: list[dict] = []  # what finish() found missing
-        self.written: list[str] = []  # what finish() wrote, and what it could not (wiring/final_writes.py)
-        self.write_failures: list = []
+        self.written: list[str] = []  # what finish() wrote (wiring/final_writes.py) ...
+        self.write_failures: list = []  # ... and what it could not, with the path and why
         self.cases_by_id: dict | None = None  # filled by the plugin on first use
 
     @property
