@@ -63,7 +63,7 @@ def test_a_killed_worker_leaves_an_incomplete_run_naming_the_item_and_how_to_res
     assert f"is incomplete: 1 item(s) not finished ({KILLED})" in proc.stdout
     assert cli.main(["show", run_id, "--results", str(results)]) == 0
     out = capsys.readouterr().out
-    assert f"run {run_id} (incomplete)" in out and f"not finished: {KILLED}" in out
+    assert f"run {run_id} (incomplete: 1 item(s) not finished ({KILLED}))" in out and f"not finished: {KILLED}" in out
     assert f"finish the run with: " in out and f"--kvbench-resume {run_id}" in out
 
 
