@@ -225,7 +225,9 @@ def _one_line(report: pytest.TestReport) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_kvbench_record(record: dict, item: pytest.Item) -> None:
-    item.config.stash[SESSION_KEY].add(record)
+    refused = item.config.stash[SESSION_KEY].add(record)
+    if refused:
+        item.session.shouldstop = refused
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -192,3 +192,35 @@ def test_the_records_written_before_the_failure_are_kept_and_readable(broken_end
                           cwd=work, capture_output=True, text=True, timeout=120)
     assert show.returncode == 0, show.stderr
     assert f"run {run_dir.name} (incomplete: no run.json" in show.stdout and "full-passage_retrieval_en" in show.stdout
+
+
+FULL_DISK_AT_SECOND_RECORD = (
+    "import errno, os\n"
+    "from pytest_kvbench.results import storage\n"
+    "real_append, appended = storage.append_record, []\n"
+    "def full_disk(path, record):\n"
+    "    appended.append(record)\n"
+    "    if len(appended) > 1:\n"
+    "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))\n"
+    "    return real_append(path, record)\n"
+    "storage.append_record = full_disk\n"
+)
+
+
+def test_a_record_that_cannot_be_appended_stops_the_run_in_one_line_keeping_the_others(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "conftest.py").write_text(FULL_DISK_AT_SECOND_RECORD)
+    grid = [v if v != "full" else "full,streamingllm,snapkv" for v in GRID]
+    proc = run_bench(work, *grid, "--kvbench-results", "res")
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out[-3000:]
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    assert "Interrupted: kvbench: the record of streamingllm-32-passage_retrieval_en could not be written to " \
+           "res/runs/" in out and "(no space left on device); the records before it are kept" in out
+    (run_dir,) = (work / "res" / "runs").iterdir()
+    assert [r["item_id"] for r in storage.read_records(run_dir / storage.RECORDS_FILE)] == ["full-passage_retrieval_en"]
+    run = json.loads((run_dir / storage.RUN_FILE).read_text())
+    assert run["complete"] is False and "--kvbench-resume" in run["resume_command"]
+    assert [u["item_id"] for u in run["unfinished"]] == ["streamingllm-32-passage_retrieval_en",
+                                                         "snapkv-32-passage_retrieval_en"]

@@ -73,12 +73,21 @@ class RunSession:
         return out
 
     # -- records -----------------------------------------------------------------------------
-    def add(self, record: dict) -> None:
-        """Persist one finished record now (crash safety), and the run's settings with the first one."""
+    def add(self, record: dict) -> str | None:
+        """Persist one finished record now (crash safety), and the run's settings with the first one.
+
+        A write the OS refuses (a full disk, the directory taken away) returns one line saying so: the
+        plugin stops the session with it (pytest's own "Interrupted: ..." line, no traceback), since every
+        later record would be lost the same way; the records before it are kept."""
         settings = self.run_dir / storage.SETTINGS_FILE
-        if not settings.exists():
-            storage.atomic_write_json(settings, self.grid.as_dict())
-        storage.append_record(self.records_path, record)
+        try:
+            if not settings.exists():
+                storage.atomic_write_json(settings, self.grid.as_dict())
+            storage.append_record(self.records_path, record)
+        except OSError as exc:
+            return (f"kvbench: the record of {record.get('item_id') or record.get('key')} could not be written to "
+                    f"{self.records_path} ({(exc.strerror or str(exc)).lower()}); the records before it are kept")
+        return None
 
     def all_records(self) -> list[dict]:
         """Every record of the run (all workers, earlier resumed attempts), the last per case; a line that is
