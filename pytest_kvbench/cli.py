@@ -3,7 +3,9 @@
 Researchers should not need scripts to work with their results, and CI should be able to gate
 outside pytest, so every verb works on the run directories under ``results/runs/``. Exit codes
 are a contract: 0 success, 1 a regression found by ``compare``, 2 bad input (unknown or
-ambiguous run id, corrupt file, bad option), always with a one-line message and no traceback.
+ambiguous run id, corrupt file, bad option, an output path that cannot be written; all checked
+before anything is printed), always with a one-line message and no traceback. A damaged run
+(results/run_state.py) is read as far as it goes, then named in one line, and exits 2 too.
 """
 
 from __future__ import annotations
@@ -322,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                      description="Work with pytest-kvbench run directories (results/runs/<run_id>/). "
                                  "RUN is a run id, a unique prefix of one (with or without 'bench_'), "
                                  "'latest', or a run directory.",
-                     epilog="Exit codes: 0 success, 1 regression (compare), 2 bad input.")
+                     epilog="Exit codes: 0 success, 1 regression (compare), 2 bad input or a damaged run.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("list", parents=[common], help="list runs: id, date, models, methods, budgets, tasks, commit")
