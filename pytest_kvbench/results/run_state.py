@@ -54,23 +54,36 @@ class RunState:
         return "incomplete: interrupted" + torn
 
 
-def record_problem(record: object) -> str | None:
-    """What makes ``record`` unusable by the read commands (None: usable)."""
-    if not isinstance(record, dict):
-        return f"not a JSON object ({type(record).__name__})"
-    if not isinstance(record.get("key"), str):
-        return "has no 'key' string"
+def parse_record(raw: object) -> tuple[dict | None, str | None]:
+    """(the record, None), or (None, what makes it unusable by the read commands): the one check of a
+    record read back, for both files."""
+    if not isinstance(raw, dict):
+        return None, f"not a JSON object ({type(raw).__name__})"
+    if not isinstance(raw.get("key"), str):
+        return None, "has no 'key' string"
     for name, inner in (("model", "name"), ("method", "name"), ("budget", "spec"), ("task", "name")):
-        if not isinstance(record.get(name), dict) or not isinstance(record[name].get(inner), str):
-            return f"({record['key']}) has no '{name}' object with a '{inner}'"
-    samples = record.get("samples", [])
+        if not isinstance(raw.get(name), dict) or not isinstance(raw[name].get(inner), str):
+            return None, f"({raw['key']}) has no '{name}' object with a '{inner}'"
+    samples = raw.get("samples", [])
     if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):
-        return f"({record['key']}) has malformed 'samples' (a list of objects)"
-    return None
+        return None, f"({raw['key']}) has malformed 'samples' (a list of objects)"
+    return raw, None
 
 
-def _summary(problems: list[str], where: str) -> str:
-    return f"{where}{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+def _parse_all(raws: list, where: list) -> tuple[list[dict], list[tuple[object, str]]]:
+    """The usable records of ``raws`` and (where, what is wrong) of the others; ``where``: each one's place."""
+    records, problems = [], []
+    for number, (raw, place) in enumerate(zip(raws, where), start=1):
+        record, problem = parse_record(raw)
+        if problem is None:
+            records.append(record)
+        else:
+            problems.append((place, f"record {number} {problem}"))
+    return records, problems
+
+
+def _summary(problems: list[str]) -> str:
+    return problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
 
 
 def _read_info(path: Path, damage: list[str]) -> tuple[dict, list[dict] | None]:
@@ -85,14 +98,14 @@ def _read_info(path: Path, damage: list[str]) -> tuple[dict, list[dict] | None]:
     if not isinstance(info, dict):
         damage.append(f"{path}: run.json must be a JSON object, found {type(info).__name__}")
         return {}, None
-    records = info.get("records", [])
-    if not isinstance(records, list):
+    raws = info.get("records", [])
+    if not isinstance(raws, list):
         damage.append(f"{path}: 'records' must be a list")
         return info, None
-    problems = [f"record {n} {problem}" for n, r in enumerate(records, 1) if (problem := record_problem(r))]
+    records, problems = _parse_all(raws, [path] * len(raws))
     if problems:
-        damage.append(_summary(problems, f"{path}: "))
-    return info, [r for r in records if record_problem(r) is None]
+        damage.append(_summary([f"{place}: {problem}" for place, problem in problems]))
+    return info, records
 
 
 def _read_log(path: Path, damage: list[str]) -> tuple[list[dict] | None, tuple[int, ...]]:
@@ -107,12 +120,11 @@ def _read_log(path: Path, damage: list[str]) -> tuple[list[dict] | None, tuple[i
     except OSError as exc:
         damage.append(f"cannot read {path}: {exc.strerror or exc}")
         return None, ()
-    problems = scan.bad + [(line, f"record {n} {problem}") for n, (line, r) in enumerate(zip(scan.record_lines,
-                                                                                             scan.records), 1)
-                           if (problem := record_problem(r))]
+    records, problems = _parse_all(scan.records, scan.record_lines)
+    problems = sorted(scan.bad + problems)
     if problems:
-        damage.append(_summary([f"{path}:{line}: {problem}" for line, problem in sorted(problems)], ""))
-    return [r for r in scan.records if record_problem(r) is None], tuple(scan.torn)
+        damage.append(_summary([f"{path}:{line}: {problem}" for line, problem in problems]))
+    return records, tuple(scan.torn)
 
 
 def read_run_files(path: Path) -> tuple[dict, list[dict], RunState]:
