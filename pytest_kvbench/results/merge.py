@@ -130,7 +130,7 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
         raise RunError(f"cannot create the merged run under {parent}: {exc.strerror or exc}") from None
     try:
         storage.write_jsonl(staging / storage.RECORDS_FILE, records)
-        run_writer.write_run(staging, run)
+        run_writer.write_run(staging, run, records)
         os.rename(staging, parent / run_id)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)

@@ -92,14 +92,13 @@ def run_document(*, run_id: str, start: str | None, start_ts: float | None, end:
             "environment": environment, **extra, "summary": summarize(records), "records": records}
 
 
-def run_files(run_dir: Path, run: dict) -> tuple[list[tuple[str, Path, Callable[[], object]]], str]:
+def run_files(run_dir: Path, run: dict, records: list[dict]) -> tuple[list[tuple[str, Path, Callable[[], object]]],
+                                                                     str]:
     """What ending a run writes, in order: (what, path, the function that writes it) for each item folder,
-    run.json and the run's RESULTS.md; and the RESULTS.md text. The session writes them one by one so that
-    one failure (a full disk) leaves the others written (wiring/final_writes.py).
-
-    Item folders name the seed when the records hold several seeds.
+    run.json (``run``, from run_document) and the run's RESULTS.md; and the RESULTS.md text. The session
+    writes them one by one so that one failure (a full disk) leaves the others written
+    (wiring/final_writes.py). Item folders name the seed when the records hold several seeds.
     """
-    records = run["records"]
     show_seed = len({r.get("seed") for r in records}) > 1
     markdown = results_markdown(run, records)
     files: list[tuple[str, Path, Callable[[], object]]] = [
@@ -112,9 +111,9 @@ def run_files(run_dir: Path, run: dict) -> tuple[list[tuple[str, Path, Callable[
     return files, markdown
 
 
-def write_run(run_dir: Path, run: dict) -> str:
+def write_run(run_dir: Path, run: dict, records: list[dict]) -> str:
     """Item folders, run.json and the run's RESULTS.md, all atomic; returns the RESULTS.md text."""
-    files, markdown = run_files(run_dir, run)
+    files, markdown = run_files(run_dir, run, records)
     for _, _, write in files:
         write()
     return markdown

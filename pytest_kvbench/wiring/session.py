@@ -116,7 +116,7 @@ class RunSession:
             grid=self.grid.as_dict(), records=records,
             environment=self.environment | {"packages": installed_packages()},  # read once, at the end
             unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
-        files, markdown = run_writer.run_files(self.run_dir, run)
+        files, markdown = run_writer.run_files(self.run_dir, run, records)
         table = self.results_dir / storage.RESULTS_FILE
         files.append((f"{storage.RESULTS_FILE} of the results directory", table,
                       lambda: storage.atomic_write_text(table, markdown)))
