@@ -3,7 +3,9 @@
 Researchers should not need scripts to work with their results, and CI should be able to gate
 outside pytest, so every verb works on the run directories under ``results/runs/``. Exit codes
 are a contract: 0 success, 1 a regression found by ``compare``, 2 bad input (unknown or
-ambiguous run id, corrupt file, bad option), always with a one-line message and no traceback.
+ambiguous run id, corrupt file, bad option, an output path that cannot be written; all checked
+before anything is printed), always with a one-line message and no traceback. A damaged run
+(results/run_state.py) is read as far as it goes, then named in one line, and exits 2 too.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
 from pytest_kvbench import model_listing, user_paths
+from pytest_kvbench.cli_checks import (UsageError, check_no_blank_arguments, check_output_paths,
+                                      check_results_dir)
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS
@@ -37,10 +41,6 @@ from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 DEFAULT_RESULTS = "results"
 MiB = 2**20
-
-
-class UsageError(ValueError):
-    """Bad command-line input that argparse cannot see (a threshold out of range, ...)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,7 +65,8 @@ def cmd_list(args) -> int:
         print(json.dumps([{
             "run_id": i.run_id, "path": str(i.path), "date": i.date.isoformat() if i.date else None,
             "models": list(i.models), "methods": list(i.methods), "budgets": list(i.budgets), "tasks": list(i.tasks),
-            "commit": i.commit, "items": i.n_records, "complete": i.complete, "problem": i.problem,
+            "commit": i.commit, "items": i.n_records, "complete": i.complete, "state": i.state or None,
+            "problem": i.problem,
         } for i in infos], indent=2))
         return EXIT_OK
     if not infos:
@@ -78,7 +79,7 @@ def cmd_list(args) -> int:
             rows.append([i.run_id, date, "", "", "", "", "", "", f"unreadable: {i.problem}"])
             continue
         rows.append([i.run_id, date, ", ".join(i.models), ", ".join(i.methods), ", ".join(i.budgets),
-                     ", ".join(i.tasks), (i.commit or "-")[:10], i.n_records, "complete" if i.complete else "incomplete"])
+                     ", ".join(i.tasks), (i.commit or "-")[:10], i.n_records, i.state])
     print(tabulate(rows, headers=["run", "date", "models", "methods", "budgets", "tasks", "commit", "items", "state"],
                    disable_numparse=True))
     return EXIT_OK
@@ -146,8 +147,16 @@ def cmd_tasks(args) -> int:
     return 0
 
 
+def _load(args, spec: str) -> Run:
+    """A run for a read command; a damaged one is remembered: main() names it and exits 2 at the end."""
+    run = load_run(spec, args.results)
+    if run.state.damaged and all(r.path != run.path for r in args.damaged):
+        args.damaged.append(run)
+    return run
+
+
 def cmd_show(args) -> int:
-    run = load_run(args.run, args.results)
+    run = _load(args, args.run)
     if args.reproduce:
         print("\n".join(_reproduce_lines(run)))
         return EXIT_OK
@@ -155,7 +164,7 @@ def cmd_show(args) -> int:
     for r in run.records:
         statuses[str(r.status or "unknown")] += 1
     info = run.info
-    print(f"run {run.run_id} ({'complete' if run.complete else 'incomplete'})")
+    print(f"run {run.run_id} ({run.state.label()})")
     print(f"path: {run.path}")
     print(f"date: {run.started or '-'}   duration: {_fmt(info.get('duration_s'), 1)} s")
     print(f"commit: {run.commit or '-'}{' (dirty)' if run.dirty else ''}")
@@ -198,7 +207,7 @@ def cmd_show(args) -> int:
 def cmd_env(args) -> int:
     from pytest_kvbench.results.reproduction import reproduction_text
 
-    run = load_run(args.run, args.results)
+    run = _load(args, args.run)
     try:
         commands = _reproduce_lines(run)
     except RunError as exc:
@@ -207,7 +216,7 @@ def cmd_env(args) -> int:
     return EXIT_OK
 
 
-def _load_reference(spec: str, results: str) -> tuple[Baseline, str]:
+def _load_reference(args, spec: str) -> tuple[Baseline, str]:
     """``compare``'s first argument: a run (id, prefix or directory) or a saved baseline file."""
     try:
         user_paths.checked(spec, "baseline")
@@ -217,14 +226,14 @@ def _load_reference(spec: str, results: str) -> tuple[Baseline, str]:
     if path.is_file() and path.name not in (storage.RUN_FILE, storage.RECORDS_FILE):
         baseline = load_baseline(path)
         return baseline, f"baseline file {path}"
-    run = load_run(spec, results)
+    run = _load(args, spec)
     return Baseline.from_records(run.records, run.environment, source=run.run_id), f"run {run.run_id}"
 
 
 def cmd_compare(args) -> int:
     tolerances = parse_tolerances(args.fail)
-    baseline, baseline_name = _load_reference(args.baseline, args.results)
-    current = load_run(args.current, args.results)
+    baseline, baseline_name = _load_reference(args, args.baseline)
+    current = _load(args, args.current)
     if not baseline.entries:
         raise BaselineError(f"{baseline_name} has no scored items to compare against")
     check_same_protocols(baseline.entries.values(), current.records, baseline_name, current.run_id)
@@ -257,7 +266,7 @@ def _write_output(path: str, text: str, what: str) -> None:
 
 
 def cmd_export(args) -> int:
-    run = load_run(args.run, args.results)
+    run = _load(args, args.run)
     if args.format in DIRECTORY_FORMATS:
         for line in export_directory(run.records, run.run_id, args.format, args.output):
             print(line, file=sys.stderr)
@@ -273,18 +282,14 @@ def cmd_export(args) -> int:
 def cmd_report(args) -> int:
     from pytest_kvbench.results.report import write_report
 
-    runs = [load_run(r, args.results) for r in args.runs]
+    runs = [_load(args, r) for r in args.runs]
     target = write_report(runs, args.output, title=args.title)
     print(f"wrote {target}")
     return EXIT_OK
 
 
 def cmd_merge(args) -> int:
-    out = args.into or args.results
-    try:
-        user_paths.writable_dir(out, "--into" if args.into else "--results")
-    except user_paths.PathError as exc:
-        raise UsageError(str(exc)) from None
+    out = args.into or args.results  # checked writable by check_output_paths
     run_id = merge_runs(args.runs, out, results_dir=args.results)
     merged = load_run(run_id, out)
     print(f"merged {len(args.runs)} runs ({len(merged.records)} items) into {run_id} ({merged.path})")
@@ -296,7 +301,7 @@ def cmd_variance(args) -> int:
     from pytest_kvbench.comparison.stats import variation_curve
 
     threshold = parse_fraction(args.threshold)
-    runs = [load_run(r, args.results) for r in args.runs]
+    runs = [_load(args, r) for r in args.runs]
     curves = [(key, variation_curve(values, threshold)) for key, values in variance_groups(runs).items()]
     rows = variance_rows(curves)
     print(f"coefficient of variation of the mean score against the number of seeds; threshold {100 * threshold:g}%")
@@ -320,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
                      description="Work with pytest-kvbench run directories (results/runs/<run_id>/). "
                                  "RUN is a run id, a unique prefix of one (with or without 'bench_'), "
                                  "'latest', or a run directory.",
-                     epilog="Exit codes: 0 success, 1 regression (compare), 2 bad input.")
+                     epilog="Exit codes: 0 success, 1 regression (compare), 2 bad input or a damaged run.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("list", parents=[common], help="list runs: id, date, models, methods, budgets, tasks, commit")
@@ -385,29 +390,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_results_dir(path: str) -> None:
-    """--results may name a directory not made yet (no runs), but never a file or an unusable path."""
-    try:
-        _, info = user_paths.checked(path, "--results")
-        if info is not None:
-            user_paths.existing_dir(path, "--results")
-    except user_paths.PathError as exc:
-        raise UsageError(str(exc)) from None
-
-
-_POSITIONALS = {"run": "RUN", "runs": "RUN", "baseline": "A", "current": "B"}  # dest -> metavar in messages
-
-
-def _check_no_blank_arguments(args: argparse.Namespace) -> None:
-    """An empty string given to any argument (`-o ''`, `--into ''`, `--plot ''`, a run `''`) is refused before
-    anything runs or prints: read as "unset" it would write or show something other than what was asked."""
-    for name, value in sorted(vars(args).items()):
-        for given in value if isinstance(value, list) else [value]:
-            if isinstance(given, str) and not given.strip():
-                shown = _POSITIONALS.get(name, "--" + name.replace("_", "-"))
-                raise UsageError(f"{shown} is empty; give a value or leave it out")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -415,10 +397,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     args.results = getattr(args, "results", DEFAULT_RESULTS)
+    args.damaged = []
     try:
-        _check_no_blank_arguments(args)
-        _check_results_dir(args.results)
-        return args.func(args)
+        check_no_blank_arguments(args)
+        check_results_dir(args.results)
+        check_output_paths(args)
+        code = args.func(args)
+        for run in args.damaged:
+            print(f"kvbench {args.command}: error: run {run.run_id} is {run.state.label()}", file=sys.stderr)
+        return EXIT_USAGE if args.damaged else code
     except (RunError, BaselineError, ExportError, ReportError, UsageError, VarianceError) as exc:
         print(f"kvbench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

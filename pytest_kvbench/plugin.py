@@ -23,6 +23,7 @@ from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.wiring import default_selection, fixture, hookspecs, options, xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.grid import GridError
+from pytest_kvbench.wiring.output_paths import check_run_outputs
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, suite_of
 from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.progress_lines import FinishedItemLines
@@ -76,6 +77,8 @@ def pytest_configure(config: pytest.Config) -> None:
             run_id = check_resume(config.getoption("kvbench_resume"), results, grid)
         else:
             run_id = new_run_id()
+        if not is_worker(config):
+            check_run_outputs(results, run_id)
     except GridError as exc:
         raise pytest.UsageError(str(exc)) from None
     if is_worker(config):
@@ -221,7 +224,9 @@ def _one_line(report: pytest.TestReport) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_kvbench_record(record: dict, item: pytest.Item) -> None:
-    item.config.stash[SESSION_KEY].add(record)
+    refused = item.config.stash[SESSION_KEY].add(record)
+    if refused:
+        item.session.shouldstop = refused
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -231,7 +236,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     complete = exitstatus not in (pytest.ExitCode.INTERRUPTED,) and not session.shouldstop
     run_json = run.finish(complete=complete)
-    config.stash[GATE_KEY].finish(run.final_records, run_json["environment"])
+    gate = config.stash[GATE_KEY]
+    gate.finish(run.final_records, run_json["environment"])
+    if (run.write_failures or gate.write_failures) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # an output asked for is missing (one line: summary)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -50,12 +50,18 @@ def figure_svg(fig: Figure, salt: str) -> str:
     return text[text.index("<svg"):]
 
 
+def plot_format(path: str | os.PathLike) -> str:
+    """The file format a plot path asks for by its extension (none: png); ReportError for another one."""
+    suffix = Path(path).suffix.lower().lstrip(".") or "png"
+    if suffix not in ("png", "svg", "pdf"):
+        raise ReportError(f"cannot write plot {path}: use a .png, .svg or .pdf file name")
+    return suffix
+
+
 def save_figure(fig: Figure, path: str | os.PathLike) -> None:
     """Write a figure to a file whose extension picks the format (png, svg, pdf)."""
     target = Path(path)
-    suffix = target.suffix.lower().lstrip(".") or "png"
-    if suffix not in ("png", "svg", "pdf"):
-        raise ReportError(f"cannot write plot {target}: use a .png, .svg or .pdf file name")
+    suffix = plot_format(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp")

@@ -101,7 +101,8 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
 
     ``paths`` are run directories or ids (looked up in ``results_dir``, default the output
     directory). Refused with a RunError, before anything is written, when an item appears in two
-    runs or the runs differ in a setting that is not part of the item key (protocol, dtype, ...).
+    runs, the runs differ in a setting that is not part of the item key (protocol, dtype, ...) or one
+    of them is damaged (run_state.py).
     Records keep their content; ``run_id`` becomes the merged id and ``merged_from_run`` names
     the run each came from. Returns the new run id.
     """
@@ -109,6 +110,10 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
     runs = [load_run(p, lookup) for p in paths]
     if len(runs) < 2:
         raise RunError("merge needs at least two runs")
+    damaged = next((run for run in runs if run.state.damaged), None)
+    if damaged is not None:  # a merged run would look whole: its sources' damage must be seen first
+        raise RunError(f"run {damaged.run_id} is {damaged.state.label()}; merge takes intact runs only "
+                       f"(see what it holds with `kvbench show {damaged.run_id}`)")
     plan = _plan_merge(runs)
     run_id = storage.new_run_id()
     records = []

@@ -114,9 +114,9 @@ def build_report(runs: Sequence[Run], title: str | None = None) -> str:
     sections: list[tuple[str, str, str]] = []  # (anchor, heading, html)
 
     overview_rows = [[_e(r.run_id), _e(r.started.strftime("%Y-%m-%d %H:%M") if r.started else "-"),
-                      _e(r.commit or "-") + (" (dirty)" if r.dirty else ""), _e("yes" if r.complete else "no"),
+                      _e(r.commit or "-") + (" (dirty)" if r.dirty else ""), _e(r.state.label()),
                       _e(len(r.records)), _e(r.command or "-")] for r in runs]
-    sections.append(("runs", "Runs", _table_html(["run", "date", "commit", "complete", "items", "command"],
+    sections.append(("runs", "Runs", _table_html(["run", "date", "commit", "state", "items", "command"],
                                                   overview_rows, "kv")))
     sections.append(("scores", "Scores", "".join(_score_table_html(t) for t in score_tables(records))))
 

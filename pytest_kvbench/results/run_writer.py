@@ -11,7 +11,9 @@ are reduced to safe characters and never ``..``, so a crafted record cannot writ
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 from pytest_kvbench.results import storage
@@ -19,7 +21,7 @@ from pytest_kvbench.results.record import DEFAULT_PROTOCOL, Record, model_label
 from pytest_kvbench.results.tables import results_markdown, zero_scores
 
 SCHEMA = 1
-RESULTS_FILE = "RESULTS.md"
+RESULTS_FILE = storage.RESULTS_FILE
 _METRICS_FIELDS = ("item_id", "key", "metric", "score", "aggregate", "n_samples", "latency", "memory", "fidelity",
                    "energy_j", "status", "device")
 
@@ -92,14 +94,28 @@ def run_document(*, run_id: str, start: str | None, start_ts: float | None, end:
             "records": [r.to_json() for r in records]}
 
 
-def write_run(run_dir: Path, run: dict, records: list[Record]) -> str:
-    """Item folders, run.json (``run``, from run_document) and the run's RESULTS.md, all atomic; returns the
-    RESULTS.md text. Item folders name the seed when the records hold several seeds.
+def run_files(run_dir: Path, run: dict, records: list[Record]) -> tuple[list[tuple[str, Path, Callable[[], object]]],
+                                                                     str]:
+    """What ending a run writes, in order: (what, path, the function that writes it) for each item folder,
+    run.json (``run``, from run_document) and the run's RESULTS.md; and the RESULTS.md text. The session
+    writes them one by one so that one failure (a full disk) leaves the others written
+    (wiring/final_writes.py). Item folders name the seed when the records hold several seeds.
     """
     show_seed = len({r.seed for r in records}) > 1
-    for record in records:
-        write_item_files(run_dir, record, show_seed)
-    storage.atomic_write_json(run_dir / storage.RUN_FILE, run)
     markdown = results_markdown(run, records)
-    storage.atomic_write_text(run_dir / RESULTS_FILE, markdown)
+    files: list[tuple[str, Path, Callable[[], object]]] = [
+        ("item folder", item_dir(run_dir, record, show_seed), partial(write_item_files, run_dir, record, show_seed))
+        for record in records if record.samples]
+    files.append((storage.RUN_FILE, run_dir / storage.RUN_FILE,
+                  partial(storage.atomic_write_json, run_dir / storage.RUN_FILE, run)))
+    files.append((f"the run's {RESULTS_FILE}", run_dir / RESULTS_FILE, partial(storage.atomic_write_text, run_dir / RESULTS_FILE,
+                                                                markdown)))
+    return files, markdown
+
+
+def write_run(run_dir: Path, run: dict, records: list[Record]) -> str:
+    """Item folders, run.json and the run's RESULTS.md, all atomic; returns the RESULTS.md text."""
+    files, markdown = run_files(run_dir, run, records)
+    for _, _, write in files:
+        write()
     return markdown

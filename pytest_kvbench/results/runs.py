@@ -19,14 +19,13 @@ from pathlib import Path
 from pytest_kvbench import user_paths
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.record import Record, RecordError
+from pytest_kvbench.results.run_state import RunError, RunState, read_run_files
+
+__all__ = ["Run", "RunError", "RunInfo", "RunState", "list_runs", "load_run", "parse_records", "resolve_run_dir", "runs_dir"]
 
 RUNS_SUBDIR = "runs"
 LATEST = "latest"
 _RUN_ID_TIME = re.compile(r"_(\d{8}_\d{6})$")
-
-
-class RunError(ValueError):
-    """A run that cannot be found or read; the message is one line naming the file or id."""
 
 
 @dataclass
@@ -37,6 +36,7 @@ class Run:
     path: Path
     info: dict
     records: list[Record]
+    state: RunState
 
     @property
     def environment(self) -> dict:
@@ -57,8 +57,9 @@ class Run:
 
     @property
     def complete(self) -> bool:
-        """False for a run without run.json (it crashed or is still running) or one marked incomplete."""
-        return bool(self.info) and bool(self.info.get("complete", False))
+        """False for a run without run.json (it crashed or is still running), one marked incomplete, or
+        a damaged one (run_state.py)."""
+        return self.state.complete
 
     @property
     def started(self) -> datetime | None:
@@ -85,6 +86,7 @@ class RunInfo:
     n_records: int = 0
     complete: bool = False
     problem: str | None = None
+    state: str = ""  # RunState.label(): complete, incomplete: ..., damaged, recovered from ...
 
 
 # -- finding a run --------------------------------------------------------------------------------
@@ -144,13 +146,6 @@ def resolve_run_dir(run_id_or_path: str | os.PathLike, results_dir: str | os.Pat
 # -- reading a run --------------------------------------------------------------------------------
 
 
-def _read_json_object(path: Path, what: str) -> dict:
-    data = storage.read_json(path, str(path), RunError)
-    if not isinstance(data, dict):
-        raise RunError(f"{path}: {what} must be a JSON object, found {type(data).__name__}")
-    return data
-
-
 def parse_records(records: object, where: str) -> list[Record]:
     """Typed records (older schema versions migrated) from their JSON list; RunError naming ``where``
     and the record's number (and key) when one is not a record."""
@@ -166,30 +161,13 @@ def parse_records(records: object, where: str) -> list[Record]:
     return parsed
 
 
-def _read_records_file(path: Path) -> list[Record]:
-    try:
-        records = storage.read_records(path)
-    except storage.RecordsError as exc:
-        raise RunError(str(exc)) from None
-    except UnicodeDecodeError:
-        raise RunError(f"{path}: records file is not UTF-8 text") from None
-    except OSError as exc:
-        raise RunError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse_records(records, str(path))
-
-
 def load_run(run_id_or_path: str | os.PathLike, results_dir: str | os.PathLike = "results") -> Run:
-    """Read a run back; records come from records.jsonl (the live log), else from run.json."""
+    """Read a run back: its records (records.jsonl, the live log, else run.json) and what was found
+    (``Run.state``: complete, incomplete, or damaged with its records recovered; run_state.py)."""
     path = resolve_run_dir(run_id_or_path, results_dir)
-    run_file = path / storage.RUN_FILE
-    records_file = path / storage.RECORDS_FILE
-    info = _read_json_object(run_file, "run.json") if run_file.exists() else {}
-    if records_file.exists():
-        records = _read_records_file(records_file)
-    else:
-        records = parse_records(info.get("records", []), str(run_file))
+    info, records, state = read_run_files(path)
     run_id = info.get("run_id") if isinstance(info.get("run_id"), str) else path.name
-    return Run(run_id=run_id, path=path, info=info, records=storage.latest_per_key(records))
+    return Run(run_id=run_id, path=path, info=info, records=records, state=state)
 
 
 def _start_time(info: dict, run_id: str, path: Path) -> datetime | None:
@@ -233,6 +211,7 @@ def run_info(run: Run) -> RunInfo:
         commit=run.commit,
         n_records=len(records),
         complete=run.complete,
+        state=run.state.label(),
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 RECORDS_FILE = "records.jsonl"
 RUN_FILE = "run.json"
+RESULTS_FILE = "RESULTS.md"  # a run's table, in its directory and (the latest run's) in the results directory
 SETTINGS_FILE = "settings.json"  # the grid a run was made with; --kvbench-resume checks against it
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -103,30 +105,63 @@ class RecordsError(ValueError):
     """A records file that cannot be read back (named, with the line that is wrong)."""
 
 
-def read_records(records_path: str | os.PathLike, *, tolerate_torn: bool = True) -> list[dict]:
-    """Read every record of a records file.
+@dataclass
+class RecordsScan:
+    """Every line of a records file: the records, and the lines that are not records with what is wrong.
 
-    A process killed in the middle of a write leaves a torn line: a prefix of a record, which never
-    ends in the record's closing brace (later appends start on a fresh line, see append_record).
-    The item it belonged to did not finish, so torn lines are skipped when ``tolerate_torn``. Any
-    other line that is not a JSON record is corruption: an error naming the file and line.
+    A process killed in the middle of a write leaves a torn line: a prefix of a record, which starts
+    with ``{`` and never ends in the record's closing brace (later appends start on a fresh line, see
+    append_record). Any other line that is not a JSON object is damage (an edit, a disk error, ...).
     """
+
+    records: list[dict] = field(default_factory=list)
+    torn: list[int] = field(default_factory=list)  # line numbers of torn writes
+    bad: list[tuple[int, str]] = field(default_factory=list)  # (line number, what is wrong) of the other lines
+    record_lines: list[int] = field(default_factory=list)  # the line number of each record
+
+
+def scan_records(records_path: str | os.PathLike) -> RecordsScan:
+    """Read a records file line by line without stopping at a bad line (see RecordsScan); OSError and
+    UnicodeDecodeError propagate."""
     records_path = Path(records_path)
+    scan = RecordsScan()
     if not records_path.exists():
-        return []
+        return scan
     with _lock_for(records_path):
         lines = records_path.read_text(encoding="utf-8").splitlines()
-    records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as exc:
-            if tolerate_torn and not line.rstrip().endswith("}"):
-                continue
-            raise RecordsError(f"{records_path}:{number}: not a JSON record ({exc.msg})") from None
-    return records
+            stripped = line.strip()
+            if stripped.startswith("{") and not stripped.endswith("}"):
+                scan.torn.append(number)
+            else:
+                scan.bad.append((number, f"not a JSON record ({exc.msg})"))
+            continue
+        if not isinstance(record, dict):
+            scan.bad.append((number, f"not a JSON object ({type(record).__name__})"))
+            continue
+        scan.records.append(record)
+        scan.record_lines.append(number)
+    return scan
+
+
+def read_records(records_path: str | os.PathLike, *, tolerate_torn: bool = True) -> list[dict]:
+    """Read every record of a records file.
+
+    Torn lines of a killed writer (RecordsScan) belonged to items that did not finish: skipped when
+    ``tolerate_torn``. Any other line that is not a JSON record is corruption: an error naming the
+    file and line.
+    """
+    scan = scan_records(records_path)
+    bad = sorted(scan.bad + ([] if tolerate_torn else [(n, "not a JSON record (a torn write)") for n in scan.torn]))
+    if bad:
+        number, problem = bad[0]
+        raise RecordsError(f"{records_path}:{number}: {problem}")
+    return scan.records
 
 
 def latest_per_key(records: Iterable[Record]) -> list[Record]:

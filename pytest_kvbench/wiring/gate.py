@@ -23,6 +23,7 @@ class Gate:
         self._verdicts: list = []
         self._unrun: list[str] = []
         self._saved: str | None = None
+        self.write_failures: list = []  # the baseline not saved (wiring/final_writes.py)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Gate":
@@ -65,8 +66,15 @@ class Gate:
             self._verdicts = [Verdict.from_dict(r.verdict) if r.verdict else self.judge(r) for r in finished]
             self._unrun = self.baseline.unrun({r.key for r in records})
         if self.save_path:
-            write_baseline(self.save_path, finished, environment, force=self.save_force)
-            self._saved = self.save_path
+            from pytest_kvbench.comparison.baseline_file import BaselineError
+            from pytest_kvbench.wiring.final_writes import WriteFailure
+
+            try:
+                write_baseline(self.save_path, finished, environment, force=self.save_force)
+            except BaselineError as exc:  # unwritable since configure, replaced meanwhile, or no score to save
+                self.write_failures = [WriteFailure("baseline", str(exc))]
+            else:
+                self._saved = self.save_path
 
     def summary_lines(self) -> list[str]:
         lines = []

@@ -43,13 +43,20 @@ def _max_positions(config: object) -> int | None:
 
 
 def _check_config(model: str, location: str) -> int | None:
-    """transformers can read the model's config.json (no weights, no download); its maximum length."""
+    """transformers can read the model's config.json (no weights, no download), and the folder holds
+    weights and a tokenizer (model_sources/folder_contents.py); the model's maximum length."""
     from transformers import AutoConfig
+
+    from pytest_kvbench.model_sources.folder_contents import missing_parts
 
     try:
         config = AutoConfig.from_pretrained(location, local_files_only=True)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, JSONDecodeError ...
         raise GridError(f"model {user_paths.shown(model)}: config.json cannot be read ({_first_line(exc)})") from None
+    missing = missing_parts(Path(location))
+    if missing:
+        raise GridError(f"model {user_paths.shown(model)}: {user_paths.shown(location)} has a config.json but "
+                        f"{' and '.join(missing)}; from_pretrained could not load it")
     return _max_positions(config)
 
 
@@ -145,11 +152,32 @@ def known_attention_implementations() -> list[str]:
     return [EAGER, *attention_implementations()]
 
 
+# implementation -> (transformers.utils function saying whether it can run here, what it needs)
+_NEEDS = {
+    "flash_attention_2": ("is_flash_attn_2_available", "the flash-attn package and a CUDA GPU"),
+    "flash_attention_3": ("is_flash_attn_3_available", "the flash-attn 3 package (flash_attn_interface) and a GPU"),
+    "flash_attention_4": ("is_flash_attn_4_available", "the flash-attn 4 package and a GPU"),
+    "flex_attention": ("is_torch_flex_attn_available", "a torch with flex attention"),
+}
+_HUB_KERNEL_NEEDS = ("is_kernels_available", "the kernels package (pip install kernels)")
+
+
 def check_attention_implementation(name: str) -> None:
-    """One transformers knows, or a hub kernel (``org/repo``), which transformers resolves itself."""
-    if name in ("sdpa", EAGER) or ("/" in name.strip("/") and not name.startswith("/")):
+    """One transformers knows, or a hub kernel (``org/repo``), which transformers resolves itself; and
+    installed here: flash attention without its package (or without a GPU) used to fail every item."""
+    hub_kernel = "/" in name.strip("/") and not name.startswith("/")
+    if name in ("sdpa", EAGER):
         return  # the defaults need no transformers import at configure time
-    known = known_attention_implementations()
-    if name not in known:
-        raise GridError(f"unknown attention implementation {name!r}; valid: {', '.join(known)} "
-                        f"(or a hub kernel such as kernels-community/flash-attn)")
+    if not hub_kernel:
+        known = known_attention_implementations()
+        if name not in known:
+            raise GridError(f"unknown attention implementation {name!r}; valid: {', '.join(known)} "
+                            f"(or a hub kernel such as kernels-community/flash-attn)")
+    available, needs = _HUB_KERNEL_NEEDS if hub_kernel else _NEEDS.get(name.rpartition("|")[2], (None, None))
+    if available is None:
+        return
+    import transformers.utils
+
+    if not getattr(transformers.utils, available, lambda: True)():
+        raise GridError(f"--kvbench-attn-implementation {name}: not available here (transformers.utils.{available}() "
+                        f"is False); it needs {needs}")

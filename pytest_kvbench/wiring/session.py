@@ -35,6 +35,8 @@ class RunSession:
         self.final_records: list[Record] | None = None  # what finish() wrote, for the terminal summary
         self.expected: dict[str, tuple[str, str]] = {}  # key -> (item id, node id) of the selected items
         self.unfinished: list[dict] = []  # what finish() found missing
+        self.written: list[str] = []  # what finish() wrote (wiring/final_writes.py) ...
+        self.write_failures: list = []  # ... and what it could not, with the path and why
         self.cases_by_id: dict | None = None  # filled by the plugin on first use
 
     @property
@@ -72,17 +74,28 @@ class RunSession:
         return out
 
     # -- records -----------------------------------------------------------------------------
-    def add(self, record: Record | dict) -> None:
+    def add(self, record: Record | dict) -> str | None:
         """Persist one finished record now (crash safety), and the run's settings with the first one.
-        ``record``: typed, or as the ``pytest_kvbench_record`` hook passes it (its JSON form)."""
+        ``record``: typed, or as the ``pytest_kvbench_record`` hook passes it (its JSON form).
+
+        A write the OS refuses (a full disk, the directory taken away) returns one line saying so: the
+        plugin stops the session with it (pytest's own "Interrupted: ..." line, no traceback), since every
+        later record would be lost the same way; the records before it are kept."""
+        raw = record.to_json() if isinstance(record, Record) else record
         settings = self.run_dir / storage.SETTINGS_FILE
-        if not settings.exists():
-            storage.atomic_write_json(settings, self.grid.as_dict())
-        storage.append_record(self.records_path, record.to_json() if isinstance(record, Record) else record)
+        try:
+            if not settings.exists():
+                storage.atomic_write_json(settings, self.grid.as_dict())
+            storage.append_record(self.records_path, raw)
+        except OSError as exc:
+            return (f"kvbench: the record of {raw.get('item_id') or raw.get('key')} could not be written to "
+                    f"{self.records_path} ({(exc.strerror or str(exc)).lower()}); the records before it are kept")
+        return None
 
     def all_records(self) -> list[Record]:
-        """Every record of the run (all workers, earlier resumed attempts), the last per case."""
-        records = parse_records(storage.read_records(self.records_path), str(self.records_path))
+        """Every record of the run (all workers, earlier resumed attempts), the last per case; a line that is
+        not a record is skipped here (``kvbench show`` names it: results/run_state.py)."""
+        records = parse_records(storage.scan_records(self.records_path).records, str(self.records_path))
         return storage.latest_per_key(records)
 
     def finished_keys(self) -> set[str]:
@@ -90,8 +103,10 @@ class RunSession:
 
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
-        """Write run.json, per-task files and RESULTS.md from every record; return run.json."""
+        """Write run.json, per-task files and RESULTS.md from every record, each on its own (a failure is
+        kept in ``write_failures``, the others are still written); return run.json's content."""
         from pytest_kvbench.results import run_writer  # lazy for startup time: tables and tabulate, at the end only
+        from pytest_kvbench.wiring.final_writes import write_each
 
         records = self.final_records = self.all_records()
         self.unfinished = self.unfinished_items(records)
@@ -105,9 +120,18 @@ class RunSession:
             grid=self.grid.as_dict(), records=records,
             environment=self.environment | {"packages": installed_packages()},  # read once, at the end
             unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
-        markdown = run_writer.write_run(self.run_dir, run, records)
-        storage.atomic_write_text(self.results_dir / run_writer.RESULTS_FILE, markdown)
+        files, markdown = run_writer.run_files(self.run_dir, run, records)
+        table = self.results_dir / storage.RESULTS_FILE
+        files.append((f"{storage.RESULTS_FILE} of the results directory", table,
+                      lambda: storage.atomic_write_text(table, markdown)))
+        self.written, self.write_failures = write_each(files)
         return run
+
+    def kept(self) -> list[str]:
+        """What a failure line says was kept: the records, and what finish() did write."""
+        count = len(self.final_records or [])
+        kept = [f"{self.records_path} ({count} record{'s' if count != 1 else ''})"]
+        return kept + [what for what in dict.fromkeys(self.written) if what != "item folder"]
 
     def _previous_run(self) -> dict | None:
         path = self.run_dir / storage.RUN_FILE

@@ -30,3 +30,8 @@ def write_summary(terminalreporter, run, gate) -> None:
         terminalreporter.write_line(f"run {run.run_id} is incomplete: {len(run.unfinished)} item(s) not finished "
                                     f"({shown}); finish them with: {run.resume_command()}", red=True)
     terminalreporter.write_line(f"run {run.run_id}: {run.run_dir} ; table: {Path(run.results_dir) / 'RESULTS.md'}")
+    failures = run.write_failures + gate.write_failures
+    if failures:
+        from pytest_kvbench.wiring.final_writes import failure_line
+
+        terminalreporter.write_line(failure_line(failures, run.kept()), red=True)

@@ -58,6 +58,11 @@ def test_list_keeps_going_past_a_corrupt_run(capsys, results):
     code, out, _ = run_cli(capsys, "list", "--results", results)
     assert code == 0
     assert RUN_ID in out
+    damaged = next(line for line in out.splitlines() if line.startswith(OTHER_ID))
+    assert "tova" in damaged and "damaged (" in damaged and "invalid JSON" in damaged  # its records recovered
+    (results / "runs" / OTHER_ID / "records.jsonl").write_text("{broken}\n")
+    code, out, _ = run_cli(capsys, "list", "--results", results)
+    assert code == 0
     assert any(OTHER_ID in line and "unreadable" in line and "invalid JSON" in line for line in out.splitlines())
 
 

@@ -2,6 +2,7 @@
 the others selectable by name (--kvbench-tasks, -m, -k), the smoke subset unchanged."""
 
 import json
+import shutil
 
 import pytest
 
@@ -50,8 +51,7 @@ def test_the_smoke_subset_is_the_whole_grids(bench):
 
 def test_another_model_keeps_every_task(bench, tmp_path):
     model_dir = tmp_path / "other"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text((DEFAULT_MODEL_DIR / "config.json").read_text())
+    shutil.copytree(DEFAULT_MODEL_DIR, model_dir)  # a whole model: config, weights, tokenizer
     result = bench.runpytest("--collect-only", "-q", *ONE_METHOD, "--kvbench-model", str(model_dir))
     assert tasks_of(collected_ids(result)) == set(DEFAULT_TASKS)
     assert "deselected" not in result.stdout.str()

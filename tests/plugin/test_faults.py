@@ -63,7 +63,7 @@ def test_a_killed_worker_leaves_an_incomplete_run_naming_the_item_and_how_to_res
     assert f"is incomplete: 1 item(s) not finished ({KILLED})" in proc.stdout
     assert cli.main(["show", run_id, "--results", str(results)]) == 0
     out = capsys.readouterr().out
-    assert f"run {run_id} (incomplete)" in out and f"not finished: {KILLED}" in out
+    assert f"run {run_id} (incomplete: 1 item(s) not finished ({KILLED}))" in out and f"not finished: {KILLED}" in out
     assert f"finish the run with: " in out and f"--kvbench-resume {run_id}" in out
 
 
@@ -119,10 +119,13 @@ def test_an_unwritable_results_path_is_refused_before_any_model_loads(pytester, 
 
 
 def test_a_model_that_cannot_load_fails_its_item_in_one_paragraph(tmp_path):
-    """A readable config.json passes configure; missing weights and tokenizer fail the item, briefly."""
-    model = tmp_path / "no_weights"
+    """A folder with config, tokenizer and a weights file passes configure (a folder without weights or
+    tokenizer is refused there: test_output_paths.py); weights that are not safetensors fail the item, briefly."""
+    model = tmp_path / "corrupt_weights"
     model.mkdir()
-    (model / "config.json").write_text((models.DEFAULT_MODEL_DIR / "config.json").read_text())
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (model / name).write_text((models.DEFAULT_MODEL_DIR / name).read_text())
+    (model / "model.safetensors").write_bytes(b"not a safetensors file")
     proc = run_bench(tmp_path / "work", "--kvbench-model", str(model), "--kvbench-data", "fixtures",
                      "--kvbench-methods", "full", "--kvbench-tasks", "passage_retrieval_en", "--kvbench-samples", "1",
                      "--kvbench-results", str(tmp_path / "res"), "-p", "no:cacheprovider")

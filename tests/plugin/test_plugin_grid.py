@@ -1,5 +1,7 @@
 """Collection: the grid becomes stable, selectable item ids, and bad input is a usage error."""
 
+import shutil
+
 import pytest
 
 from helpers import SMALL_GRID, collected_ids
@@ -26,8 +28,7 @@ def test_k_selects_exactly_the_matching_items(bench):
 
 def test_method_parameters_budget_ratio_seeds_and_models_appear_in_ids(bench, tmp_path):
     model_dir = tmp_path / "m2"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text((DEFAULT_MODEL_DIR / "config.json").read_text())
+    shutil.copytree(DEFAULT_MODEL_DIR, model_dir)  # a whole model: config, weights, tokenizer
     args = ["--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-methods", "snapkv:window=8",
             "--kvbench-budgets", "r0.5", "--kvbench-tasks", "passage_retrieval_en", "--kvbench-seeds", "0,1",
             "--kvbench-model", "default", "--kvbench-model", str(model_dir)]
