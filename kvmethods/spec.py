@@ -27,14 +27,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .core.budget import Budget
-from .core.catalog import KVPRESS_PREFIX, SEPARATOR
+from .core.catalog import KVPRESS_PREFIX, PER_TURN, PREFILL_CHUNK, SEPARATOR
 from .core.errors import MethodError
-from .core.params import ParamSpec, describe_params
+from .core.params import ParamSpec, coerce, describe_params
 
 __all__ = ["BASE", "Budget", "MethodSpec", "spelling"]
 
 BASE = "base"  # a wrapper's parameter naming the method it wraps (wrappers/wrapping.py)
 _ASSIGN, _PAIRS, _PART = "=", ":", "."
+# Parameters any evicting method takes; at their neutral value (false, 0) the method leaves them out of its own.
+_ANY_METHOD = {PER_TURN: bool, PREFILL_CHUNK: int}
 
 
 def spelling(value: Any) -> str:
@@ -183,7 +185,9 @@ class MethodSpec:
         if key in base_values:
             return base_values[key]
         in_parts = [value for name, value in values.items() if name.partition(_PART)[2] == key]
-        return in_parts[0] if self.is_composition and len(in_parts) == 1 else given
+        if self.is_composition and len(in_parts) == 1:
+            return in_parts[0]
+        return coerce(self.name, key, _ANY_METHOD[key], given) if key in _ANY_METHOD else given
 
 
 def _flattened(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
