@@ -5,8 +5,9 @@ Third-party methods appear in the grid like built-in ones, either by an entry po
 `register_method` (usable as a decorator) from a conftest. A spec (kvmethods/spec.py) is built here:
 `a+b` / `a+b+c` composes an eviction method with ThinK and/or a quantizer (composition.py),
 `kvpress:<PressName>` names any press of the optional kvpress package (kvpress_adapter.py), and a
-wrapper's base is built from the spec's base part and handed to the wrapper (wrapping.py). Entry points are read on every lookup, so a
-package installed into the running environment is visible without restarting anything.
+wrapper's base is built from the spec's base part and handed to the wrapper (wrapping.py). Entry points
+are read on every lookup, so a package installed into the running environment is visible without
+restarting anything.
 
 Built-in methods are known by their catalog entries (catalog.py), so listing them and validating a spec
 (`describe_method`) import no implementation, hence no torch; a method's module is imported when it is
