@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvmethods.spec import MethodSpec
 from tabulate import tabulate
 
 from pytest_kvbench.comparison.stats import bootstrap_mean, paired_bootstrap
@@ -57,8 +58,8 @@ def sides(records: list[Record]) -> dict[tuple[str, str], Side]:
 
 
 def press_name(spec: str) -> str:
-    """The adapter's method name of a spec (`kvpress:CriticalKVPress:press=SnapKVPress` -> its first two parts)."""
-    return ":".join(spec.split(":")[:2])
+    """The adapter's method name of a spec (`kvpress:CriticalKVPress:press=SnapKVPress` -> its name)."""
+    return MethodSpec.parse(spec).name
 
 
 def score_rows(ours: list[Record], theirs: list[Record]) -> list[list[str]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from .errors import MethodError
 
@@ -23,6 +24,12 @@ _RATIO = re.compile(r"^r([0-9]*\.?[0-9]+)$")
 _MEMORY = re.compile(r"^m([0-9]*\.?[0-9]+)$")
 _HELP = ("use a positive token count like '1024', a removed fraction like 'r0.5' (0 <= r < 1) or a fraction "
          "of the full cache's bytes like 'm0.25' (0 < m <= 1)")
+
+
+def _decimal(value: float) -> str:
+    """The shortest decimal that reads back as `value`, without an exponent: r0.5, m1, r0.00001 (``:g`` gave
+    r1e-05, which the grammar does not read, and r0.123457 for 0.123456789, a different budget)."""
+    return format(Decimal(repr(float(value))).normalize(), "f")
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,7 @@ class Budget:
         """Canonical spelling, used in item ids and records."""
         if self.kind == "tokens":
             return str(self.value)
-        return f"{'m' if self.kind == 'memory' else 'r'}{self.value:g}"
+        return f"{'m' if self.kind == 'memory' else 'r'}{_decimal(self.value)}"
 
     @classmethod
     def parse(cls, raw: Budget | int | str) -> Budget:

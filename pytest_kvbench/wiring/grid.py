@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmethods import Budget
+from kvmethods.spec import MethodSpec  # the one method-spec grammar; Case and the grid file name it here
 from pytest_kvbench.input_values import MAX_SAMPLES, InputError, ascii_int
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL
 from pytest_kvbench.results.record import FULL, FULL_CACHE, CaseBudget, model_label
@@ -22,41 +23,6 @@ FULL_METHOD = FULL
 
 
 GridError = InputError  # a grid value that cannot be used; the message is one line naming the valid choices
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """A method name with the parameters the user set (defaults are filled in by kvmethods)."""
-
-    name: str
-    params: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def label(self) -> str:
-        if not self.params:
-            return self.name
-        inner = ",".join(f"{k}={v}" for k, v in self.params)
-        return f"{self.name}({inner})"
-
-    @classmethod
-    def parse(cls, text: str) -> "MethodSpec":
-        """``snapkv`` or ``snapkv:window=64:kernel=5`` (the TOML grid may use tables instead); leading parts
-        without ``=`` belong to the name (``kvpress:SnapKVPress:window_size=64``)."""
-        name, *pairs = text.strip().split(":")
-        while pairs and "=" not in pairs[0]:
-            name += ":" + pairs.pop(0)
-        params: dict[str, str] = {}
-        for pair in pairs:
-            key, sep, value = (part.strip() for part in pair.partition("="))
-            if not sep or not key or not value:
-                raise GridError(f"method parameter {pair!r} in {text!r} is not of the form name=value")
-            if key in params:
-                raise GridError(f"method {text!r} sets {key!r} twice ({key}={params[key]} and {key}={value}); "
-                                f"give it once")
-            params[key] = value
-        if not name.strip():
-            raise GridError(f"method {text!r} has no name")
-        return cls(name.strip(), tuple(sorted(params.items())))
 
 
 @dataclass(frozen=True)

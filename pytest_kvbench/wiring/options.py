@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kvmethods import MethodError
 
 from pytest_kvbench import user_paths
 from pytest_kvbench.input_values import MAX_TOKENS, split_list
@@ -167,21 +168,6 @@ def load_grid_file(path: str) -> dict:
     return data
 
 
-def _flat_params(params: dict, prefix: str = "") -> dict:
-    """Nested tables (a kvpress wrapper's inner press) as the CLI's dotted keys: press = {name = "X", w = 1}
-    -> press=X, press.w=1."""
-    flat: dict = {}
-    for key, value in params.items():
-        if isinstance(value, dict):
-            if "name" not in value:
-                raise GridError(f"grid file: nested method table {prefix}{key} has no name")
-            flat[prefix + key] = value["name"]
-            flat.update(_flat_params({k: v for k, v in value.items() if k != "name"}, f"{prefix}{key}."))
-        else:
-            flat[prefix + key] = value
-    return flat
-
-
 def _toml_type(value: Any) -> str:
     if isinstance(value, dict):
         return "a table"
@@ -216,17 +202,24 @@ def _check_toml_value(path: str, key: str, value: Any) -> None:
 
 
 def _toml_methods(value: Any, where: str) -> list[Any]:
-    """TOML methods: strings, or tables like {name = "snapkv", window = 64}."""
+    """TOML methods: strings, or tables like {name = "snapkv", window = 64} (kvmethods.spec reads them)."""
     out: list[Any] = []
     for entry in value if isinstance(value, list) else [value]:
         if isinstance(entry, dict):
-            params = _flat_params({k: v for k, v in entry.items() if k != "name"})
-            if not isinstance(entry.get("name"), str):
-                raise GridError(f"grid file: method table {entry} has no name")
-            out.append(MethodSpec(entry["name"], tuple(sorted((k, str(v)) for k, v in params.items()))))
+            try:
+                out.append(MethodSpec.from_table(entry))
+            except MethodError as exc:
+                raise GridError(f"grid file: {exc}") from None
         else:
             out.extend(split_list(entry, where))
     return out
+
+
+def _method_spec(value: MethodSpec | str) -> MethodSpec:
+    try:
+        return value if isinstance(value, MethodSpec) else MethodSpec.parse(str(value))
+    except MethodError as exc:
+        raise GridError(str(exc)) from None
 
 
 class _Sources:
@@ -301,7 +294,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid = Grid()
     grid.models = [str(m).strip() for m in sources.listed("model") or [DEFAULT_MODEL]]
     methods = sources.listed("methods") or DEFAULT_METHODS
-    grid.methods = [m if isinstance(m, MethodSpec) else MethodSpec.parse(str(m)) for m in methods]
+    grid.methods = [_method_spec(m) for m in methods]
     grid.budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]
     grid.tasks = [str(t).strip() for t in sources.listed("tasks") or []]
     samples, where = sources.scalar("samples")
@@ -365,21 +358,20 @@ def _shown_list(value: Any) -> str:
 def _validate(grid: Grid) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py)."""
-    from kvmethods import Budget, MethodError, describe_method
+    from kvmethods import Budget, describe_method
 
     from pytest_kvbench import tasks as task_registry
 
     methods = []
     for spec in grid.methods:  # describe_method names the valid methods for an unknown one
         try:
-            built = describe_method(spec.name, **dict(spec.params))
-            params = built.params
+            described = describe_method(spec.name, **spec.param_dict)
         except MethodError as exc:
             raise GridError(str(exc)) from None
-        for name, value in params.items():
+        for name, value in described.params.items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise GridError(f"{spec.name}: parameter {name!r} must be a finite number, got {value!r}")
-        methods.append(canonical.method(spec, params, built.name if "+" in spec.name else spec.name))
+        methods.append(canonical.method(spec, described.name, described.params))
     grid.methods = [spec for spec, _ in canonical.unique(methods, key=lambda pair: pair[1])]
     try:
         grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)

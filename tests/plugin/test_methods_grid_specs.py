@@ -60,3 +60,15 @@ def test_bad_specs_are_one_line_usage_errors_before_any_model_loads(bench, metho
     err = result.stderr.str()
     assert fragment in err and "Traceback" not in err + result.stdout.str()
     assert len([line for line in err.splitlines() if line.startswith("ERROR")]) == 1
+
+
+def test_item_ids_spell_specs_and_budgets_canonically(bench):
+    """kvmethods.spec respells what the user wrote: values as the method coerces them (a composition's too),
+    parts in role order, a ratio budget as a decimal that reads back (not r1e-05)."""
+    methods = "snapkv:window=016,kivi+snapkv:bits=04,snapkv:per_turn=no"
+    result = bench.runpytest(*GRID[:-4], "--kvbench-budgets", "r0.00001", "--kvbench-tasks", "passage_retrieval_en",
+                             "--kvbench-methods", methods)
+    assert result.ret == 0
+    assert collected_ids(result) == ["snapkv(window=16)-r0.00001-passage_retrieval_en",
+                                     "snapkv+kivi(bits=4)-r0.00001-passage_retrieval_en",
+                                     "snapkv(per_turn=False)-r0.00001-passage_retrieval_en"]

@@ -38,7 +38,7 @@ def test_a_method_without_its_press_row_is_left_out():
 def test_every_native_method_and_press_spec_parses():
     for method, spec in KT.NATIVE_PRESSES.items():
         get_method(method)
-        assert MethodSpec.parse(spec).name == KT.press_name(spec)
+        assert KT.press_name(spec) == MethodSpec.parse(spec).name and KT.press_name(spec).count(":") == 1
 
 
 def test_rows_compare_only_the_samples_both_sides_ran():
