@@ -178,6 +178,12 @@ def is_finished(record: dict) -> bool:
     return record.get("status") in FINISHED
 
 
+def superseded(earlier: dict) -> dict:
+    """What a re-run item's record keeps of the record it replaces (its ``supersedes`` field)."""
+    kept = {"status": earlier.get("status"), "message": earlier.get("message")}
+    return kept | ({"crashed": True} if earlier.get("crashed") else {})
+
+
 def identity(case: Any, run_id: str, protocol: str) -> dict:
     """The fields every record has, known from its case before the item runs (skipped and
     errored items have only these)."""

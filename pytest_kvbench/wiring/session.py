@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import capture_environment, installed_packages
+from pytest_kvbench.results import record as records
 from pytest_kvbench.results.record import is_finished
 from pytest_kvbench.wiring.grid import Grid
 
@@ -35,6 +36,9 @@ class RunSession:
         self.expected: dict[str, tuple[str, str]] = {}  # key -> (item id, node id) of the selected items
         self.unfinished: list[dict] = []  # what finish() found missing
         self.cases_by_id: dict | None = None  # filled by the plugin on first use
+        self.lock = None  # the run directory's RunLock while this controller holds it (results/run_lock.py)
+        # a resumed run: the records of its earlier attempts, by key, read once before any item runs here
+        self._earlier = {r["key"]: r for r in self.all_records()} if resumed else {}
 
     @property
     def environment(self) -> dict:
@@ -47,6 +51,19 @@ class RunSession:
         if self._environment is None:
             self._environment = capture_environment(self._invocation_args)
         return self._environment
+
+    # -- the run directory's lock ----------------------------------------------------------------
+    def hold_lock(self) -> None:
+        """Controller: lock the run directory before any item runs (RunInUse when another process has it)."""
+        if self.lock is None:
+            from pytest_kvbench.results.run_lock import RunLock  # lazy: filelock, for runs only
+
+            self.lock = RunLock(self.run_dir).acquire()
+
+    def release_lock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # -- what this run must finish -------------------------------------------------------------
     def expect(self, cases_and_nodeids) -> None:
@@ -72,10 +89,17 @@ class RunSession:
 
     # -- records -----------------------------------------------------------------------------
     def add(self, record: dict) -> None:
-        """Persist one finished record now (crash safety), and the run's settings with the first one."""
+        """Persist one finished record now (crash safety), and the run's settings with the first one.
+
+        In a resumed run, an item re-run after an earlier attempt (a crash, an error) says which record it
+        supersedes; readers take the newest record per key (storage.latest_per_key), so the old line stays
+        in records.jsonl as history and counts nowhere."""
         settings = self.run_dir / storage.SETTINGS_FILE
         if not settings.exists():
             storage.atomic_write_json(settings, self.grid.as_dict())
+        earlier = self._earlier.get(record["key"])
+        if earlier is not None:
+            record = record | {"supersedes": records.superseded(earlier)}
         storage.append_record(self.records_path, record)
 
     def all_records(self) -> list[dict]:
