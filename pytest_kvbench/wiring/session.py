@@ -94,13 +94,17 @@ class RunSession:
         In a resumed run, an item re-run after an earlier attempt (a crash, an error) says which record it
         supersedes; readers take the newest record per key (storage.latest_per_key), so the old line stays
         in records.jsonl as history and counts nowhere."""
-        settings = self.run_dir / storage.SETTINGS_FILE
-        if not settings.exists():
-            storage.atomic_write_json(settings, self.grid.as_dict())
+        self._write_settings()
         earlier = self._earlier.get(record["key"])
         if earlier is not None:
             record = record | {"supersedes": records.superseded(earlier)}
         storage.append_record(self.records_path, record)
+
+    def _write_settings(self) -> None:
+        """settings.json, once: what --kvbench-resume checks a later attempt against."""
+        settings = self.run_dir / storage.SETTINGS_FILE
+        if not settings.exists():
+            storage.atomic_write_json(settings, self.grid.as_dict())
 
     def all_records(self) -> list[dict]:
         """Every record of the run (all workers, earlier resumed attempts), the last per case."""
@@ -114,6 +118,7 @@ class RunSession:
         """Write run.json, per-task files and RESULTS.md from every record; return run.json."""
         from pytest_kvbench.results import run_writer  # lazy for startup time: tables and tabulate, at the end only
 
+        self._write_settings()  # a run stopped before its first record can be resumed too
         records = self.final_records = self.all_records()
         self.unfinished = self.unfinished_items(records)
         complete = complete and not self.unfinished
