@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int
+from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int, shown
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
@@ -114,7 +114,7 @@ def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
     except ValueError:
         value = None
     if value is None or not math.isfinite(value) or value <= 0:
-        raise pytest.UsageError(f"{option} must be {what}, got {raw!r}")
+        raise pytest.UsageError(f"{option} must be {what}, got {shown(raw)}")
     return value
 
 
