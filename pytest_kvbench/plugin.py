@@ -237,15 +237,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     teardown of its workers included: a Ctrl-C there is kept (wiring/interrupts.py) and the run still written;
     from here on a first Ctrl-C waits until the files are whole."""
     config = session.config
-    shield = config.stash.get(SHIELD_KEY, None)
+    run, shield = config.stash.get(SESSION_KEY, None), config.stash.get(SHIELD_KEY, None)
     try:
         yield
     except KeyboardInterrupt:
-        if shield is None:
+        if shield is None or not _writes_run(run, config):  # not a benchmark run: pytest's own handling
             raise
         shield.note(pytest.ExceptionInfo.from_current())
-    run = config.stash.get(SESSION_KEY, None)
-    if run is None or not run.is_controller or not _writes_run(run, config):
+    if not _writes_run(run, config):
         return
     shield.start(session)
     # an interrupt in xdist's teardown or while writing came after every item: it does not make the run incomplete
@@ -253,9 +252,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     config.stash[GATE_KEY].finish(run_json["records"], run_json["environment"])
 
 
-def _writes_run(run: RunSession, config: pytest.Config) -> bool:
-    """A run directory is written once a record exists, or when a run with selected items was stopped
-    before its first record (run.json then names every item and the resume command)."""
+def _writes_run(run: RunSession | None, config: pytest.Config) -> bool:
+    """The controller writes a run directory once a record exists, or when a run with selected items was
+    stopped before its first record (run.json then names every item and the resume command)."""
+    if run is None or not run.is_controller:
+        return False
     return run.records_path.exists() or (bool(run.expected) and not config.option.collectonly)
 
 

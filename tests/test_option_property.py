@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +21,8 @@ from hypothesis import strategies as st
 # Imported here, outside pytester's runs: pytester drops the modules a run imports when it ends,
 # and transformers' lazy modules cannot be imported a second time into the same process.
 from transformers import AttentionInterface, AutoConfig  # noqa: F401
+
+from helpers import file_mtimes
 
 from pytest_kvbench.engine import models
 from pytest_kvbench.wiring import options
@@ -145,16 +146,6 @@ def _strings(value):
 # -- the property -------------------------------------------------------------------------------
 
 
-def _files(root: Path, skip: Path) -> dict[str, int]:
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if Path(dirpath, d) != skip]
-        for name in filenames:
-            path = Path(dirpath, name)
-            out[str(path)] = path.stat().st_mtime_ns
-    return out
-
-
 @pytest.fixture
 def workdir(pytester, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -166,7 +157,7 @@ def workdir(pytester, monkeypatch):
 
 
 def assert_configuration_or_short_usage_error(pytester, *args: str, given: list[str]) -> None:
-    before = _files(pytester.path, pytester.path / "results")
+    before = file_mtimes(pytester.path, pytester.path / "results")
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--collect-only",
                                           *args)
     out, err = result.stdout.str(), result.stderr.str()
@@ -178,7 +169,7 @@ def assert_configuration_or_short_usage_error(pytester, *args: str, given: list[
         # readable: a refusal shows an over-long value cut short (input_values.shown), never in full
         echoed = [value for value in given if len(value) > LONG and value in err]
         assert not echoed, (args, err[:3000])
-    assert _files(pytester.path, pytester.path / "results") == before, f"{args}: a file was written"
+    assert file_mtimes(pytester.path, pytester.path / "results") == before, f"{args}: a file was written"
 
 
 @PROFILE
