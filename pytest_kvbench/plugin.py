@@ -234,19 +234,18 @@ def pytest_kvbench_record(record: dict, item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     """Write the run (run.json, RESULTS.md, the gate's baseline) after every other sessionfinish, xdist's
-    teardown of its workers included: a Ctrl-C there is kept (wiring/interrupts.py) and the run still written;
-    from here on a first Ctrl-C waits until the files are whole."""
+    teardown of its workers included. From here on a first Ctrl-C is held off (wiring/interrupts.py): xdist
+    stops its workers and the files are written whole; a second one that breaks the teardown is kept, and the
+    run still written."""
     config = session.config
     run, shield = config.stash.get(SESSION_KEY, None), config.stash.get(SHIELD_KEY, None)
+    if shield is None or not _writes_run(run, config):  # not a benchmark run: pytest's own handling
+        return (yield)
+    shield.start(session)
     try:
         yield
     except KeyboardInterrupt:
-        if shield is None or not _writes_run(run, config):  # not a benchmark run: pytest's own handling
-            raise
         shield.note(pytest.ExceptionInfo.from_current())
-    if not _writes_run(run, config):
-        return
-    shield.start(session)
     # an interrupt in xdist's teardown or while writing came after every item: it does not make the run incomplete
     run_json = run.finish(complete=exitstatus != pytest.ExitCode.INTERRUPTED and not session.shouldstop)
     config.stash[GATE_KEY].finish(run_json["records"], run_json["environment"])

@@ -146,6 +146,7 @@ def test_ctrl_c_before_the_first_item_leaves_a_run_naming_every_item(tmp_path_fa
     assert_short_interrupt_note(proc)
     assert records == []
     assert_incomplete(results, run_id, run, records, [FIRST, SECOND])
+    assert (results / "runs" / run_id / storage.SETTINGS_FILE).is_file(), "what --kvbench-resume checks against"
 
 
 def test_ctrl_c_between_items_keeps_the_first_and_names_the_second(tmp_path_factory):

@@ -8,11 +8,12 @@ the run's files must agree with records.jsonl (docs/resilience.md). Three things
   inherits SIGINT *ignored*, and Python then never raises KeyboardInterrupt: ``kill -INT`` was seen doing
   nothing for minutes inside a long kvzip item (torch and the engine catch nothing; the signal never reached
   Python). A process that runs benchmark items restores Python's handler, so SIGINT stops it.
-- ``InterruptShield``: from the moment the controller starts writing until pytest unconfigures, a first SIGINT
-  is only noted (a second one stops at once), so the files are written whole; the session then ends as
-  interrupted, with pytest's usual short note.
+- ``InterruptShield``: from the start of the session's end (xdist's teardown of its workers, then the writing)
+  until pytest unconfigures, a first SIGINT is only noted (a second one goes through), so the workers stop
+  cleanly and the files are written whole; the session then ends as interrupted, with pytest's usual short note.
 - The plugin's ``pytest_sessionfinish`` wraps xdist's teardown and keeps a KeyboardInterrupt raised there
-  (plugin.py), so that the run's files are still written, instead of pytest's long traceback and no run.json.
+  (plugin.py), so that the run's files are still written: a Ctrl-C there used to give pytest's 84-line
+  traceback and no run.json.
 """
 
 from __future__ import annotations
