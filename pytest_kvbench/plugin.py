@@ -234,8 +234,8 @@ def pytest_kvbench_record(record: dict, item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     """Write the run (run.json, RESULTS.md, the gate's baseline) after every other sessionfinish, xdist's
-    teardown of its workers included. From here on Ctrl-C is held off (wiring/interrupts.py): xdist stops its
-    workers and the files are written whole; a KeyboardInterrupt raised in the teardown anyway is kept, and the
+    teardown of its workers included. From here on a first Ctrl-C is held off (wiring/interrupts.py): xdist
+    stops its workers and the files are written whole; a second one that breaks the teardown is kept, and the
     run still written."""
     config = session.config
     run, shield = config.stash.get(SESSION_KEY, None), config.stash.get(SHIELD_KEY, None)

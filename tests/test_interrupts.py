@@ -72,7 +72,7 @@ def pytest_configure(config):
         from xdist.workermanage import NodeManager
         teardown = NodeManager.teardown_nodes
         def teardown_nodes(self):
-            ctrl_c()
+            os.kill(os.getpid(), signal.SIGINT)  # the controller's, where pytest's traceback came from
             return teardown(self)
         NodeManager.teardown_nodes = teardown_nodes
     if POINT == "writing":  # the controller writes the item folders, run.json and RESULTS.md
@@ -122,8 +122,11 @@ def interrupted_run(tmp_path_factory, point: str, *args: str, item: str = "", **
 
 
 def assert_short_interrupt_note(proc) -> None:
-    """pytest's usual ending of an interrupted session: exit 2, its one KeyboardInterrupt note, no traceback."""
-    output = proc.stdout + proc.stderr
+    """pytest's usual ending of an interrupted session: exit 2, its one KeyboardInterrupt note, no traceback.
+
+    Not counted: the warnings summary, where xdist relays its workers' warnings. A worker whose Ctrl-C lands
+    inside a finalizer (``__del__``) gets Python's "Exception ignored" warning, with a traceback, from Python."""
+    output = proc.stdout.split("warnings summary")[0] + proc.stderr
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output[-3000:]
     assert "Traceback" not in output and "INTERNALERROR" not in output, output[-4000:]
     assert "KeyboardInterrupt" in proc.stdout and "(to show a full traceback on KeyboardInterrupt" in proc.stdout
@@ -175,7 +178,7 @@ def test_ctrl_c_inside_an_item_stops_it_even_when_sigint_was_inherited_ignored(s
 def test_ctrl_c_inside_an_xdist_worker_item_is_no_crash(tmp_path_factory):
     proc, results, run_id, run, records = interrupted_run(tmp_path_factory, "in-item", "-n", "2", item=SECOND)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout.split("warnings summary")[0] + proc.stderr
     assert SECOND not in [r["item_id"] for r in records]
     assert_incomplete(results, run_id, run, records, [u["item_id"] for u in run["unfinished"]])
     assert SECOND in [u["item_id"] for u in run["unfinished"]]

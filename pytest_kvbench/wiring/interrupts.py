@@ -9,8 +9,8 @@ the run's files must agree with records.jsonl (docs/resilience.md). Three things
   nothing for minutes inside a long kvzip item (torch and the engine catch nothing; the signal never reached
   Python). A process that runs benchmark items restores Python's handler, so SIGINT stops it.
 - ``InterruptShield``: from the start of the session's end (xdist's teardown of its workers, then the writing)
-  until pytest unconfigures, SIGINT is only noted, so the workers stop cleanly and the files are written whole;
-  the session then ends as interrupted, with pytest's usual short note.
+  until pytest unconfigures, a first SIGINT is only noted (a second one goes through), so the workers stop
+  cleanly and the files are written whole; the session then ends as interrupted, with pytest's usual short note.
 - The plugin's ``pytest_sessionfinish`` wraps xdist's teardown and keeps a KeyboardInterrupt raised there
   (plugin.py), so that the run's files are still written: a Ctrl-C there used to give pytest's 84-line
   traceback and no run.json.
@@ -37,11 +37,9 @@ def honour_sigint() -> bool:
 
 
 class InterruptShield:
-    """Hold SIGINT off between ``start()`` and ``stop()``: the first one is noted (``interrupted``), later ones
-    too. Not only the first: under xdist a second SIGINT reached the controller during the workers' teardown
-    (source not found; seen in 2 of 4 runs at load 13) and raised inside a finalizer, printed as an unraisable
-    exception's traceback. SIGTERM and Ctrl-\\ (SIGQUIT) still stop a process stuck here. Outside the main
-    thread, or where SIGINT is ignored, it does nothing."""
+    """Hold a SIGINT off between ``start()`` and ``stop()``: the first one is noted (``interrupted``), a
+    second one raises KeyboardInterrupt as usual (a process stuck on a dead filesystem can still be stopped).
+    Outside the main thread, or where SIGINT is ignored, it does nothing."""
 
     def __init__(self) -> None:
         self.interrupted: pytest.ExceptionInfo | None = None
@@ -70,6 +68,7 @@ class InterruptShield:
             raise KeyboardInterrupt
         except KeyboardInterrupt:
             self.note(pytest.ExceptionInfo.from_current())
+        signal.signal(signal.SIGINT, self._previous)  # the second Ctrl-C is not held off
 
     def stop(self) -> pytest.ExceptionInfo | None:
         """End the shield; the interrupt it held off (or was told of), if any."""
