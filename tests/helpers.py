@@ -31,6 +31,20 @@ def add_bench_files(pytester) -> None:
             pytester.makepyfile(**{"test_suite_" + path.stem[5:]: path.read_text()})
 
 
+def file_mtimes(root: Path, skip: Path) -> dict[str, int]:
+    """Every file under ``root`` but those under ``skip``, with its modification time: what a run wrote
+    outside ``skip`` (its results directory) is what changes between two calls."""
+    import os
+
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if Path(dirpath, d) != skip]
+        for name in filenames:
+            path = Path(dirpath, name)
+            out[str(path)] = path.stat().st_mtime_ns
+    return out
+
+
 def collected_ids(result) -> list[str]:
     """The parametrize ids of a ``--collect-only -q`` run."""
     return [line.split("[", 1)[1].rstrip("]") for line in result.outlines if "::" in line and "[" in line]

@@ -13,6 +13,7 @@ above the prompt length means no compression.
 from __future__ import annotations
 
 import math
+import reprlib
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -49,26 +50,26 @@ class Budget:
         if isinstance(raw, Budget):
             return raw
         if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-            raise MethodError(f"invalid budget {raw!r} ({type(raw).__name__}): {_HELP}")
+            raise MethodError(f"invalid budget {reprlib.repr(raw)} ({type(raw).__name__}): {_HELP}")
         text = str(raw).strip()
         if _TOKENS.match(text):
             tokens = int(text)
             if tokens <= 0:
-                raise MethodError(f"invalid budget {raw!r}: a token budget must be at least 1; {_HELP}")
+                raise MethodError(f"invalid budget {reprlib.repr(raw)}: a token budget must be at least 1; {_HELP}")
             return cls("tokens", tokens)
         ratio = _RATIO.match(text)
         if ratio:
             removed = float(ratio.group(1))
             if not 0.0 <= removed < 1.0:
-                raise MethodError(f"invalid budget {raw!r}: the removed fraction must be in [0, 1); {_HELP}")
+                raise MethodError(f"invalid budget {reprlib.repr(raw)}: the removed fraction must be in [0, 1); {_HELP}")
             return cls("ratio", removed)
         memory = _MEMORY.match(text)
         if memory:
             fraction = float(memory.group(1))
             if not 0.0 < fraction <= 1.0:
-                raise MethodError(f"invalid budget {raw!r}: the fraction of the full cache's bytes must be in (0, 1]; {_HELP}")
+                raise MethodError(f"invalid budget {reprlib.repr(raw)}: the fraction of the full cache's bytes must be in (0, 1]; {_HELP}")
             return cls("memory", fraction)
-        raise MethodError(f"invalid budget {raw!r}: {_HELP}")
+        raise MethodError(f"invalid budget {reprlib.repr(raw)}: {_HELP}")
 
     def tokens_for(self, prompt_len: int) -> int:
         """KV tokens each layer keeps (on average, for per-layer schedules) for a prompt of this length.

@@ -17,6 +17,7 @@ built (`get_method`).
 from __future__ import annotations
 
 import importlib
+import reprlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
@@ -89,7 +90,7 @@ def _load(name: str) -> type[Method]:
         return _registered[name]
     entry = _entry_point_methods().get(name)
     if entry is None:
-        raise MethodError(f"unknown method {name!r}; valid methods: {', '.join(available_methods())}")
+        raise MethodError(f"unknown method {reprlib.repr(name)}; valid methods: {', '.join(available_methods())}")
     origin = f"entry point {name!r} ({ENTRY_POINT_GROUP}: {entry.value})"
     try:
         loaded = entry.load()

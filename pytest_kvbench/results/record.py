@@ -319,3 +319,9 @@ def model_label(model: str) -> str:
 def is_number(value: object) -> bool:
     """A finite int or float (not a bool): what JSON may hold where a measurement goes."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def superseded(earlier: Record) -> dict:
+    """What a re-run item's record keeps of the record it replaces (its ``supersedes`` field)."""
+    kept = {"status": earlier.status, "message": earlier.message}
+    return kept | ({"crashed": True} if earlier.crashed else {})

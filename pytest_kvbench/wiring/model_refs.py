@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pytest_kvbench import user_paths
+from pytest_kvbench.input_values import shown
 from pytest_kvbench.wiring.grid import DEFAULT_MODEL, GridError
 
 EAGER = "eager"
@@ -104,8 +105,9 @@ def check_model_reference(model: str) -> int | None:
     try:
         validate_repo_id(model)
     except HFValidationError as exc:
+        reason = _first_line(exc).replace(model, user_paths.shown(model))  # huggingface_hub quotes it in full
         raise GridError(f"model {user_paths.shown(model)}: not a local directory and not a valid hub id "
-                        f"({_first_line(exc)})") from None
+                        f"({reason})") from None
     if "/" not in model and cached_config(model) is None:  # a bare word: a mistyped name, not an old hub id
         raise GridError(named_models.unknown_name_message(model))
     if hub_offline():
@@ -171,12 +173,12 @@ def check_attention_implementation(name: str) -> None:
     if not hub_kernel:
         known = known_attention_implementations()
         if name not in known:
-            raise GridError(f"unknown attention implementation {name!r}; valid: {', '.join(known)} "
+            raise GridError(f"unknown attention implementation {shown(name)}; valid: {', '.join(known)} "
                             f"(or a hub kernel such as kernels-community/flash-attn)")
     available, needs = _HUB_KERNEL_NEEDS if hub_kernel else _NEEDS.get(name.rpartition("|")[2], (None, None))
     if available is None:
         return
-    import transformers.utils
+    import transformers.utils  # lazy: transformers is heavy, read only when such an implementation is asked for
 
     if not getattr(transformers.utils, available, lambda: True)():
         raise GridError(f"--kvbench-attn-implementation {name}: not available here (transformers.utils.{available}() "

@@ -15,7 +15,7 @@ import pytest
 from kvmethods import MethodError
 
 from pytest_kvbench import user_paths
-from pytest_kvbench.input_values import MAX_TOKENS, split_list
+from pytest_kvbench.input_values import MAX_TOKENS, shown, shown_list, split_list
 from pytest_kvbench.wiring import canonical, model_refs, presets
 from pytest_kvbench.wiring.protocols import (check_decoding_intervals, check_per_turn, check_tasks_serve_protocols,
                                              parse_protocols)
@@ -173,7 +173,7 @@ def _toml_type(value: Any) -> str:
         return "a table"
     if isinstance(value, list):
         return "an array"
-    return f"{type(value).__name__} {value!r}"
+    return f"{type(value).__name__} {shown(value)}"
 
 
 def _is_toml_scalar(value: Any) -> bool:
@@ -310,7 +310,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
     dtype, where = sources.scalar("dtype")
     grid.dtype = str(dtype or "auto")
     if grid.dtype not in DTYPES:
-        raise GridError(f"{where}: unknown dtype {grid.dtype!r}; valid: {', '.join(DTYPES)}")
+        raise GridError(f"{where}: unknown dtype {shown(grid.dtype)}; valid: {', '.join(DTYPES)}")
     attn, _ = sources.scalar("attn-implementation")
     grid.attn_implementation = str(attn or "sdpa").strip()
     data, _ = sources.scalar("data")
@@ -344,15 +344,11 @@ def _seeds(sources: _Sources) -> list[int]:
     seeds_value, seeds_where = sources.raw("seeds")
     seed_value, seed_where = sources.scalar("seed")
     if seeds_value is not None and seed_value is not None and _precedence(seeds_where) == _precedence(seed_where):
-        raise GridError(f"{seed_where} {seed_value} contradicts {seeds_where} {_shown_list(seeds_value)}; "
+        raise GridError(f"{seed_where} {shown_list(seed_value)} contradicts {seeds_where} {shown_list(seeds_value)}; "
                         f"give one of them")
     if seeds_value is not None and (seed_value is None or _precedence(seeds_where) < _precedence(seed_where)):
         return sources.listed("seeds", parse_seed)
     return [parse_seed(seed_value, seed_where)] if seed_value is not None else [0]
-
-
-def _shown_list(value: Any) -> str:
-    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
 
 
 def _validate(grid: Grid) -> None:
@@ -379,7 +375,7 @@ def _validate(grid: Grid) -> None:
         raise GridError(f"--kvbench-budgets: {exc}") from None
     too_large = [budget.spec for budget in grid.budgets if budget.kind == "tokens" and budget.value > MAX_TOKENS]
     if too_large:
-        raise GridError(f"--kvbench-budgets: {too_large[0]} tokens is more than any context ({MAX_TOKENS:,} at most)")
+        raise GridError(f"--kvbench-budgets: {shown(too_large[0])} tokens is more than any context ({MAX_TOKENS:,} at most)")
     tasks_named = grid.tasks_named = bool(grid.tasks)
     grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
     try:

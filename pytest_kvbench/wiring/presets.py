@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from pytest_kvbench.input_values import shown, shown_list
 from pytest_kvbench.wiring.grid import Grid, GridError
 
 try:  # Python >= 3.11
@@ -74,7 +75,7 @@ def load_preset(name: str) -> Preset:
     """The shipped preset ``name``; GridError (one line listing the presets) for any other name."""
     name = str(name).strip()
     if name not in available_presets():
-        raise GridError(f"unknown preset {name!r}; valid presets: {', '.join(available_presets())}")
+        raise GridError(f"unknown preset {shown(name)}; valid presets: {', '.join(available_presets())}")
     data = tomllib.loads(_preset_files().joinpath(f"{name}.toml").read_text(encoding="utf-8"))
     settings = {}
     for key, table in data.get("settings", {}).items():
@@ -97,10 +98,6 @@ def _by_model_name(setting: Setting, models: list[str]) -> Any:
         raise GridError(f"{setting.name} depends on the model under this preset ({shown}); run one model family "
                         f"at a time")
     return next(iter(found.values()), None)
-
-
-def _shown(value: Any) -> str:
-    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
 
 
 def _canonical(key: str, values: list) -> list:
@@ -134,17 +131,17 @@ def check_grid(grid: Grid, preset: Preset, preset_where: str, given: dict[str, s
         if setting.rule == "exact":
             wanted = _canonical(key, setting.values)
             agrees = sorted(_canonical(key, value)) == sorted(wanted)
-            fixed = f"fixes {key} = {_shown(wanted)}"
+            fixed = f"fixes {key} = {shown_list(wanted)}"
         elif setting.rule == "subset":
             wanted = _canonical(key, setting.allowed or setting.values)
             agrees = set(_canonical(key, value)) <= set(wanted)
-            fixed = f"allows {key} from {_shown(wanted)}"
+            fixed = f"allows {key} from {shown_list(wanted)}"
         elif setting.rule == "at_most":
             agrees = setting.values == ALL_SAMPLES or value <= setting.values
             fixed = f"runs at most {setting.values} {key}"
         else:
             wanted = _by_model_name(setting, grid.models)
             agrees = wanted is None or value == wanted
-            fixed = f"sets {key} = {wanted} for {_shown(grid.models)}"
+            fixed = f"sets {key} = {wanted} for {shown_list(grid.models)}"
         if not agrees:
-            raise GridError(f"{where} {_shown(value)} contradicts {preset_where}, which {fixed}")
+            raise GridError(f"{where} {shown_list(value)} contradicts {preset_where}, which {fixed}")

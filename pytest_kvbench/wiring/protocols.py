@@ -14,7 +14,7 @@ from __future__ import annotations
 from kvmethods import describe_method
 from kvmethods.core.catalog import PROTOCOLS
 
-from pytest_kvbench.input_values import split_list
+from pytest_kvbench.input_values import shown, split_list
 from pytest_kvbench.wiring.grid import Grid, GridError
 
 
@@ -22,7 +22,7 @@ def parse_protocols(value, where: str = "--kvbench-protocol") -> list[str]:
     protocols = list(dict.fromkeys(str(p) for p in split_list(value, where)))
     for protocol in protocols:
         if protocol not in PROTOCOLS:
-            raise GridError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+            raise GridError(f"unknown protocol {shown(protocol)}; valid: {', '.join(PROTOCOLS)}")
     if not protocols:
         raise GridError(f"--kvbench-protocol is empty; valid: {', '.join(PROTOCOLS)}")
     return protocols

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import capture_environment, installed_packages
-from pytest_kvbench.results.record import Record
+from pytest_kvbench.results.record import Record, superseded
 from pytest_kvbench.results.runs import parse_records
 from pytest_kvbench.wiring.grid import Grid
 
@@ -38,6 +38,9 @@ class RunSession:
         self.written: list[str] = []  # what finish() wrote (wiring/final_writes.py) ...
         self.write_failures: list = []  # ... and what it could not, with the path and why
         self.cases_by_id: dict | None = None  # filled by the plugin on first use
+        self.lock = None  # the run directory's RunLock while this controller holds it (results/run_lock.py)
+        # a resumed run: the records of its earlier attempts, by key, read once before any item runs here
+        self._earlier = {r.key: r for r in self.all_records()} if resumed else {}
 
     @property
     def environment(self) -> dict:
@@ -50,6 +53,19 @@ class RunSession:
         if self._environment is None:
             self._environment = capture_environment(self._invocation_args)
         return self._environment
+
+    # -- the run directory's lock ----------------------------------------------------------------
+    def hold_lock(self) -> None:
+        """Controller: lock the run directory before any item runs (RunInUse when another process has it)."""
+        if self.lock is None:
+            from pytest_kvbench.results.run_lock import RunLock  # lazy: filelock, for runs only
+
+            self.lock = RunLock(self.run_dir).acquire()
+
+    def release_lock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # -- what this run must finish -------------------------------------------------------------
     def expect(self, cases_and_nodeids) -> None:
@@ -78,19 +94,30 @@ class RunSession:
         """Persist one finished record now (crash safety), and the run's settings with the first one.
         ``record``: typed, or as the ``pytest_kvbench_record`` hook passes it (its JSON form).
 
+        In a resumed run, an item re-run after an earlier attempt (a crash, an error) says which record it
+        supersedes; readers take the newest record per key (storage.latest_per_key), so the old line stays
+        in records.jsonl as history and counts nowhere.
+
         A write the OS refuses (a full disk, the directory taken away) returns one line saying so: the
         plugin stops the session with it (pytest's own "Interrupted: ..." line, no traceback), since every
         later record would be lost the same way; the records before it are kept."""
         raw = record.to_json() if isinstance(record, Record) else record
-        settings = self.run_dir / storage.SETTINGS_FILE
+        earlier = self._earlier.get(raw.get("key"))
+        if earlier is not None:
+            raw = raw | {"supersedes": superseded(earlier)}
         try:
-            if not settings.exists():
-                storage.atomic_write_json(settings, self.grid.as_dict())
+            self._write_settings()
             storage.append_record(self.records_path, raw)
         except OSError as exc:
             return (f"kvbench: the record of {raw.get('item_id') or raw.get('key')} could not be written to "
                     f"{self.records_path} ({(exc.strerror or str(exc)).lower()}); the records before it are kept")
         return None
+
+    def _write_settings(self) -> None:
+        """settings.json, once: what --kvbench-resume checks a later attempt against."""
+        settings = self.run_dir / storage.SETTINGS_FILE
+        if not settings.exists():
+            storage.atomic_write_json(settings, self.grid.as_dict())
 
     def all_records(self) -> list[Record]:
         """Every record of the run (all workers, earlier resumed attempts), the last per case; a line that is
@@ -108,6 +135,7 @@ class RunSession:
         from pytest_kvbench.results import run_writer  # lazy for startup time: tables and tabulate, at the end only
         from pytest_kvbench.wiring.final_writes import write_each
 
+        self._write_settings()  # a run stopped before its first record can be resumed too
         records = self.final_records = self.all_records()
         self.unfinished = self.unfinished_items(records)
         complete = complete and not self.unfinished

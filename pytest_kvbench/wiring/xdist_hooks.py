@@ -18,7 +18,7 @@ import pytest
 from pytest_kvbench.results import record as records
 from pytest_kvbench.wiring.gpu_slots import DeviceSlots
 from pytest_kvbench.wiring.items import SUITES, case_of_nodeid, expect, suite_of
-from pytest_kvbench.wiring.stash_keys import SESSION_KEY, SLOTS_KEY
+from pytest_kvbench.wiring.stash_keys import INTERRUPTED_WORKERS_KEY, SESSION_KEY, SLOTS_KEY
 from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_group_name
 
 
@@ -67,7 +67,10 @@ def pytest_configure_node(node) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
-    """A worker that died frees its GPU slot for the replacement xdist starts."""
+    """A worker that died frees its GPU slot for the replacement xdist starts. One stopped by Ctrl-C did not
+    crash: its running item gets no record (it is missing, as in a serial run), not a crash record."""
+    if error == "keyboard-interrupt":
+        node.config.stash.setdefault(INTERRUPTED_WORKERS_KEY, set()).add(node.gateway.id)
     slots = node.config.stash.get(SLOTS_KEY, None)
     if slots is not None:
         slots.release(node.gateway.id)
@@ -95,10 +98,10 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
     """xdist controller: a worker died inside an item. Its record says so, and the run is incomplete."""
     config = getattr(sched, "config", None) or report.node.config
     case = case_of_nodeid(config, crashitem)
-    if case is None:
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
+    if case is None or worker in config.stash.get(INTERRUPTED_WORKERS_KEY, set()):
         return
     run = config.stash[SESSION_KEY]
-    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
     message = (f"worker {worker} crashed while running this item (the process died: killed, out of host "
                f"memory or a hard crash); run it again with --kvbench-resume {run.run_id}")
     record = records.Record.identity(case, run.run_id, case.protocol).finished(status="error", nodeid=crashitem,

@@ -12,8 +12,6 @@ pytest runs in this process and the pytester directory holds no test file, so no
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +19,7 @@ from hypothesis import strategies as st
 # Imported here, outside pytester's runs: pytester drops the modules a run imports when it ends,
 # and transformers' lazy modules cannot be imported a second time into the same process.
 from transformers import AttentionInterface, AutoConfig  # noqa: F401
+from helpers import file_mtimes
 
 from pytest_kvbench import cli
 
@@ -124,16 +123,6 @@ PYPROJECT_CASES = st.sampled_from([
 # -- the pytest side --------------------------------------------------------------------------
 
 
-def _files(root: Path, skip: Path) -> dict[str, float]:
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if Path(dirpath, d) != skip]
-        for name in filenames:
-            path = Path(dirpath, name)
-            out[str(path)] = path.stat().st_mtime_ns
-    return out
-
-
 @pytest.fixture
 def workdir(pytester, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -143,7 +132,7 @@ def workdir(pytester, monkeypatch):
 
 def assert_one_line_usage_error(pytester, *args: str) -> str:
     results = pytester.path / "results"
-    before = _files(pytester.path, results)
+    before = file_mtimes(pytester.path, results)
     # the inner run does not need hypothesis's plugin; loaded again mid-test it warns of this module's strategies
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args)
     out, err = result.stdout.str(), result.stderr.str()
@@ -151,7 +140,7 @@ def assert_one_line_usage_error(pytester, *args: str) -> str:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ERROR: "), (args, err)
     assert "Traceback" not in out + err and "INTERNALERROR" not in out + err, (args, out, err)
-    assert _files(pytester.path, results) == before, f"{args}: a file was written outside the results directory"
+    assert file_mtimes(pytester.path, results) == before, f"{args}: a file was written outside the results directory"
     return lines[0]
 
 
@@ -239,7 +228,7 @@ def bad_cli_arguments(draw) -> list[str]:
 @given(argv=bad_cli_arguments())
 def test_malformed_kvbench_arguments_exit_2_with_one_line(cli_dir, monkeypatch, capsys, argv):
     monkeypatch.chdir(cli_dir)
-    before = _files(cli_dir, cli_dir / "results")
+    before = file_mtimes(cli_dir, cli_dir / "results")
     try:
         code = cli.main(argv)
     except SystemExit as exc:  # argparse's own errors
@@ -249,7 +238,7 @@ def test_malformed_kvbench_arguments_exit_2_with_one_line(cli_dir, monkeypatch, 
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "error" in lines[0], (argv, err)
     assert "Traceback" not in out + err
-    assert _files(cli_dir, cli_dir / "results") == before
+    assert file_mtimes(cli_dir, cli_dir / "results") == before
 
 
 # -- issue 31: values dropped, contradictions, unbounded numbers --------------------------------
@@ -428,7 +417,7 @@ value_classes = (
 @given(pairs=st.lists(st.tuples(st.sampled_from(GRID_VALUE_OPTIONS), value_classes), min_size=1, max_size=3))
 def test_any_value_is_a_grid_or_a_one_line_usage_error(workdir, pairs):
     args = [f"{option}={value}" for option, value in pairs]
-    before = _files(workdir.path, workdir.path / "results")
+    before = file_mtimes(workdir.path, workdir.path / "results")
     try:
         grid = resolved(workdir, *args)
     except InputError as exc:
@@ -437,7 +426,7 @@ def test_any_value_is_a_grid_or_a_one_line_usage_error(workdir, pairs):
         assert "\n" not in str(exc).strip(), (args, str(exc))
     else:
         assert isinstance(grid, Grid) and grid.methods and grid.budgets and grid.tasks, args
-    assert _files(workdir.path, workdir.path / "results") == before, args
+    assert file_mtimes(workdir.path, workdir.path / "results") == before, args
 
 
 @pytest.mark.parametrize("argv, named", [

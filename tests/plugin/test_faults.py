@@ -104,6 +104,12 @@ def test_resume_runs_only_the_missing_item_and_completes_the_run(crashed_run, tm
     assert run["complete"] is True and run["unfinished"] == [] and run["resume_command"] is None
     assert {r["item_id"]: r["status"] for r in run["records"]} == {"full-passage_retrieval_en": "passed",
                                                                   KILLED: "passed"}
+    # the crash record stays in records.jsonl as history; the re-run says it supersedes it, and nothing counts it
+    lines = storage.read_records(copy / "runs" / run_id / storage.RECORDS_FILE)
+    crash, rerun = [r for r in lines if r["item_id"] == KILLED]
+    assert crash["crashed"] and rerun["status"] == "passed" and "crashed" not in rerun
+    assert rerun["supersedes"] == {"status": "error", "message": crash["message"], "crashed": True}
+    assert run["summary"]["by_status"] == {"passed": 2}
 
 
 @pytest.mark.parametrize("results_path", ["a_file.txt", "a_file.txt/results"])
