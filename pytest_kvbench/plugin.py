@@ -1,7 +1,7 @@
 """The pytest11 entry point: wires options, hooks and fixtures of pytest-kvbench together.
 
 Nothing here does benchmark work itself. Configuration resolves and validates the grid
-(wiring/options.py), collection turns it into one item per case (wiring/grid.py), the ``kvbench``
+(wiring/options.py), collection turns it into one item per case (cases.py), the ``kvbench``
 fixture (wiring/fixture.py) runs an item (engine/runner.py), each finished item's record goes
 through the ``pytest_kvbench_record`` hook (wiring/hookspecs.py) into the run directory
 (wiring/session.py), and the controller writes the results at the end (results/tables.py), gates
@@ -22,7 +22,7 @@ from pytest_kvbench.results.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.wiring import default_selection, fixture, hookspecs, options, xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
-from pytest_kvbench.wiring.grid import GridError
+from pytest_kvbench.cases import GridError
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, suite_of
 from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.progress_lines import FinishedItemLines

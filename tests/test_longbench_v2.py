@@ -178,7 +178,7 @@ class TestCotFollowUp:
     def test_the_runner_generates_the_follow_up_with_the_method_and_scores_its_answer(self, monkeypatch):
         import kvmethods.generation
 
-        from pytest_kvbench.wiring.grid import Grid
+        from pytest_kvbench.cases import Grid
         from pytest_kvbench.engine.runner import Runner
 
         calls = []

@@ -49,7 +49,7 @@ def generations(runner, case, task, method, budget, loaded, samples: list) -> It
     from pytest_kvbench.engine.fidelity import compare, reference_of
     from pytest_kvbench.engine.finite_logits import check_logits_finite
     from pytest_kvbench.engine.runner import NO_COMPRESSION
-    from pytest_kvbench.wiring.grid import FULL_METHOD
+    from pytest_kvbench.cases import FULL_METHOD
 
     prompts = [runner._prompt(case, task, sample, loaded) for sample in samples]
     run_group = getattr(protocols, GROUP_RUNNERS[case.protocol])

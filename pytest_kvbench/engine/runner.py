@@ -22,7 +22,7 @@ from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn,
 from pytest_kvbench.engine.shared_prefills import SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
-from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
+from pytest_kvbench.cases import FULL_METHOD, Case, Grid
 
 NO_COMPRESSION = Budget("ratio", 0.0)  # the budget the full-cache reference runs with: remove nothing
 

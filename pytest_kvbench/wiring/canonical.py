@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
-from pytest_kvbench.wiring.grid import GridError, MethodSpec, model_label
+from pytest_kvbench.cases import GridError, MethodSpec, model_label
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_kvbench.results.record import is_finished
-from pytest_kvbench.wiring.grid import GridError
+from pytest_kvbench.cases import GridError
 
 
 class Gate:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import pytest
 
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
-from pytest_kvbench.wiring.grid import Case
+from pytest_kvbench.cases import Case
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
 
 SUITES = tuple(SUITE_DESCRIPTIONS)  # one marker and one bench/test_<suite>.py per task suite

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pytest_kvbench import user_paths
-from pytest_kvbench.wiring.grid import DEFAULT_MODEL, GridError
+from pytest_kvbench.cases import DEFAULT_MODEL, GridError
 
 EAGER = "eager"
 

@@ -18,7 +18,7 @@ from pytest_kvbench.input_values import MAX_TOKENS, split_list
 from pytest_kvbench.wiring import canonical, model_refs, presets
 from pytest_kvbench.wiring.protocols import (check_decoding_intervals, check_per_turn, check_tasks_serve_protocols,
                                              parse_protocols)
-from pytest_kvbench.wiring.grid import (
+from pytest_kvbench.cases import (
     DEFAULT_MODEL,
     Grid,
     GridError,

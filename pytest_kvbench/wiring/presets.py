@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from pytest_kvbench.wiring.grid import Grid, GridError
+from pytest_kvbench.cases import Grid, GridError
 
 try:  # Python >= 3.11
     import tomllib

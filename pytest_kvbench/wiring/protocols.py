@@ -15,7 +15,7 @@ from kvmethods import describe_method
 from kvmethods.catalog import PROTOCOLS
 
 from pytest_kvbench.input_values import split_list
-from pytest_kvbench.wiring.grid import Grid, GridError
+from pytest_kvbench.cases import Grid, GridError
 
 
 def parse_protocols(value, where: str = "--kvbench-protocol") -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import capture_environment, installed_packages
 from pytest_kvbench.results.record import is_finished
-from pytest_kvbench.wiring.grid import Grid
+from pytest_kvbench.cases import Grid
 
 
 class RunSession:
