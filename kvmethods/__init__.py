@@ -8,7 +8,7 @@ names that need torch are resolved on first use.
 
 from importlib import import_module
 
-from .budget import Budget
+from .budget import FULL_CACHE, Budget
 from .errors import MethodError
 from .params import param
 from .registry import (
@@ -33,6 +33,7 @@ def __getattr__(name: str):
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Budget",
+    "FULL_CACHE",
     "LayerInputs",
     "Method",
     "MethodError",

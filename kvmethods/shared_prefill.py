@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .base import Method
-from .budget import Budget
+from .budget import FULL_CACHE, Budget
 from .errors import MethodError
 from .families import check_family, decoder_layers, rotary_embedding
 from .generation import PrefilledPrompt, _check_request, _forward, prefill, tokens_kept
@@ -143,7 +143,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
     compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
     if compressed_len == 0:  # nothing to compress: every request is a plain prefill
         started = time.perf_counter()
-        plain = [prefill(model, full_method, Budget("ratio", 0.0), input_ids, context_len, protocol)]
+        plain = [prefill(model, full_method, FULL_CACHE, input_ids, context_len, protocol)]
         plain += [prefill(model, m, b, input_ids, context_len, protocol, total_tokens) for m, b in requests]
         return SharedPrefill(plain[0], plain[1:], time.perf_counter() - started, [0.0] * len(requests),
                              [None] * len(requests))

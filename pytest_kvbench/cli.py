@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from pytest_kvbench import atomic_files
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
 from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
@@ -249,7 +250,7 @@ def cmd_compare(args) -> int:
 
 def _write_output(path: str, text: str, what: str) -> None:
     try:
-        storage.atomic_write_text(path, text)
+        atomic_files.atomic_write_text(path, text)
     except OSError as exc:
         raise UsageError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
     print(f"wrote {path}", file=sys.stderr)
@@ -292,7 +293,7 @@ def cmd_merge(args) -> int:
 
 def cmd_variance(args) -> int:
     from pytest_kvbench.comparison.seed_variance import HEADERS, parse_fraction, variance_groups, variance_rows
-    from pytest_kvbench.comparison.stats import variation_curve
+    from pytest_kvbench.stats import variation_curve
 
     threshold = parse_fraction(args.threshold)
     runs = [load_run(r, args.results) for r in args.runs]

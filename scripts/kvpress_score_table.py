@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
-from pytest_kvbench.comparison.stats import bootstrap_mean, paired_bootstrap
+from pytest_kvbench.stats import bootstrap_mean, paired_bootstrap
 from pytest_kvbench.results.record import budget_sort_key, labels
 
 # our method -> the adapter's spec of the kvpress press doing the same, each at its own defaults

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from pytest_kvbench.atomic_files import atomic_write_json
 from pytest_kvbench import user_paths
-from pytest_kvbench.results.record import DEFAULT_PROTOCOL, is_number, is_scored
+from pytest_kvbench.cases import DEFAULT_PROTOCOL
+from pytest_kvbench.results.record import is_number, is_scored
 from pytest_kvbench.results.storage import read_json
 
 FORMAT = "kvbench-baseline"
@@ -106,8 +108,6 @@ def check_save_target(path: str | os.PathLike, force: bool) -> None:
 
 def write_baseline(path: str | os.PathLike, records: list[dict], environment: dict, force: bool) -> None:
     """Save the run's scored items as a baseline; refuses to replace a file unless ``force``."""
-    from pytest_kvbench.results.storage import atomic_write_json
-
     target = Path(path)
     check_save_target(target, force)
     scored = [r for r in records if is_scored(r)]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from pytest_kvbench.comparison.stats import PairedResult, compare_paired
+from pytest_kvbench.stats import PairedResult, compare_paired
 from pytest_kvbench.comparison.tolerances import Tolerance, Tolerances
 from pytest_kvbench.comparison.verdict_format import (
     TABLE_HEADERS,

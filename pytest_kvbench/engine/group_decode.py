@@ -19,10 +19,10 @@ import time
 import traceback
 from collections.abc import Callable
 
+from pytest_kvbench.cases import Case
 from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_of_memory
 from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
-from pytest_kvbench.cases import Case
 
 # decode(member, prefilled state) -> (GenerationOutput without log-probs, kl, agreement)
 Decode = Callable[[Case, object], tuple]

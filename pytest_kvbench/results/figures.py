@@ -19,9 +19,10 @@ from pathlib import Path
 from statistics import fmean
 from typing import TYPE_CHECKING
 
-from pytest_kvbench.comparison.stats import VariationCurve
+from kvmethods import FULL_CACHE
+from pytest_kvbench.stats import VariationCurve
 from pytest_kvbench.results.needle_grid import needle_grids
-from pytest_kvbench.results.record import FULL, is_scored, labels
+from pytest_kvbench.results.record import is_scored, labels
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -85,7 +86,7 @@ def _silent_tasks(records: Sequence[dict]) -> set[tuple[str, str]]:
     too, so a plot of them is a flat line that says nothing about the methods."""
     full: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in records:
-        if is_scored(r) and labels(r).budget == FULL:
+        if is_scored(r) and labels(r).budget == FULL_CACHE.spec:
             full[(r["model"]["name"], labels(r).task)].append(float(r["score"]))
     return {pair for pair, scores in full.items() if not any(scores)}
 
@@ -151,10 +152,10 @@ def heatmap_figure(records: Sequence[dict]) -> Figure | None:
         mine = [r for r in scored if r["model"]["name"] == model]
         cells: dict[tuple[str, str], list[float]] = defaultdict(list)
         for r in mine:
-            column = labels(r).method if labels(r).budget == FULL else f"{labels(r).method} @{labels(r).budget}"
+            column = labels(r).method if labels(r).budget == FULL_CACHE.spec else f"{labels(r).method} @{labels(r).budget}"
             cells[(labels(r).task, column)].append(float(r["score"]))
         tasks = sorted({t for t, _ in cells})
-        columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith(FULL), c))
+        columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith(FULL_CACHE.spec), c))
         grids.append((model, tasks, columns, cells))
     width = max(len(g[2]) for g in grids)
     height = sum(len(g[1]) for g in grids)

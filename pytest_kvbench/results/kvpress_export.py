@@ -26,14 +26,15 @@ import json
 import re
 from collections import defaultdict
 
+from kvmethods import FULL_CACHE
 from pytest_kvbench.results.directory_export import DirectoryExport
-from pytest_kvbench.results.record import FULL, is_scored, labels
+from pytest_kvbench.results.record import is_scored, labels
 
 DATASET = "ruler"
 LEADERBOARD_SAMPLES = 500  # per task in simonjegou/ruler (generate.sh --num_samples 500)
 PROTOCOL_COMPONENT = {"query_agnostic": None, "question_in_window": "query_aware"}
 # Our method -> kvpress's PRESS_REGISTRY name, where the registry's press runs the same algorithm.
-PRESS_NAMES = {FULL: "no_press", "knorm": "knorm", "snapkv": "snapkv", "streamingllm": "streaming_llm",
+PRESS_NAMES = {FULL_CACHE.spec: "no_press", "knorm": "knorm", "snapkv": "snapkv", "streamingllm": "streaming_llm",
                "tova": "tova", "random": "random", "pyramidkv": "pyramidkv", "kvzip": "kvzip"}
 PREDICTION_COLUMNS = ("task", "answer", "predicted_answer", "max_new_tokens", "compression_ratio")
 _CONTROL = re.compile(r"[\x00-\x1f]")

@@ -15,42 +15,14 @@ parts with hyphens.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Union
+from typing import Any, NamedTuple, TypedDict
 
-if TYPE_CHECKING:  # kvmethods imports torch; readers of results (the kvbench CLI) should not
-    from kvmethods import Budget
+from kvmethods import Budget, MethodError
+from pytest_kvbench.cases import DEFAULT_PROTOCOL, PROTOCOL_PREFIX
+from pytest_kvbench.model_sources.gguf_file import gguf_label, looks_like_gguf
 
-FULL = "full"  # the method, and the budget spec, of the uncompressed full-cache reference
 FINISHED = ("passed", "failed")  # statuses of items that ran to the end and produced a score
 STATUSES = FINISHED + ("skipped", "error")
-
-
-@dataclass(frozen=True)
-class FullCache:
-    """The budget of the uncompressed reference: everything kept. Runs once per task (``full-<task>``)."""
-
-    spec = FULL
-    kind = "none"
-    value = None
-    sort_key = (-1, 0.0)  # before every compressed budget
-
-    def as_record(self) -> dict:
-        return {"spec": self.spec, "kind": self.kind, "value": self.value}
-
-
-FULL_CACHE = FullCache()
-CaseBudget = Union["Budget", FullCache]
-
-
-def parse_budget(spec: str | Budget | FullCache) -> CaseBudget:
-    """``"full"`` -> FULL_CACHE, anything else -> ``Budget.parse`` (MethodError when malformed)."""
-    from kvmethods import Budget
-
-    if isinstance(spec, (Budget, FullCache)):
-        return spec
-    return FULL_CACHE if str(spec).strip() == FULL else Budget.parse(spec)
 
 
 def budget_sort_key(spec: str) -> tuple:
@@ -58,10 +30,8 @@ def budget_sort_key(spec: str) -> tuple:
 
     ``Budget.sort_key`` defines it; a record's spec is parsed the same way the grid parses it.
     """
-    from kvmethods import MethodError
-
     try:
-        return parse_budget(spec).sort_key + ("",)
+        return Budget.parse(spec).sort_key + ("",)
     except MethodError:
         return (3, 0.0, str(spec))  # a spec this version cannot parse (an old or hand-made file): last
 
@@ -101,16 +71,6 @@ class Record(TypedDict, total=False):
     crashed: bool  # set on the error record of an item whose xdist worker died
 
 
-DEFAULT_PROTOCOL = "question_in_window"
-_PROTOCOL_PREFIX = "protocol="
-
-
-def protocol_key_part(protocol: str) -> str:
-    """What a protocol adds to a case key: nothing for the default (keys of older runs and baselines
-    stay valid), else ``|protocol=<name>``."""
-    return "" if protocol == DEFAULT_PROTOCOL else f"|{_PROTOCOL_PREFIX}{protocol}"
-
-
 class Labels(NamedTuple):
     """How a record is named in tables and folders; all parts come from its key."""
 
@@ -131,8 +91,8 @@ def labels(record: dict) -> Labels:
     """
     parts = str(record.get("key") or "").split("|")
     protocol = DEFAULT_PROTOCOL
-    if parts[-1].startswith(_PROTOCOL_PREFIX):
-        protocol = parts.pop()[len(_PROTOCOL_PREFIX):]
+    if parts[-1].startswith(PROTOCOL_PREFIX):
+        protocol = parts.pop()[len(PROTOCOL_PREFIX):]
     if len(parts) >= 5:
         return Labels(parts[0], "|".join(parts[1:-3]), parts[-3], parts[-2], parts[-1], protocol)
     task = record.get("task") or {}
@@ -147,20 +107,12 @@ def model_title(record: dict) -> str:
     """The model as tables title it: the key's model, and for a GGUF-derived one the file and its
     quantization (``smollm2-135m: SmolLM2-135M-Instruct (GGUF Q4_1)``), so that its rows are never
     taken for the float model's. Records without ``model.gguf`` (all older ones) keep the key's name."""
-    from pytest_kvbench.model_sources.gguf_file import gguf_label, looks_like_gguf
-
     name = labels(record).model
     gguf = (record.get("model") or {}).get("gguf")
     if not isinstance(gguf, dict) or not gguf.get("file") or not gguf.get("quantization"):
         return name
     label = gguf_label(str(gguf["file"]), str(gguf["quantization"]))
     return label if looks_like_gguf(name) else f"{name}: {label}"
-
-
-def model_label(model: str) -> str:
-    """A short, path- and id-safe name for a model id or path (item ids, item folders)."""
-    tail = model.rstrip("/").split("/")[-1] or model
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", tail)
 
 
 def is_number(value: object) -> bool:

@@ -14,8 +14,10 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pytest_kvbench import atomic_files
 from pytest_kvbench.results import storage
-from pytest_kvbench.results.record import DEFAULT_PROTOCOL, labels, model_label
+from pytest_kvbench.cases import DEFAULT_PROTOCOL, model_label
+from pytest_kvbench.results.record import labels
 from pytest_kvbench.results.tables import results_markdown, zero_scores
 
 SCHEMA = 1
@@ -63,7 +65,7 @@ def write_item_files(run_dir: Path, record: dict, show_seed: bool) -> None:
     metrics = {k: record.get(k) for k in _METRICS_FIELDS}
     metrics |= {"method": record["method"], "budget": record["budget"], "model": record["model"].get("name"),
                 "task": record["task"], "seed": record.get("seed"), "protocol": record.get("protocol")}
-    storage.atomic_write_json(folder / "metrics.json", metrics)
+    atomic_files.atomic_write_json(folder / "metrics.json", metrics)
 
 
 def summarize(records: list[dict]) -> dict:
@@ -99,7 +101,7 @@ def write_run(run_dir: Path, run: dict) -> str:
     show_seed = len({r.get("seed") for r in records}) > 1
     for record in records:
         write_item_files(run_dir, record, show_seed)
-    storage.atomic_write_json(run_dir / storage.RUN_FILE, run)
+    atomic_files.atomic_write_json(run_dir / storage.RUN_FILE, run)
     markdown = results_markdown(run, records)
-    storage.atomic_write_text(run_dir / RESULTS_FILE, markdown)
+    atomic_files.atomic_write_text(run_dir / RESULTS_FILE, markdown)
     return markdown

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kvbench.results.record import DEFAULT_PROTOCOL
+from pytest_kvbench.cases import DEFAULT_PROTOCOL
 from pytest_kvbench.cases import DEFAULT_MODEL, Case, Grid
 from pytest_kvbench.wiring.options import tomllib  # the standard library's, or tomli before Python 3.11
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from kvmethods import FULL_CACHE, Budget, MethodError, describe_method
+from pytest_kvbench import tasks as task_registry
 from pytest_kvbench import user_paths
 from pytest_kvbench.input_values import MAX_TOKENS, split_list
 from pytest_kvbench.wiring import canonical, model_refs, presets
@@ -365,10 +367,6 @@ def _shown_list(value: Any) -> str:
 def _validate(grid: Grid) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py)."""
-    from kvmethods import Budget, MethodError, describe_method
-
-    from pytest_kvbench import tasks as task_registry
-
     methods = []
     for spec in grid.methods:  # describe_method names the valid methods for an unknown one
         try:
@@ -385,6 +383,9 @@ def _validate(grid: Grid) -> None:
         grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
+    if FULL_CACHE in grid.budgets:
+        raise GridError(f"--kvbench-budgets: {FULL_CACHE.spec!r} is not a compression budget; the full cache runs "
+                        f"once per task as the method {FULL_CACHE.spec!r}")
     too_large = [budget.spec for budget in grid.budgets if budget.kind == "tokens" and budget.value > MAX_TOKENS]
     if too_large:
         raise GridError(f"--kvbench-budgets: {too_large[0]} tokens is more than any context ({MAX_TOKENS:,} at most)")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_kvbench import atomic_files
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import capture_environment, installed_packages
 from pytest_kvbench.results.record import is_finished
@@ -75,7 +76,7 @@ class RunSession:
         """Persist one finished record now (crash safety), and the run's settings with the first one."""
         settings = self.run_dir / storage.SETTINGS_FILE
         if not settings.exists():
-            storage.atomic_write_json(settings, self.grid.as_dict())
+            atomic_files.atomic_write_json(settings, self.grid.as_dict())
         storage.append_record(self.records_path, record)
 
     def all_records(self) -> list[dict]:
@@ -103,7 +104,7 @@ class RunSession:
             environment=self.environment | {"packages": installed_packages()},  # read once, at the end
             unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
         markdown = run_writer.write_run(self.run_dir, run)
-        storage.atomic_write_text(self.results_dir / run_writer.RESULTS_FILE, markdown)
+        atomic_files.atomic_write_text(self.results_dir / run_writer.RESULTS_FILE, markdown)
         return run
 
     def _previous_run(self) -> dict | None:
