@@ -117,6 +117,7 @@ def get_method(name: str, **params: Any) -> Method:
     if SEPARATOR in name:  # snapkv+kivi, snapkv+think+kivi: eviction, ThinK and/or a quantizer
         return compose(name, params, _load)
     if name.startswith(KVPRESS_PREFIX):
+        # lazy: kvpress_adapter imports kvpress (an optional extra) only when a press is named
         from .kvpress_adapter import kvpress_method  # imports kvpress only when a press is named
 
         return kvpress_method(name, params)

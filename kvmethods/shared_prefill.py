@@ -130,6 +130,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
                    protocol: str, total_tokens: int | None = None) -> SharedPrefill:
     """The full-cache prefill of the prompt and, from the same forward, each request's compressed prefill
     (what generation.prefill(model, method, budget, ...) returns for it, bit for bit)."""
+    # lazy: the registry's wrappers import the generation modules (KNOWN_CIRCLES in tests/test_import_graph.py)
     from .registry import get_method
 
     input_ids = [int(token) for token in input_ids]

@@ -14,6 +14,7 @@ from transformers import (
     Qwen2Config,
     Qwen3Config,
 )
+import gc
 
 FAMILY_CONFIGS = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
 
@@ -70,8 +71,6 @@ def bench_model():
 
 def tensors_reachable(root) -> list[torch.Tensor]:
     """Every tensor reachable from `root` through references (gc.get_referents), classes excluded."""
-    import gc
-
     seen, stack, found = set(), [root], []
     while stack:
         obj = stack.pop()
@@ -88,8 +87,6 @@ def tensors_reachable(root) -> list[torch.Tensor]:
 def live_tensor_bytes(tensors=None) -> int:
     """Bytes of the distinct storages of `tensors` (default: every live tensor), parameters excluded: what
     memory tests count instead of timing."""
-    import gc
-
     if tensors is None:
         gc.collect()
         tensors = (obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor))

@@ -28,6 +28,7 @@ class WrapperMethod(Method):
         self.inner = self._wrap(self.base, {})
 
     def _wrap(self, base: str, params: dict) -> Method:
+        # lazy: breaks the registry circle (KNOWN_CIRCLES in tests/test_import_graph.py)
         from .registry import get_method  # the registry imports the wrappers
 
         if base == self.name:

@@ -33,6 +33,9 @@ from pytest_kvbench.results.export import FORMATS, ExportError, export_records, 
 from pytest_kvbench.results.merge import merge_runs
 from pytest_kvbench.results.report import ReportError
 from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
+from pytest_kvbench.tasks import TaskError
+from pytest_kvbench.results.reproduction import reproduction_text
+from pytest_kvbench.tasks.registry import task_listing
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 DEFAULT_RESULTS = "results"
@@ -131,9 +134,6 @@ def _device_line(records: list[dict]) -> str:
 
 
 def cmd_tasks(args) -> int:
-    from pytest_kvbench.tasks import TaskError
-    from pytest_kvbench.tasks.registry import task_listing
-
     try:
         rows = task_listing(args.suite)
     except TaskError as exc:
@@ -196,8 +196,6 @@ def cmd_show(args) -> int:
 
 
 def cmd_env(args) -> int:
-    from pytest_kvbench.results.reproduction import reproduction_text
-
     run = load_run(args.run, args.results)
     try:
         commands = _reproduce_lines(run)
@@ -271,6 +269,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
+    # lazy for startup time: the report imports numpy, scipy and matplotlib (every kvbench command pays its imports)
     from pytest_kvbench.results.report import write_report
 
     runs = [load_run(r, args.results) for r in args.runs]
@@ -292,6 +291,7 @@ def cmd_merge(args) -> int:
 
 
 def cmd_variance(args) -> int:
+    # lazy for startup time: numpy and scipy (every kvbench command pays its imports)
     from pytest_kvbench.comparison.seed_variance import HEADERS, parse_fraction, variance_groups, variance_rows
     from pytest_kvbench.stats import variation_curve
 
@@ -302,6 +302,7 @@ def cmd_variance(args) -> int:
     print(f"coefficient of variation of the mean score against the number of seeds; threshold {100 * threshold:g}%")
     print(tabulate(rows, headers=HEADERS, disable_numparse=True))
     if args.plot.lower() != "none":
+        # lazy for startup time: matplotlib
         from pytest_kvbench.results.figures import save_figure, variance_figure
 
         save_figure(variance_figure([(k, c) for k, c in curves if c.n >= 2]), args.plot)

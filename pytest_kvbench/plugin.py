@@ -33,6 +33,8 @@ from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PLANNED_CASES_KEY, PROGR
 from pytest_kvbench.wiring.transformers_range import check_transformers, kvbench_options_given
 from pytest_kvbench.wiring.xdist_groups import xdist_group_name
 from pytest_kvbench.wiring.xdist_hooks import check_worker_count, pin_worker_device
+from pytest_kvbench.wiring.shards import parse_shard, select_shard
+from pytest_kvbench.wiring.terminal_summary import write_summary
 
 SLOW_CONTEXT = 8192  # RULER items from this context length on are marked slow
 
@@ -152,7 +154,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     keep, drop = list(items), []
     shard = config.getoption("kvbench_shard")
     if shard:  # before resume: a resumed shard finishes its own part, not a part of what is left of the grid
-        from pytest_kvbench.wiring.shards import parse_shard, select_shard
 
         try:
             k, n = parse_shard(shard)
@@ -239,6 +240,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     run = config.stash.get(SESSION_KEY, None)
     if run is None or not run.is_controller or not run.records_path.exists():
         return
-    from pytest_kvbench.wiring.terminal_summary import write_summary
 
     write_summary(terminalreporter, run, config.stash[GATE_KEY])

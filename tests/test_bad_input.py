@@ -331,6 +331,7 @@ def refused(pytester, *args: str) -> str:
     (["--kvbench-tasks=niah_single_1", "--kvbench-context-lengths=٤٠٩٦"], "ASCII digits"),
     ([f"--kvbench-shard=١/٢"], "ASCII digits"),
     ([f"--kvbench-budgets={ARABIC_12}"], "invalid budget"),
+    (["--kvbench-budgets=128,full"], "'full' is not a compression budget"),
     ([f"--kvbench-methods=snapkv:window={ARABIC_12}"], "parameter 'window' must be int"),
     ([f"--kvbench-tasks=niah_single_1:questions={ARABIC_12}"], "questions must be a positive integer"),
     (["--kvbench-tasks=niah_single_1:questions=2:questions=3"], "sets questions twice"),

@@ -35,6 +35,7 @@ class ReportError(ValueError):
 
 
 def new_figure(width: float, height: float) -> Figure:
+    # lazy for startup time: matplotlib, only when a figure is drawn
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
@@ -42,6 +43,7 @@ def new_figure(width: float, height: float) -> Figure:
 
 def figure_svg(fig: Figure, salt: str) -> str:
     """The figure as an inline ``<svg>`` element; ``salt`` keeps ids unique across figures of a page."""
+    # lazy for startup time: matplotlib
     import matplotlib
 
     buffer = io.StringIO()
@@ -73,6 +75,7 @@ def series_label(record: dict, several_models: bool) -> str:
 
 def palette(records: Sequence[dict]) -> dict[str, str]:
     """One colour per series for the whole page, so a method looks the same in every plot."""
+    # lazy for startup time: matplotlib
     from matplotlib import colormaps
 
     several_models = len({r["model"]["name"] for r in records}) > 1
@@ -127,6 +130,7 @@ def memory_figure(records: Sequence[dict]) -> Figure | None:
     for label, xy in sorted(series.items()):
         xy.sort()
         ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=label, color=colours[label])
+    # lazy for startup time: matplotlib
     from matplotlib.ticker import FormatStrFormatter
 
     ax.set_xscale("log")

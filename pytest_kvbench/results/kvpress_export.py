@@ -29,6 +29,8 @@ from collections import defaultdict
 from kvmethods import FULL_CACHE
 from pytest_kvbench.results.directory_export import DirectoryExport
 from pytest_kvbench.results.record import is_scored, labels
+from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_part
+from pytest_kvbench.tasks import get_task
 
 DATASET = "ruler"
 LEADERBOARD_SAMPLES = 500  # per task in simonjegou/ruler (generate.sh --num_samples 500)
@@ -47,8 +49,6 @@ def kvpress_clean(prediction: str) -> str:
 
 def string_match(task: str, predictions: list[str], references: list[list[str]]) -> float:
     """kvpress's per-task string_match: string_match_part for qa_* tasks, string_match_all otherwise."""
-    from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_part
-
     metric = string_match_part if task.split("_")[0] == "qa" else string_match_all
     scores = [metric(kvpress_clean(p), refs) for p, refs in zip(predictions, references)]
     return round(sum(scores) / len(scores) * 100, 2)
@@ -90,6 +90,7 @@ def _folder(record: dict, several_seeds: bool) -> str:
 def _config_yaml(record: dict, run_id: str | None) -> str:
     """evaluate.py's EvaluationConfig as save_config writes it (head_compression_ratio and threshold left out
     when unset, as it does)."""
+    # lazy: PyYAML is not a dependency of its own (it comes with transformers); only kvpress exports need it
     import yaml
 
     label = labels(record)
@@ -112,8 +113,6 @@ def _config_yaml(record: dict, run_id: str | None) -> str:
 
 
 def _predictions_csv(records: list[dict]) -> str:
-    from pytest_kvbench.tasks import get_task
-
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(PREDICTION_COLUMNS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from pytest_kvbench.results.record import labels
+from kvmethods import Budget, MethodError
 
 _METHOD = re.compile(r"(kvpress:)?[A-Za-z0-9_-]+(\+(kvpress:)?[A-Za-z0-9_-]+)*(\([^()/\\]*\))?", re.ASCII)
 _TASK = re.compile(r"[A-Za-z0-9_]+(:[A-Za-z0-9_]+=[A-Za-z0-9_.-]+)*(@[0-9]+)?", re.ASCII)
@@ -31,8 +32,6 @@ def _model_ok(name: str) -> bool:
 
 
 def _budget_ok(spec: str) -> bool:
-    from kvmethods import Budget, MethodError
-
     if spec == "full":
         return True
     try:

@@ -19,6 +19,7 @@ from statistics import fmean
 from kvmethods import FULL_CACHE
 from pytest_kvbench.cases import DEFAULT_PROTOCOL
 from pytest_kvbench.results.record import budget_sort_key, is_number, is_scored, labels, model_title
+from pytest_kvbench.tasks.summaries import suite_summaries
 
 AVG = "Avg"
 MiB = 2**20
@@ -41,7 +42,7 @@ class Cell:
     def half_width(self) -> float | None:
         if len(self.values) < 2:
             return None
-        from pytest_kvbench.stats import seed_summary  # scipy: only where seeds repeat
+        from pytest_kvbench.stats import seed_summary  # lazy for startup time: scipy, only where seeds repeat
 
         _, low, high = seed_summary(self.values)
         return (high - low) / 2
@@ -51,7 +52,7 @@ class Cell:
         """Half-width of the 95% bootstrap interval of the mean over samples (one seed's spread)."""
         if len(self.sample_scores) < 2:
             return None
-        from pytest_kvbench.stats import bootstrap_mean  # scipy: only where an interval is shown
+        from pytest_kvbench.stats import bootstrap_mean  # lazy for startup time: scipy, only where an interval is shown
 
         _, low, high = bootstrap_mean(self.sample_scores, n_resamples=TABLE_RESAMPLES)
         return (high - low) / 2 if math.isfinite(low) and math.isfinite(high) else None
@@ -140,8 +141,6 @@ class ScoreTable:
 
     def summaries(self) -> list:
         """The suite summaries (LongBench v2 splits, InfiniteBench columns) of this table's records."""
-        from pytest_kvbench.tasks.summaries import suite_summaries
-
         return suite_summaries(self.records_by_task())
 
     @property

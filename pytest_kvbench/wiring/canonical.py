@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
 from pytest_kvbench.cases import GridError, MethodSpec, model_label
+from pytest_kvbench.wiring.model_refs import is_local_reference
 
 T = TypeVar("T")
 
@@ -58,8 +59,6 @@ def _spelling(value: object) -> str:
 
 def model_key(model: str) -> str:
     """The same local directory however it is spelled; hub ids as given."""
-    from pytest_kvbench.wiring.model_refs import is_local_reference
-
     if is_local_reference(model):
         return os.path.normpath(os.path.abspath(os.path.expanduser(model)))
     return model

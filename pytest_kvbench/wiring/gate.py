@@ -12,6 +12,9 @@ import pytest
 
 from pytest_kvbench.results.record import is_finished
 from pytest_kvbench.cases import GridError
+from pytest_kvbench.comparison.baseline_file import BaselineError, check_save_target, load_baseline
+from pytest_kvbench.comparison.baseline_file import write_baseline
+from pytest_kvbench.comparison.tolerances import parse_tolerances
 
 
 class Gate:
@@ -31,8 +34,6 @@ class Gate:
         force = config.getoption("kvbench_save_force")
         if not (compare or save or config.getoption("kvbench_compare_fail")):
             return cls()  # no gate: keep scipy (statistics) out of plain runs and collection
-        from pytest_kvbench.comparison.baseline_file import BaselineError, check_save_target, load_baseline
-        from pytest_kvbench.comparison.tolerances import parse_tolerances
 
         try:
             tolerances = parse_tolerances(config.getoption("kvbench_compare_fail") or [])
@@ -47,6 +48,7 @@ class Gate:
         """The item's Verdict against its baseline entry; None without --kvbench-compare."""
         if self.baseline is None:
             return None
+        # lazy for startup time: verdicts import numpy and scipy, only with --kvbench-compare
         from pytest_kvbench.comparison.verdicts import compare_record
 
         return compare_record(record, self.baseline.entry(record), self.tolerances)
@@ -55,7 +57,7 @@ class Gate:
         """Controller, end of run: comparison over all records and the optional new baseline."""
         if self.baseline is None and not self.save_path:
             return
-        from pytest_kvbench.comparison.baseline_file import write_baseline
+        # lazy for startup time: verdicts import numpy and scipy (see above)
         from pytest_kvbench.comparison.verdicts import Verdict
 
         finished = [r for r in records if is_finished(r) and r.get("samples")]
@@ -72,6 +74,7 @@ class Gate:
     def summary_lines(self) -> list[str]:
         lines = []
         if self._verdicts:
+            # lazy for startup time: numpy and scipy (see above)
             from pytest_kvbench.comparison.verdicts import comparison_table
 
             lines += ["comparison with baseline:", comparison_table(self._verdicts)]

@@ -15,6 +15,7 @@ import pytest
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.cases import Case
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
+from pytest_kvbench.tasks import get_task
 
 SUITES = tuple(SUITE_DESCRIPTIONS)  # one marker and one bench/test_<suite>.py per task suite
 
@@ -25,8 +26,6 @@ def is_worker(config: pytest.Config) -> bool:
 
 @functools.cache
 def suite_of(task: str) -> str:
-    from pytest_kvbench.tasks import get_task
-
     return get_task(task).suite
 
 

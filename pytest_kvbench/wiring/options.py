@@ -28,6 +28,8 @@ from pytest_kvbench.cases import (
     parse_positive_int,
     parse_seed,
 )
+from pytest_kvbench.wiring.shards import parse_shard
+from pytest_kvbench.tasks import TaskError, check_context_length, get_task
 
 try:  # Python >= 3.11
     import tomllib
@@ -118,8 +120,6 @@ def check_given_options(config: pytest.Config) -> None:
                 raise GridError(f"{option} is empty; give a value or leave the option out")
     shard = config.getoption("kvbench_shard")
     if shard is not None:
-        from pytest_kvbench.wiring.shards import parse_shard
-
         try:
             parse_shard(shard)
         except ValueError as exc:
@@ -417,8 +417,6 @@ def _validate(grid: Grid) -> None:
 def _check_context_lengths(grid: Grid, limits: dict[str, int | None]) -> None:
     """Each RULER context length leaves room for the task's answer and fits every model, where the
     model's maximum is known from its config (a model's own check at load time covers the rest)."""
-    from pytest_kvbench.tasks import TaskError, check_context_length, get_task
-
     for name in grid.tasks:
         task = get_task(name)
         if task.suite != "ruler":

@@ -23,6 +23,8 @@ from importlib import resources
 from typing import Any
 
 from pytest_kvbench.cases import Grid, GridError
+from kvmethods import Budget
+from pytest_kvbench.tasks import get_task
 
 try:  # Python >= 3.11
     import tomllib
@@ -106,10 +108,6 @@ def _shown(value: Any) -> str:
 def _canonical(key: str, values: list) -> list:
     """One spelling per value (``r0.50`` is ``r0.5``); a value that does not parse stays as given, so it
     disagrees with the preset here and, had it agreed, validation would name what is wrong with it."""
-    from kvmethods import Budget
-
-    from pytest_kvbench.tasks import get_task
-
     spell = {"tasks": lambda v: get_task(str(v)).name, "budgets": lambda v: Budget.parse(str(v)).spec}.get(key, str)
     out = []
     for value in values:

@@ -31,6 +31,7 @@ import pytest
 from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
 from pytest_kvbench.wiring.progress_text import PREFIX, duration, session_part, start_own_line
+from pytest_kvbench.wiring.progress_board import WorkersBoard
 
 CHANNEL_KEY = "kvbench_progress"  # workerinput key of the worker's channel to the controller
 INTERVAL_INI = "kvbench_progress_interval"
@@ -182,8 +183,6 @@ class ProgressPlugin:
         if not _shows_progress(self.config):
             return
         if self.board is None:
-            from pytest_kvbench.wiring.progress_board import WorkersBoard
-
             self.board = WorkersBoard(self.config.pluginmanager.get_plugin("terminalreporter"), self.interval)
         worker, board = node.gateway.id, self.board
         channel = node.gateway.newchannel()

@@ -17,6 +17,7 @@ from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import capture_environment, installed_packages
 from pytest_kvbench.results.record import is_finished
 from pytest_kvbench.cases import Grid
+import json
 
 
 class RunSession:
@@ -111,7 +112,6 @@ class RunSession:
         path = self.run_dir / storage.RUN_FILE
         if not path.exists():
             return None
-        import json
 
         try:
             return json.loads(path.read_text(encoding="utf-8"))

@@ -6,6 +6,7 @@ from ..base import Sample, percent_mean
 from ..prompting import TemplateTask
 from .config import LENGTH_BUCKETS
 from .data import load_records
+from ..metrics import METRICS, best_over_references, first_line
 
 
 class LongBenchTask(TemplateTask):
@@ -31,8 +32,6 @@ class LongBenchTask(TemplateTask):
         return self.spec.use_chat_template
 
     def score(self, prediction: str, sample: Sample) -> float:
-        from ..metrics import METRICS, best_over_references, first_line
-
         prediction = prediction or ""
         if self.spec.first_line_only:
             prediction = first_line(prediction)

@@ -26,6 +26,8 @@ from ..errors import DataError
 from ..prompting import build_truncated_prompt
 from ..sources import SuiteData, require_fields, sample_id
 from .specs import INSTRUCTION
+from .verification import parse_answer
+from .verification import is_equivalent
 
 DATA = SuiteData(
     "reasoning",
@@ -41,7 +43,6 @@ class ReasoningTask(Task):
 
     def _validate(self, record, where: str) -> dict:
         require_fields(record, where, {"problem": str, "answer": (str, int)})
-        from .verification import parse_answer
 
         if not parse_answer(str(record["answer"])):
             raise DataError(f"{where}: math-verify cannot parse the reference answer {record['answer']!r}")
@@ -65,6 +66,4 @@ class ReasoningTask(Task):
         return build_truncated_prompt(tokenizer, self.prompt_text(sample), INSTRUCTION, None, use_chat=True)
 
     def score(self, prediction: str, sample: Sample) -> float:
-        from .verification import is_equivalent
-
         return float(is_equivalent(prediction or "", sample.answers[0]))
