@@ -6,6 +6,8 @@ the same four families with grouped-query attention.
 
 from __future__ import annotations
 
+import gc
+
 import torch
 from transformers import (
     AutoModelForCausalLM,
@@ -14,7 +16,6 @@ from transformers import (
     Qwen2Config,
     Qwen3Config,
 )
-import gc
 
 FAMILY_CONFIGS = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
 

@@ -19,22 +19,21 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from pytest_kvbench import atomic_files
+from pytest_kvbench import atomic_files, model_listing, user_paths
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
 from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
-from pytest_kvbench import model_listing, user_paths
 from pytest_kvbench.results import storage
-from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS
-from pytest_kvbench.results.protocol_exports import export_directory
+from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.export import FORMATS, ExportError, export_records, to_markdown
 from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.protocol_exports import export_directory
 from pytest_kvbench.results.report import ReportError
+from pytest_kvbench.results.reproduction import reproduction_text
 from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
 from pytest_kvbench.tasks import TaskError
-from pytest_kvbench.results.reproduction import reproduction_text
 from pytest_kvbench.tasks.registry import task_listing
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2

@@ -16,13 +16,13 @@ import os
 
 import pytest
 
+from pytest_kvbench.cases import GridError
 from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.wiring import default_selection, fixture, hookspecs, options, xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
-from pytest_kvbench.cases import GridError
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, suite_of
 from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.progress_lines import FinishedItemLines
@@ -30,11 +30,11 @@ from pytest_kvbench.wiring.runner_settings import RunnerSettings
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
                                               RUNNER_SETTINGS_KEY, SESSION_KEY, VERDICT_KEY)
+from pytest_kvbench.wiring.shards import parse_shard, select_shard
+from pytest_kvbench.wiring.terminal_summary import write_summary
 from pytest_kvbench.wiring.transformers_range import check_transformers, kvbench_options_given
 from pytest_kvbench.wiring.xdist_groups import xdist_group_name
 from pytest_kvbench.wiring.xdist_hooks import check_worker_count, pin_worker_device
-from pytest_kvbench.wiring.shards import parse_shard, select_shard
-from pytest_kvbench.wiring.terminal_summary import write_summary
 
 SLOW_CONTEXT = 8192  # RULER items from this context length on are marked slow
 
@@ -154,7 +154,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     keep, drop = list(items), []
     shard = config.getoption("kvbench_shard")
     if shard:  # before resume: a resumed shard finishes its own part, not a part of what is left of the grid
-
         try:
             k, n = parse_shard(shard)
         except ValueError as exc:

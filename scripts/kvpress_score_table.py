@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
-from pytest_kvbench.stats import bootstrap_mean, paired_bootstrap
 from pytest_kvbench.results.record import budget_sort_key, labels
+from pytest_kvbench.stats import bootstrap_mean, paired_bootstrap
 
 # our method -> the adapter's spec of the kvpress press doing the same, each at its own defaults
 NATIVE_PRESSES = {

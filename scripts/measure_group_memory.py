@@ -18,8 +18,8 @@ import torch
 
 from kvmethods import Budget
 from kvmethods.testing import live_tensor_bytes, tensors_reachable
-from pytest_kvbench.engine.runner import Runner
 from pytest_kvbench.cases import Grid, MethodSpec
+from pytest_kvbench.engine.runner import Runner
 
 METHODS = ["snapkv", "h2o", "streamingllm", "tova", "pyramidkv", "knorm", "random", "expected_attention"]
 

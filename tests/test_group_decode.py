@@ -11,11 +11,11 @@ import torch
 
 from kvmethods import Budget
 from kvmethods.testing import live_tensor_bytes, tensors_reachable
+from pytest_kvbench.cases import Grid, MethodSpec
 from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
 from pytest_kvbench.engine.runner import Runner
 from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
-from pytest_kvbench.cases import Grid, MethodSpec
 from model_helpers import one_thread  # noqa: F401 - module-scoped autouse fixture
 from test_distributed_health import _busy
 

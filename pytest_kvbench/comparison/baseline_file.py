@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from pytest_kvbench.atomic_files import atomic_write_json
 from pytest_kvbench import user_paths
+from pytest_kvbench.atomic_files import atomic_write_json
 from pytest_kvbench.cases import DEFAULT_PROTOCOL
 from pytest_kvbench.results.record import is_number, is_scored
 from pytest_kvbench.results.storage import read_json

@@ -12,11 +12,11 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
-from pytest_kvbench.stats import VariationCurve
 from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.results.export import config_key
 from pytest_kvbench.results.record import is_scored
 from pytest_kvbench.results.runs import Run
+from pytest_kvbench.stats import VariationCurve
 
 HEADERS = ["item", "seeds", "mean", "CV per seed", "CV of the mean (seeds: CV)", "seeds needed"]
 

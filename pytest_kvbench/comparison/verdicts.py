@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from pytest_kvbench.stats import PairedResult, compare_paired
 from pytest_kvbench.comparison.tolerances import Tolerance, Tolerances
 from pytest_kvbench.comparison.verdict_format import (
     TABLE_HEADERS,
@@ -35,6 +34,7 @@ from pytest_kvbench.comparison.verdict_format import (
     relative,
 )
 from pytest_kvbench.results.record import is_number, is_scored
+from pytest_kvbench.stats import PairedResult, compare_paired
 
 SCORE_SCALE = 100.0  # record scores are 100 x the mean per-sample score (DEVELOPERS.md, tasks)
 STATUSES = ("ok", "regression", "improved", "new", "mismatch")

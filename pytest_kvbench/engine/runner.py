@@ -254,7 +254,6 @@ class Runner:
                           task.follow_up_max_new_tokens, loaded.eos_token_ids, protocol)
         return loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
 
-
     def device_description(self, device: str) -> dict:
         """What the items of this worker run on (GPU name and driver, or CPU model), described once."""
         if device not in self._devices:

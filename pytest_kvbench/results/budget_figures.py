@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from statistics import fmean
 from typing import TYPE_CHECKING
 
-from pytest_kvbench.stats import bootstrap_mean, seed_summary
 from pytest_kvbench.results.figures import new_figure, palette, series_label
 from pytest_kvbench.results.record import is_scored, labels
+from pytest_kvbench.stats import bootstrap_mean, seed_summary
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

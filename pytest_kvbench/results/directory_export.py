@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_kvbench import atomic_files
-from pytest_kvbench import user_paths
+from pytest_kvbench import atomic_files, user_paths
 from pytest_kvbench.results.export import ExportError
 
 

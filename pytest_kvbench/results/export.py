@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from tabulate import tabulate
 
 from kvmethods import FULL_CACHE
-from pytest_kvbench.stats import seed_summary
 from pytest_kvbench.results.table_model import ScoreTable, cell_text, score_tables
+from pytest_kvbench.stats import seed_summary
 
 FORMATS = ("md", "csv", "latex", "json")
 

@@ -20,9 +20,9 @@ from statistics import fmean
 from typing import TYPE_CHECKING
 
 from kvmethods import FULL_CACHE
-from pytest_kvbench.stats import VariationCurve
 from pytest_kvbench.results.needle_grid import needle_grids
 from pytest_kvbench.results.record import is_scored, labels
+from pytest_kvbench.stats import VariationCurve
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

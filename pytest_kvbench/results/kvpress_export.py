@@ -29,8 +29,8 @@ from collections import defaultdict
 from kvmethods import FULL_CACHE
 from pytest_kvbench.results.directory_export import DirectoryExport
 from pytest_kvbench.results.record import is_scored, labels
-from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_part
 from pytest_kvbench.tasks import get_task
+from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_part
 
 DATASET = "ruler"
 LEADERBOARD_SAMPLES = 500  # per task in simonjegou/ruler (generate.sh --num_samples 500)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from pytest_kvbench.results.record import labels
 from kvmethods import Budget, MethodError
+from pytest_kvbench.results.record import labels
 
 _METHOD = re.compile(r"(kvpress:)?[A-Za-z0-9_-]+(\+(kvpress:)?[A-Za-z0-9_-]+)*(\([^()/\\]*\))?", re.ASCII)
 _TASK = re.compile(r"[A-Za-z0-9_]+(:[A-Za-z0-9_]+=[A-Za-z0-9_.-]+)*(@[0-9]+)?", re.ASCII)

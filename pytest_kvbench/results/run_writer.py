@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pytest_kvbench import atomic_files
-from pytest_kvbench.results import storage
 from pytest_kvbench.cases import DEFAULT_PROTOCOL, model_label
+from pytest_kvbench.results import storage
 from pytest_kvbench.results.record import labels
 from pytest_kvbench.results.tables import results_markdown, zero_scores
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kvbench.results.record import is_finished
 from pytest_kvbench.cases import GridError
-from pytest_kvbench.comparison.baseline_file import BaselineError, check_save_target, load_baseline
-from pytest_kvbench.comparison.baseline_file import write_baseline
+from pytest_kvbench.comparison.baseline_file import BaselineError, check_save_target, load_baseline, write_baseline
 from pytest_kvbench.comparison.tolerances import parse_tolerances
+from pytest_kvbench.results.record import is_finished
 
 
 class Gate:

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 
 import pytest
 
-from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.cases import Case
-from pytest_kvbench.wiring.stash_keys import SESSION_KEY
 from pytest_kvbench.tasks import get_task
+from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
+from pytest_kvbench.wiring.stash_keys import SESSION_KEY
 
 SUITES = tuple(SUITE_DESCRIPTIONS)  # one marker and one bench/test_<suite>.py per task suite
 

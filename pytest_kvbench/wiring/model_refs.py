@@ -17,18 +17,14 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+from kvmethods.transformers_compat import attention_implementations
 from pytest_kvbench import user_paths
 from pytest_kvbench.cases import DEFAULT_MODEL, GridError
-from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
-from pytest_kvbench.model_sources.hub import cached_file
 from pytest_kvbench.model_sources import gguf_file, named_models
-from pytest_kvbench.model_sources import named_models
-from pytest_kvbench.model_sources import gguf_file
-from kvmethods.transformers_compat import attention_implementations
-from pytest_kvbench.model_sources.hub import hub_offline
-from pytest_kvbench.model_sources.reference import model_source
+from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
 from pytest_kvbench.model_sources.gguf_index import gguf_info
-from pytest_kvbench.model_sources.reference import is_named
+from pytest_kvbench.model_sources.hub import cached_file, hub_offline
+from pytest_kvbench.model_sources.reference import is_named, model_source
 
 EAGER = "eager"
 

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from kvmethods import FULL_CACHE, Budget, MethodError, describe_method
-from pytest_kvbench import tasks as task_registry
-from pytest_kvbench import user_paths
+from pytest_kvbench import tasks as task_registry, user_paths
 from pytest_kvbench.input_values import MAX_TOKENS, split_list
 from pytest_kvbench.wiring import canonical, model_refs, presets
 from pytest_kvbench.wiring.protocols import (check_decoding_intervals, check_per_turn, check_tasks_serve_protocols,
@@ -28,8 +27,8 @@ from pytest_kvbench.cases import (
     parse_positive_int,
     parse_seed,
 )
-from pytest_kvbench.wiring.shards import parse_shard
 from pytest_kvbench.tasks import TaskError, check_context_length, get_task
+from pytest_kvbench.wiring.shards import parse_shard
 
 try:  # Python >= 3.11
     import tomllib

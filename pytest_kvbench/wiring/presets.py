@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from pytest_kvbench.cases import Grid, GridError
 from kvmethods import Budget
+from pytest_kvbench.cases import Grid, GridError
 from pytest_kvbench.tasks import get_task
 
 try:  # Python >= 3.11

@@ -29,9 +29,9 @@ from statistics import fmean
 import pytest
 
 from pytest_kvbench.input_values import ascii_float
+from pytest_kvbench.wiring.progress_board import WorkersBoard
 from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
 from pytest_kvbench.wiring.progress_text import PREFIX, duration, session_part, start_own_line
-from pytest_kvbench.wiring.progress_board import WorkersBoard
 
 CHANNEL_KEY = "kvbench_progress"  # workerinput key of the worker's channel to the controller
 INTERVAL_INI = "kvbench_progress_interval"

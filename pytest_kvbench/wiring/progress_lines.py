@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kvbench.wiring.progress_text import PREFIX, session_part, start_own_line
-from pytest_kvbench.wiring.items import is_worker
-from pytest_kvbench.wiring.items import case_of_nodeid
-from pytest_kvbench.wiring.stash_keys import PROGRESS_KEY
+from pytest_kvbench.wiring.items import case_of_nodeid, is_worker
 from pytest_kvbench.wiring.progress import plain_lines
+from pytest_kvbench.wiring.progress_text import PREFIX, session_part, start_own_line
+from pytest_kvbench.wiring.stash_keys import PROGRESS_KEY
 
 
 class FinishedItemLines:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from kvmethods import describe_method
 from kvmethods.catalog import PROTOCOLS
 
-from pytest_kvbench.input_values import split_list
 from pytest_kvbench.cases import Grid, GridError
+from pytest_kvbench.input_values import split_list
 from pytest_kvbench.tasks import get_task
 
 

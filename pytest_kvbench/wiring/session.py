@@ -8,16 +8,16 @@ per-task prediction files and RESULTS.md. A crash therefore loses at most the ru
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_kvbench import atomic_files
+from pytest_kvbench.cases import Grid
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import capture_environment, installed_packages
 from pytest_kvbench.results.record import is_finished
-from pytest_kvbench.cases import Grid
-import json
 
 
 class RunSession:

@@ -15,12 +15,10 @@ import os
 import pytest
 
 from pytest_kvbench.results import record as records
-from pytest_kvbench.wiring.gpu_slots import DeviceSlots
+from pytest_kvbench.wiring.gpu_slots import DeviceSlots, apply_environment, assign_device, cuda_device_count
 from pytest_kvbench.wiring.items import SUITES, case_of_nodeid, expect, suite_of
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY, SLOTS_KEY
 from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_group_name
-from pytest_kvbench.wiring.gpu_slots import assign_device, cuda_device_count
-from pytest_kvbench.wiring.gpu_slots import apply_environment, assign_device, cuda_device_count
 
 
 def check_worker_count(config: pytest.Config) -> None:

@@ -16,14 +16,13 @@ Every record is validated; a malformed one is a DataError naming the file and li
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, TaskUnavailable
-from ..sources import DATA_ROOT, is_fixture_dir, parse_line, require_fields, take
-from ..sources import read_jsonl as _read_jsonl
-import zipfile
+from ..sources import DATA_ROOT, is_fixture_dir, parse_line, read_jsonl as _read_jsonl, require_fields, take
 
 FIXTURE_DIR = DATA_ROOT / "longbench"
 HUB_REPO = "THUDM/LongBench"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ..base import Sample, percent_mean
+from ..metrics import METRICS, best_over_references, first_line
 from ..prompting import TemplateTask
 from .config import LENGTH_BUCKETS
 from .data import load_records
-from ..metrics import METRICS, best_over_references, first_line
 
 
 class LongBenchTask(TemplateTask):

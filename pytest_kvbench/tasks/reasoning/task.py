@@ -26,8 +26,7 @@ from ..errors import DataError
 from ..prompting import build_truncated_prompt
 from ..sources import SuiteData, require_fields, sample_id
 from .specs import INSTRUCTION
-from .verification import parse_answer
-from .verification import is_equivalent
+from .verification import is_equivalent, parse_answer
 
 DATA = SuiteData(
     "reasoning",
@@ -40,10 +39,8 @@ DATA = SuiteData(
 class ReasoningTask(Task):
     suite = "reasoning"
 
-
     def _validate(self, record, where: str) -> dict:
         require_fields(record, where, {"problem": str, "answer": (str, int)})
-
         if not parse_answer(str(record["answer"])):
             raise DataError(f"{where}: math-verify cannot parse the reference answer {record['answer']!r}")
         return record

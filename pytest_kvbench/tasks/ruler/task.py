@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from ..base import Prompt, Sample, Task, percent_mean
 from ..errors import TaskError
 from ..prompting import build_token_prompt, has_chat_template, middle_truncate, render_chat
-from .external import load_essay_text
-from .variable_tracking import generate_vt_questions
 from .common_words import generate_cwe
+from .external import load_essay_text, load_qa_corpus
 from .freq_words import generate_fwe
-from .external import load_qa_corpus
-from .scoring import RULER_METRICS
 from .niah import NIAH_CONFIGS, generate_niah_questions
 from .qa import generate_qa_questions
+from .scoring import RULER_METRICS
+from .variable_tracking import generate_vt_questions
 
 DEFAULT_CONTEXT_LENGTH = 2048
 DEFAULT_NUM_SAMPLES = 100  # when the harness asks for "all" of an unbounded synthetic task
