@@ -41,8 +41,7 @@ LAYERS = (
 # the registry and empties this list.
 KNOWN_CIRCLES = (
     ("kvmethods registry <-> wrappers (issue #29 step 3)",
-     re.compile(r"^(registry|wrapping|per_turn|decoding_compression|adakv|criticalkv|rkv|composition|chunked|"
-                r"delegation)$"), "kvmethods"),
+     re.compile(r"^(registry|wrapping|per_turn|decoding_compression|adakv|criticalkv|rkv)$"), "kvmethods"),
 )
 
 LAZY_COMMENT = re.compile(r"#.*\blazy\b\W+\w")  # "# lazy for startup time: torch", "# lazy: optional extra"
@@ -154,33 +153,38 @@ def layer_of(module: str) -> int | None:
     return max(matches)[1] if matches else None
 
 
-def lazy_import_groups() -> list[tuple[str, int, bool]]:
-    """(module, line, commented) for each run of consecutive import statements inside a function: the run
-    is commented when one of its lines, or the comment lines right above it, says why it is lazy."""
-    groups = []
-    for name, tree in TREES.items():
-        lines = MODULES[name].read_text().splitlines()
-        for function in ast.walk(tree):
-            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for block in ast.walk(function):
-                for field in ("body", "orelse", "finalbody"):
-                    statements = getattr(block, field, None)
-                    if not isinstance(statements, list):  # a lambda's or a conditional expression's body
+def function_import_runs(source: str) -> list[tuple[int, bool]]:
+    """(line, commented) for each run of consecutive import statements inside a function of `source`: the
+    run is commented when one of its lines, or the comment lines right above it, says why it is lazy."""
+    lines = source.splitlines()
+    runs = set()
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for block in ast.walk(function):
+            for field in ("body", "orelse", "finalbody"):
+                statements = getattr(block, field, None)
+                if not isinstance(statements, list):  # a lambda's or a conditional expression's body
+                    continue
+                run: list[ast.stmt] = []
+                for statement in [*statements, None]:
+                    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+                        run.append(statement)
                         continue
-                    run: list[ast.stmt] = []
-                    for statement in [*statements, None]:
-                        if isinstance(statement, (ast.Import, ast.ImportFrom)):
-                            run.append(statement)
-                            continue
-                        if run:
-                            first = run[0].lineno - 1
-                            while first > 0 and lines[first - 1].strip().startswith("#"):
-                                first -= 1
-                            text = "\n".join(lines[first: run[-1].end_lineno])
-                            groups.append((name, run[0].lineno, bool(LAZY_COMMENT.search(text))))
-                        run = []
-    return sorted(set(groups))
+                    if run:
+                        first = run[0].lineno - 1
+                        while first > 0 and lines[first - 1].strip().startswith("#"):
+                            first -= 1
+                        text = "\n".join(lines[first: run[-1].end_lineno])
+                        runs.add((run[0].lineno, bool(LAZY_COMMENT.search(text))))
+                    run = []
+    return sorted(runs)
+
+
+def lazy_import_groups() -> list[tuple[str, int, bool]]:
+    """(module, line, commented) for every run of imports inside a function in the packages."""
+    return [(name, line, commented) for name, path in MODULES.items()
+            for line, commented in function_import_runs(path.read_text())]
 
 
 # -- the rules --------------------------------------------------------------------------------------------
@@ -236,3 +240,36 @@ def test_layers_put_a_module_under_its_longest_prefix():
         "pytest_kvbench.engine") < layer_of("pytest_kvbench.wiring") < layer_of("pytest_kvbench.plugin")
     assert layer_of("kvmethods.registry") == 0
     assert layer_of("elsewhere") is None
+
+
+def test_an_import_inside_a_function_needs_a_lazy_comment_on_it_or_above_it():
+    source = """
+def plain():
+    import json
+
+    return json
+
+
+def commented():
+    # lazy for startup time: torch
+    import torch
+    from torch import nn
+
+    return torch, nn
+
+
+def trailing():
+    if True:
+        import numpy  # lazy: optional extra
+
+    x = 1
+    import scipy
+    return x
+
+
+def not_a_reason():
+    import yaml  # lazy
+    return yaml
+"""
+    assert function_import_runs(source) == [(3, False), (10, True), (18, True), (21, False), (26, False)]
+
