@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI's second environment: the oldest supported transformers (5.2.0, pinned by the kvpress extra), with the
 # exact versions of constraints-kvpress.txt. Runs the whole tests/ suite there (two xdist workers), so both
-# ends of the supported range (kvmethods/transformers_compat.py) stay tested.
+# ends of the supported range (kvmethods/adapters/transformers_compat.py) stay tested.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1

@@ -28,16 +28,16 @@ def torch():
 
 @pytest.fixture(scope="module")
 def scoring():
-    return importlib.import_module("kvmethods.scoring")
+    return importlib.import_module("kvmethods.scorers.scoring")
 
 
 @pytest.fixture(scope="module")
 def layer_inputs(torch):
     """What the compression hook sees for layer 0 at the end of a 4,096-token prefill."""
     # lazy for collection time: transformers and the tiny model are only needed when the benchmark runs
-    from kvmethods.layer_inputs import LayerInputs
-    from kvmethods.testing import bench_model
-    from kvmethods.transformers_compat import DynamicCache, cache_argument
+    from kvmethods.runtime.layer_inputs import LayerInputs
+    from tests.tiny_models import bench_model
+    from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
 
     previous = torch.get_num_threads()
     torch.set_num_threads(1)

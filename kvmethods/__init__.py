@@ -8,10 +8,10 @@ names that need torch are resolved on first use.
 
 from importlib import import_module
 
-from .budget import FULL_CACHE, Budget
-from .errors import MethodError
-from .params import param
-from .registry import (
+from .core.budget import FULL_CACHE, Budget
+from .core.errors import MethodError
+from .core.params import param
+from .core.registry import (
     ENTRY_POINT_GROUP,
     available_methods,
     describe_method,
@@ -20,7 +20,7 @@ from .registry import (
     unregister_method,
 )
 
-_NEED_TORCH = {"Method": "base", "top_positions": "base", "LayerInputs": "layer_inputs"}
+_NEED_TORCH = {"Method": "core.base", "top_positions": "core.base", "LayerInputs": "runtime.layer_inputs"}
 
 
 def __getattr__(name: str):

@@ -21,15 +21,7 @@ from typing import Any
 from kvmethods import FULL_CACHE, Budget
 from pytest_kvbench.input_values import MAX_SAMPLES, InputError, ascii_int
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL
-
-DEFAULT_PROTOCOL = "question_in_window"
-PROTOCOL_PREFIX = "protocol="  # how a key names a protocol other than the default
-
-
-def protocol_key_part(protocol: str) -> str:
-    """What a protocol adds to a case key: nothing for the default (keys of older runs and baselines
-    stay valid), else ``|protocol=<name>``."""
-    return "" if protocol == DEFAULT_PROTOCOL else f"|{PROTOCOL_PREFIX}{protocol}"
+from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL, ItemKey, protocol_key_part, task_label
 
 
 def model_label(model: str) -> str:
@@ -120,15 +112,14 @@ class Case:
 
         Keeping such items on one xdist worker computes each reference once per run, not once per
         worker that meets the task."""
-        ctx = f"@{self.context_length}" if self.context_length is not None else ""
-        return f"{self.model}|{self.task}{ctx}|seed{self.seed}" + protocol_key_part(self.protocol)
+        task = task_label(self.task, self.context_length)
+        return f"{self.model}|{task}|seed{self.seed}" + protocol_key_part(self.protocol)
 
     @property
     def key(self) -> str:
         """The comparison key of baselines: one entry per model/method/budget/task/length/seed."""
-        ctx = f"@{self.context_length}" if self.context_length is not None else ""
-        key = f"{self.model}|{self.method.label}|{self.budget.spec}|{self.task}{ctx}|seed{self.seed}"
-        return key + protocol_key_part(self.protocol)
+        return ItemKey.of(self.model, self.method.label, self.budget.spec, self.task, self.context_length,
+                          self.seed, self.protocol).text
 
 
 @dataclass

@@ -30,6 +30,7 @@ from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.export import FORMATS, ExportError, export_records, to_markdown
 from pytest_kvbench.results.merge import merge_runs
 from pytest_kvbench.results.protocol_exports import export_directory
+from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.report import ReportError
 from pytest_kvbench.results.reproduction import reproduction_text
 from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
@@ -114,19 +115,19 @@ def _commands(env: dict, run_id: str | None) -> list[str]:
     return lines
 
 
-def _device_line(records: list[dict]) -> str:
+def _device_line(records: list[Record]) -> str:
     """What the run's items ran on: GPU name and driver, or CPU model and threads (from the records)."""
     described = []
     for r in records:
-        device = r.get("device") or {}
-        if not device.get("name"):
+        device = r.device
+        if not device.name:
             continue
-        details = [str(device["type"])] if device.get("type") else []
-        if device.get("driver"):
-            details.append(f"driver {device['driver']}")
-        elif device.get("threads"):
-            details.append(f"{device['threads']} thread(s)")
-        text = device["name"] + (f" ({', '.join(details)})" if details else "")
+        details = [str(device.type)] if device.type else []
+        if device.driver:
+            details.append(f"driver {device.driver}")
+        elif device.threads:
+            details.append(f"{device.threads} thread(s)")
+        text = device.name + (f" ({', '.join(details)})" if details else "")
         if text not in described:
             described.append(text)
     return "; ".join(described) or "-"
@@ -152,7 +153,7 @@ def cmd_show(args) -> int:
         return EXIT_OK
     statuses: dict[str, int] = defaultdict(int)
     for r in run.records:
-        statuses[str(r.get("status", "unknown"))] += 1
+        statuses[str(r.status or "unknown")] += 1
     info = run.info
     print(f"run {run.run_id} ({'complete' if run.complete else 'incomplete'})")
     print(f"path: {run.path}")
@@ -165,18 +166,18 @@ def cmd_show(args) -> int:
         print()
         print(to_markdown(run.records).rstrip())
     rows = []
-    for r in sorted(run.records, key=lambda r: r["key"]):
-        latency, memory = r.get("latency") or {}, r.get("memory") or {}
-        rows.append([r.get("item_id") or r["key"], r.get("seed", "-"), r.get("status", "-"), _fmt(r.get("score")),
-                     r.get("n_samples", "-"), _fmt(latency.get("total_s"), 3), _fmt(memory.get("peak_bytes"), 1, MiB),
-                     _fmt(memory.get("kv_bytes_after"), 2, MiB), _fmt(memory.get("compression_ratio"), 2)])
+    for r in sorted(run.records, key=lambda r: r.key):
+        latency, memory = r.latency, r.memory
+        rows.append([r.item_id or r.key, "-" if r.seed is None else r.seed, r.status or "-", _fmt(r.score),
+                     "-" if r.n_samples is None else r.n_samples, _fmt(latency.total_s, 3), _fmt(memory.peak_bytes, 1, MiB),
+                     _fmt(memory.kv_bytes_after, 2, MiB), _fmt(memory.compression_ratio, 2)])
     if rows:
         print()
         print(tabulate(rows, headers=["item", "seed", "status", "score", "samples", "latency s", "peak MiB", "KV MiB",
                                       "compression"], disable_numparse=True))
-    problems = [r for r in run.records if r.get("status") in ("failed", "error") and r.get("message")]
+    problems = [r for r in run.records if r.status in ("failed", "error") and r.message]
     for r in problems:
-        print(f"{r.get('status')}: {r.get('item_id') or r['key']}: {str(r['message']).splitlines()[0]}")
+        print(f"{r.status}: {r.item_id or r.key}: {str(r.message).splitlines()[0]}")
     unfinished = info.get("unfinished") if isinstance(info.get("unfinished"), list) else []
     for u in unfinished:
         if isinstance(u, dict):
@@ -226,8 +227,8 @@ def cmd_compare(args) -> int:
         raise BaselineError(f"{baseline_name} has no scored items to compare against")
     check_same_protocols(baseline.entries.values(), current.records, baseline_name, current.run_id)
     verdicts = [compare_record(r, baseline.entry(r), tolerances, seed=args.seed)
-                for r in sorted(current.records, key=lambda r: r["key"])]
-    unrun = baseline.unrun(r["key"] for r in current.records)
+                for r in sorted(current.records, key=lambda r: r.key)]
+    unrun = baseline.unrun(r.key for r in current.records)
     print(f"comparing run {current.run_id} against {baseline_name}; tolerances: {tolerances}")
     notes = environment_differences(baseline.environment, current.environment)
     if notes:

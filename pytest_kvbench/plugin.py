@@ -205,11 +205,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         status = "failed" if measured is not None else "error"
     if measured is None:
         session = item.config.stash[SESSION_KEY]
-        measured = records.identity(case, session.run_id, case.protocol)
-    record = records.with_outcome(measured, status=status, nodeid=item.nodeid,
-                                  message=None if report.passed else _one_line(report),
-                                  verdict=item.stash.get(VERDICT_KEY, None))
-    item.config.hook.pytest_kvbench_record(record=record, item=item)
+        measured = records.Record.identity(case, session.run_id, case.protocol)
+    record = measured.finished(status=status, nodeid=item.nodeid, message=None if report.passed else _one_line(report),
+                               verdict=item.stash.get(VERDICT_KEY, None))
+    item.config.hook.pytest_kvbench_record(record=record.to_json(), item=item)
 
 
 def _one_line(report: pytest.TestReport) -> str:
@@ -232,7 +231,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     complete = exitstatus not in (pytest.ExitCode.INTERRUPTED,) and not session.shouldstop
     run_json = run.finish(complete=complete)
-    config.stash[GATE_KEY].finish(run_json["records"], run_json["environment"])
+    config.stash[GATE_KEY].finish(run.final_records, run_json["environment"])
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

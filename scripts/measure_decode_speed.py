@@ -4,7 +4,7 @@
 A user weighs the harness's decode tokens/s (the records' `latency.decode_tokens_per_s`) against what
 `model.generate` does with the same cache, so both decode the same number of tokens from copies of one
 prefilled cache (a RULER prompt compressed by the method at the budget): the harness through
-`kvmethods.generation.decode_greedy` (explicit original RoPE positions, per-layer masks when layers are uneven),
+`kvmethods.runtime.generation.decode_greedy` (explicit original RoPE positions, per-layer masks when layers are uneven),
 transformers through `generate(past_key_values=..., do_sample=False, min_new_tokens=N, max_new_tokens=N)`,
 which positions new tokens after the cache's length (same arithmetic, other RoPE angles). The two alternate
 for `--repeat` rounds; medians of wall and CPU (process) time per token are printed with the load average.
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from kvmethods import get_method
-    from kvmethods.generation import PrefilledPrompt, decode_greedy, prefill
+    from kvmethods.runtime.generation import PrefilledPrompt, decode_greedy, prefill
 
     torch.set_num_threads(args.threads)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa").eval()

@@ -34,8 +34,11 @@ from tabulate import tabulate
 from transformers import DynamicCache
 
 from kvmethods import get_method
-from kvmethods.generation import PrefilledPrompt, decode_greedy, generate
-from kvmethods.testing import tiny_model
+from kvmethods.runtime.generation import PrefilledPrompt, decode_greedy, generate
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny models live with the tests
+from tiny_models import tiny_model  # noqa: E402
 from measure_methods import _status_kib, prompt_ids, run_child
 
 MODEL = dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,

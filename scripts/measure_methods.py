@@ -44,9 +44,11 @@ import torch
 from tabulate import tabulate
 
 from kvmethods import MethodError, get_method
-from kvmethods.generation import prefill
-from kvmethods.ragged import cache_bytes
-from kvmethods.testing import BENCH_MODEL, tiny_model
+from kvmethods.runtime.generation import prefill
+from kvmethods.storage.ragged import cache_bytes
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny models live with the tests
+from tiny_models import BENCH_MODEL, tiny_model  # noqa: E402
 
 METHODS = ["snapkv", "pyramidkv", "tova", "knorm", "streamingllm", "random", "h2o", "adakv", "criticalkv",
            "expected_attention", "kvzip"]

@@ -11,7 +11,7 @@ import pytest
 
 import pytest_kvbench.engine.runner  # noqa: F401 (see above)
 from helpers import SMALL_GRID, add_bench_files, run_bench
-from kvmethods.catalog import BUILTINS
+from kvmethods.core.catalog import BUILTINS
 
 for _entry in BUILTINS.values():
     importlib.import_module(_entry.module)

@@ -2,15 +2,17 @@
 
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from test_cli_support import ENVIRONMENT, make_record, make_samples
+from test_cli_support import ENVIRONMENT, make_samples, typed
+from test_cli_support import make_record as record_json
 
 from pytest_kvbench.comparison.baseline_file import (
     Baseline,
     BaselineError,
-    baseline_entry,
+    BaselineEntry,
     check_save_target,
     load_baseline,
     write_baseline,
@@ -18,8 +20,13 @@ from pytest_kvbench.comparison.baseline_file import (
 from pytest_kvbench.comparison.tolerances import Tolerance, parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
 from pytest_kvbench.results.environment import environment_differences
+from pytest_kvbench.results.record import Record
 
 DEFAULT = parse_tolerances([])
+
+
+def make_record(*args, **kwargs) -> Record:
+    return typed(record_json(*args, **kwargs))
 
 
 def good_method_scores(n=120, seed=0):
@@ -29,7 +36,7 @@ def good_method_scores(n=120, seed=0):
 
 
 def entry_for(scores, **kwargs):
-    return baseline_entry(make_record(list(scores), **kwargs))
+    return BaselineEntry.of(make_record(list(scores), **kwargs))
 
 
 # -- tolerances -------------------------------------------------------------------------------
@@ -138,7 +145,7 @@ def test_verdict_is_reproducible():
 def test_samples_are_paired_by_id_not_by_position():
     good = good_method_scores(n=40)
     record = make_record(list(good))
-    record["samples"] = list(reversed(record["samples"]))
+    record = replace(record, samples=list(reversed(record.samples)))
     verdict = compare_record(record, entry_for(good), DEFAULT)
     assert verdict.status == "ok" and verdict.checks[0].delta == 0
 
@@ -173,7 +180,7 @@ def test_different_method_parameters_or_protocol_are_a_mismatch():
 
 def test_missing_per_sample_scores_are_a_mismatch_on_either_side():
     entry = entry_for([1, 0, 1])
-    entry["samples"][1]["score"] = None
+    entry.samples[1]["score"] = None
     verdict = compare_record(make_record([1, 0, 1]), entry, DEFAULT)
     assert verdict.status == "mismatch" and "per-sample scores missing in the baseline" in verdict.message
 
@@ -193,7 +200,7 @@ def test_unrun_baseline_entries_are_listed():
 def test_seeds_are_compared_pairwise_by_key():
     baseline = Baseline.from_records([make_record([1, 1, 0], seed=0), make_record([0, 0, 1], seed=1)])
     current = make_record([0, 0, 1], seed=1)
-    assert baseline.entry(current)["seed"] == 1
+    assert baseline.entry(current).seed == 1
     assert compare_record(current, baseline.entry(current), DEFAULT).status == "ok"
 
 
@@ -207,7 +214,7 @@ def slow_samples(n, factor, seed=0):
 
 
 def test_latency_is_only_gated_when_asked():
-    entry = baseline_entry(make_record(samples=slow_samples(30, 1.0)))
+    entry = BaselineEntry.of(make_record(samples=slow_samples(30, 1.0)))
     record = make_record(samples=slow_samples(30, 1.5, seed=1))
     assert compare_record(record, entry, DEFAULT).status == "ok"
     verdict = compare_record(record, entry, parse_tolerances(["latency:20%"]))
@@ -219,7 +226,7 @@ def test_latency_is_only_gated_when_asked():
 
 
 def test_latency_noise_is_not_flagged():
-    entry = baseline_entry(make_record(samples=slow_samples(30, 1.0)))
+    entry = BaselineEntry.of(make_record(samples=slow_samples(30, 1.0)))
     record = make_record(samples=slow_samples(30, 1.02, seed=1))
     assert compare_record(record, entry, parse_tolerances(["latency:20%"])).status == "ok"
 
@@ -271,11 +278,11 @@ def test_baseline_round_trip_keeps_scores_samples_cost_and_environment(tmp_path)
     baseline = load_baseline(path)
     assert sorted(baseline.entries) == ["default|snapkv|128|hotpotqa|seed0", "default|snapkv|128|qasper|seed0"]
     entry = baseline.entry(records[0])
-    assert entry["score"] == records[0]["score"]
-    assert [s["score"] for s in entry["samples"]] == [1.0, 0.0, 1.0]
-    assert entry["latency"]["total_s"] == records[0]["latency"]["total_s"]
-    assert entry["memory"]["kv_bytes_after"] == records[0]["memory"]["kv_bytes_after"]
-    assert baseline.environment == ENVIRONMENT and baseline.run_id == records[0]["run_id"]
+    assert entry.score == records[0].score
+    assert [s["score"] for s in entry.samples] == [1.0, 0.0, 1.0]
+    assert entry.latency.total_s == records[0].latency.total_s
+    assert entry.memory.kv_bytes_after == records[0].memory.kv_bytes_after
+    assert baseline.environment == ENVIRONMENT and baseline.run_id == records[0].run_id
     assert compare_record(records[0], entry, DEFAULT).status == "ok"
 
 

@@ -9,8 +9,9 @@ from its own spelling, keeps every token and sorts before every compressed budge
 import pytest
 
 from kvmethods import FULL_CACHE, Budget, MethodError
-from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid, MethodSpec, protocol_key_part
-from pytest_kvbench.results.record import budget_sort_key, identity, labels
+from pytest_kvbench.cases import Case, Grid, MethodSpec
+from pytest_kvbench.results.record import Record, budget_sort_key
+from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL, protocol_key_part
 
 
 def test_full_cache_reads_back_from_its_spelling_and_keeps_everything():
@@ -50,7 +51,7 @@ def test_the_full_method_runs_once_per_task_with_the_full_cache():
 def test_a_case_key_reads_back_as_its_labels():
     case = Case("org/model-a", MethodSpec("snapkv"), Budget.parse("r0.5"), "niah_single_1", "ruler", 4096, 1, 3,
                 protocol="multi_turn")
-    record = identity(case, "run", case.protocol)
-    assert record["budget"] == {"spec": "r0.5", "kind": "ratio", "value": 0.5}
-    assert tuple(labels(record)) == ("org/model-a", "snapkv", "r0.5", "niah_single_1@4096", "seed1", "multi_turn")
+    record = Record.identity(case, "run", case.protocol)
+    assert record.to_json()["budget"] == {"spec": "r0.5", "kind": "ratio", "value": 0.5}
+    assert tuple(record.labels) == ("org/model-a", "snapkv", "r0.5", "niah_single_1@4096", "seed1", "multi_turn")
     assert case.key.endswith(protocol_key_part("multi_turn")) and protocol_key_part(DEFAULT_PROTOCOL) == ""

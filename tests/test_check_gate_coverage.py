@@ -11,7 +11,7 @@ import check_gate_coverage as CG  # noqa: E402
 import pytest  # noqa: E402
 
 from pytest_kvbench.comparison.baseline_file import write_baseline  # noqa: E402
-from tests.test_cli_support import make_record, write_run  # noqa: E402
+from tests.test_cli_support import make_record, typed_all, write_run  # noqa: E402
 
 
 def gated(record: dict, status: str) -> dict:
@@ -21,7 +21,7 @@ def gated(record: dict, status: str) -> dict:
 def test_every_baseline_entry_judged_passes_and_new_items_do_not_count(tmp_path, capsys):
     baseline = tmp_path / "baseline.json"
     kept = [make_record(method="snapkv"), make_record(method="h2o")]
-    write_baseline(baseline, kept, {}, force=False)
+    write_baseline(baseline, typed_all(kept), {}, force=False)
     write_run(tmp_path / "ok", [gated(kept[0], "ok"), gated(kept[1], "regression")])
     assert CG.main([str(tmp_path / "ok"), str(baseline)]) == 0
     renamed = [gated(make_record(method="snapkv", model="other"), "new"), gated(kept[1], "new")]
@@ -32,7 +32,7 @@ def test_every_baseline_entry_judged_passes_and_new_items_do_not_count(tmp_path,
 
 def test_a_missing_run_is_one_line_and_exit_2(tmp_path, capsys):
     baseline = tmp_path / "baseline.json"
-    write_baseline(baseline, [make_record()], {}, force=False)
+    write_baseline(baseline, typed_all([make_record()]), {}, force=False)
     with pytest.raises(SystemExit) as exit_info:
         CG.main([str(tmp_path / "nothing"), str(baseline)])
     assert exit_info.value.code == 2

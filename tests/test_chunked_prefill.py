@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from kvmethods import MethodError, get_method, register_method, unregister_method
-from kvmethods.generation import generate, prefill
-from kvmethods.snapkv import SnapKV
-from kvmethods.testing import tiny_model
+from kvmethods.runtime.generation import generate, prefill
+from kvmethods.scorers.snapkv import SnapKV
+from tiny_models import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from test_methods_grid_specs import GRID
 from helpers import collected_ids

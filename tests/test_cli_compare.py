@@ -11,6 +11,7 @@ from test_cli_support import (
     make_samples,
     run_cli,
     standard_records,
+    typed,
     write_run,
 )
 
@@ -79,7 +80,7 @@ def test_seeds_pair_up_by_key(capsys, tmp_path):
 
 
 def test_a_saved_baseline_file_can_be_the_reference(capsys, tmp_path):
-    write_baseline(tmp_path / "baseline.json", [make_record(GOOD)], ENVIRONMENT, force=False)
+    write_baseline(tmp_path / "baseline.json", [typed(make_record(GOOD))], ENVIRONMENT, force=False)
     write_run(tmp_path, [make_record([0] * len(GOOD))], run_id=OTHER_ID)
     code, out, _ = run_cli(capsys, "compare", tmp_path / "baseline.json", OTHER_ID, "--results", tmp_path)
     assert code == 1 and f"against baseline file {tmp_path / 'baseline.json'}" in out

@@ -13,6 +13,8 @@ from test_cli_support import (
     make_record,
     run_cli,
     standard_records,
+    typed,
+    typed_all,
     write_run,
 )
 
@@ -40,7 +42,7 @@ def test_markdown_has_one_table_per_budget_with_full_first_and_best_in_bold(caps
 
 def test_no_bold_when_every_compressed_method_ties():
     records = [make_record([0, 0], method=m, params={}) for m in ("snapkv", "h2o", "tova")]
-    assert "**" not in to_markdown(records)
+    assert "**" not in to_markdown(typed_all(records))
 
 
 def test_csv_is_tidy_one_row_per_record(capsys, results):
@@ -70,7 +72,7 @@ def test_latex_is_paper_ready_with_bold_best_and_escaping(capsys, results):
 
 def test_latex_escapes_special_characters_in_names():
     record = make_record(task="niah_multikey_1", suite="ruler", context_length=4096, method="h2o", params={})
-    text = to_latex([record, make_record(task="niah_multikey_1", suite="ruler", context_length=4096)])
+    text = to_latex([typed(record), typed(make_record(task="niah_multikey_1", suite="ruler", context_length=4096))])
     assert "niah\\_multikey\\_1@4096" in text
     assert re.search(r"(?<!\\)_", text.split("\\label")[1].split("\n", 1)[1]) is None
 
@@ -82,7 +84,7 @@ def test_several_seeds_show_mean_and_interval(capsys, tmp_path):
     write_run(tmp_path, records)
     code, out, _ = run_cli(capsys, "export", RUN_ID, "--format", "md", "--results", tmp_path)
     assert code == 0 and "Mean over 3 seeds" in out and "±" in out
-    table = next(t for t in score_tables(records) if t.budget == "128")
+    table = next(t for t in score_tables(typed_all(records)) if t.budget == "128")
     assert table.cells[("snapkv", "qasper")].values == [50.0, 51.0, 52.0]
     code, out, _ = run_cli(capsys, "export", RUN_ID, "--format", "latex", "--results", tmp_path)
     assert "$\\pm$" in out

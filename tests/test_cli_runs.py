@@ -212,7 +212,7 @@ def test_a_retried_item_counts_once_with_its_last_record(tmp_path):
     retry = make_record([1, 1])
     write_run(tmp_path, [first, retry])
     (record,) = load_run(RUN_ID, tmp_path).records
-    assert record["score"] == 100.0
+    assert record.score == 100.0
 
 
 def test_runs_written_by_the_harness_session_read_back(tmp_path):
@@ -243,9 +243,9 @@ def test_merge_combines_runs_from_several_machines(capsys, tmp_path):
     assert code == 0 and "merged 2 runs (20 items)" in out
     merged_id = out.split(" into ")[1].split()[0]
     merged = load_run(merged_id, tmp_path)
-    assert len(merged.records) == 20 and {r["seed"] for r in merged.records} == {0, 1}
-    assert {r["run_id"] for r in merged.records} == {merged_id}
-    assert {r["merged_from_run"] for r in merged.records} == {RUN_ID, OTHER_ID}
+    assert len(merged.records) == 20 and {r.seed for r in merged.records} == {0, 1}
+    assert {r.run_id for r in merged.records} == {merged_id}
+    assert {r.merged_from_run for r in merged.records} == {RUN_ID, OTHER_ID}
     assert [m["run_id"] for m in merged.info["merged_from"]] == [RUN_ID, OTHER_ID]
     assert merged.info["grid"]["seeds"] == [0, 1] and merged.complete
     item = merged.path / "snapkv_default_128" / "qasper_seed1"

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kvmethods import Budget, get_method
-from kvmethods.generation import generate, teacher_force
-from kvmethods.testing import tiny_model
+from kvmethods.runtime.generation import generate, teacher_force
+from tiny_models import tiny_model
 from pytest_kvbench.engine.fidelity import compare, make_reference
 
 

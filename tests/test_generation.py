@@ -21,9 +21,9 @@ from kvmethods import (
     get_method,
     register_method,
 )
-from kvmethods.generation import PROTOCOLS, generate, prefill, teacher_force
-from kvmethods.testing import tiny_model
-from kvmethods.transformers_compat import cache_argument
+from kvmethods.runtime.generation import PROTOCOLS, generate, prefill, teacher_force
+from tiny_models import tiny_model
+from kvmethods.adapters.transformers_compat import cache_argument
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]

@@ -14,7 +14,7 @@ from helpers import hook_records, run_bench
 from pytest_kvbench.model_sources import gguf_cache, gguf_index
 from pytest_kvbench.model_sources.gguf_file import GgufError, check_architecture, gguf_label, read_info
 from pytest_kvbench.model_sources.named_models import named_models
-from pytest_kvbench.results.record import model_title
+from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.table_model import score_tables
 
 pytest.importorskip("gguf")
@@ -150,36 +150,38 @@ def test_a_failed_conversion_leaves_no_entry(cache):
 # -- records and labels -----------------------------------------------------------------------
 
 
-def _record(model: str, gguf: dict | None, score: float = 50.0) -> dict:
+def _record(model: str, gguf: dict | None, score: float = 50.0, **fields) -> Record:
     info = {"name": model} | ({"gguf": gguf} if gguf else {})
-    return {"key": f"{model}|full|full|niah_single_1@256|seed0", "model": info, "score": score, "status": "passed"}
+    return Record.from_json({"key": f"{model}|full|full|niah_single_1@256|seed0", "model": info, "score": score,
+                             "status": "passed", "method": {"name": "full"}, "budget": {"spec": "full"},
+                             "task": {"name": "niah_single_1", "context_length": 256}} | fields)
 
 
 def test_a_gguf_row_is_titled_with_its_file_and_quantization_and_never_joins_the_float_model():
     gguf = {"file": "SmolLM2-135M-Instruct.Q4_1.gguf", "quantization": "Q4_1", "sha256": "b" * 64}
-    assert model_title(_record("smollm2-135m", gguf)) == "smollm2-135m: SmolLM2-135M-Instruct (GGUF Q4_1)"
-    assert model_title(_record("/m/SmolLM2-135M-Instruct.Q4_1.gguf", gguf)) == "SmolLM2-135M-Instruct (GGUF Q4_1)"
-    assert model_title(_record("smollm2-135m", None)) == "smollm2-135m"  # older records: the key's name
+    assert _record("smollm2-135m", gguf).model_title == "smollm2-135m: SmolLM2-135M-Instruct (GGUF Q4_1)"
+    assert _record("/m/SmolLM2-135M-Instruct.Q4_1.gguf", gguf).model_title == "SmolLM2-135M-Instruct (GGUF Q4_1)"
+    assert _record("smollm2-135m", None).model_title == "smollm2-135m"  # older records: the key's name
     tables = score_tables([_record("smollm2-135m", gguf, 40.0), _record("smollm2-135m", None, 90.0)])
     assert sorted((t.model, t.value("full", "niah_single_1@256")) for t in tables) == [
         ("smollm2-135m", 90.0), ("smollm2-135m: SmolLM2-135M-Instruct (GGUF Q4_1)", 40.0)]
 
 
 def test_the_gate_never_compares_a_gguf_run_with_a_float_baseline_or_another_file():
-    from pytest_kvbench.comparison.baseline_file import baseline_entry
+    from pytest_kvbench.comparison.baseline_file import BaselineEntry
     from pytest_kvbench.comparison.tolerances import parse_tolerances
     from pytest_kvbench.comparison.verdicts import compare_record
 
     def record(gguf_sha):
         gguf = {"file": "m.Q4_1.gguf", "quantization": "Q4_1", "sha256": gguf_sha} if gguf_sha else None
         samples = [{"id": str(i), "score": 1.0} for i in range(5)]
-        return _record("smollm2-135m", gguf, 100.0) | {"samples": samples, "metric": "m"}
+        return _record("smollm2-135m", gguf, 100.0, samples=samples, metric="m")
 
     tolerances = parse_tolerances([])
     for base, current in (("b" * 64, None), (None, "b" * 64), ("b" * 64, "c" * 64)):
-        verdict = compare_record(record(current), baseline_entry(record(base)), tolerances)
+        verdict = compare_record(record(current), BaselineEntry.of(record(base)), tolerances)
         assert verdict.status == "mismatch" and "model weights differ" in verdict.message, verdict
-    assert compare_record(record("b" * 64), baseline_entry(record("b" * 64)), tolerances).status == "ok"
+    assert compare_record(record("b" * 64), BaselineEntry.of(record("b" * 64)), tolerances).status == "ok"
 
 
 def test_a_run_on_a_gguf_file_records_and_shows_where_its_weights_came_from(tiny, tmp_path_factory):

@@ -10,14 +10,15 @@ import pytest
 import torch
 
 from kvmethods import Budget
-from kvmethods.testing import live_tensor_bytes, tensors_reachable
 from pytest_kvbench.cases import Grid, MethodSpec
 from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
 from pytest_kvbench.engine.runner import Runner
 from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
+from pytest_kvbench.results.record import MeterScope
 from model_helpers import one_thread  # noqa: F401 - module-scoped autouse fixture
 from test_distributed_health import _busy
+from tiny_models import live_tensor_bytes, tensors_reachable
 
 SHARING = ["snapkv", "h2o", "streamingllm", "tova"]
 
@@ -63,7 +64,7 @@ def measured_run():
 
 def test_between_samples_the_group_holds_no_cache_and_nothing_grows_with_the_samples(measured_run):
     runner, _, records, between, _ = measured_run
-    assert [r["method"]["name"] for r in records] == ["full", *SHARING]
+    assert [r.method.name for r in records] == ["full", *SHARING]
     assert len(between) == 5 * 3
     assert all(held == 0 for held, _ in between)  # SharedPrefills keeps outcomes only: no tensor at all
     first_live = between[0][1]
@@ -78,7 +79,7 @@ def test_while_a_sample_is_in_flight_at_most_its_groups_compressed_caches_are_li
     vocab = loaded.model.config.vocab_size
     group_bytes: dict[str, int] = {}
     for record in records[1:]:
-        for row in record["samples"]:
+        for row in record.samples:
             kept = sum(sum(heads) for heads in row["kept_tokens_per_head"])
             group_bytes[row["id"]] = group_bytes.get(row["id"], 0) + row["kv_bytes_after"] + 8 * kept + 4 * vocab
     assert len(in_flight) == len(SHARING) * 3  # every sample of every member decoded once, in the first item
@@ -90,10 +91,10 @@ def test_while_a_sample_is_in_flight_at_most_its_groups_compressed_caches_are_li
 def test_the_meter_scope_says_whose_decoding_each_item_ran(measured_run):
     _, _, records, _, _ = measured_run
     full, *sharing = records
-    assert full["meter_scope"] == {"decoded_for_other_items": len(SHARING) * 3, "decoded_in_other_items": 0}
-    assert all(r["meter_scope"] == {"decoded_for_other_items": 0, "decoded_in_other_items": 3} for r in sharing)
+    assert full.meter_scope == MeterScope(decoded_for_other_items=len(SHARING) * 3, decoded_in_other_items=0)
+    assert all(r.meter_scope == MeterScope(decoded_for_other_items=0, decoded_in_other_items=3) for r in sharing)
     for record in sharing:
-        for row in record["samples"]:
+        for row in record.samples:
             assert row["prefill_ms"] == pytest.approx(row["shared_prefill_ms"] + row["compression_ms"])
             assert row["decode_ms"] > 0
 
@@ -129,7 +130,7 @@ def failing_member_run(error: BaseException | None, timeout_s: float | None = No
 
 def test_an_exception_decoding_another_items_sample_fails_that_item_only():
     (full, snapkv, h2o), runner = failing_member_run(ValueError("h2o broke on sample 2"))
-    assert full["n_samples"] == 2 and snapkv["n_samples"] == 2
+    assert full.n_samples == 2 and snapkv.n_samples == 2
     assert isinstance(h2o, ValueError) and str(h2o) == "h2o broke on sample 2"
     assert any("raised in the run of full-niah_single_1" in note for note in h2o.__notes__)
     assert runner.shared.waiting_count() == 0
@@ -137,7 +138,7 @@ def test_an_exception_decoding_another_items_sample_fails_that_item_only():
 
 def test_out_of_memory_decoding_another_items_sample_fails_that_item_only():
     (full, snapkv, h2o), _ = failing_member_run(torch.OutOfMemoryError("CUDA out of memory"))
-    assert full["n_samples"] == 2 and snapkv["n_samples"] == 2
+    assert full.n_samples == 2 and snapkv.n_samples == 2
     assert isinstance(h2o, ItemOutOfMemory) and "out of memory in h2o-16-niah_single_1" in str(h2o)
 
 
@@ -145,7 +146,7 @@ def test_decoding_another_item_runs_on_that_items_clock():
     """The full item's 600 s timer is paused while h2o's decoding runs on h2o's time left (its limit less
     the time booked to it, here 0.05 s): h2o times out, the full item does not."""
     (full, snapkv, h2o), _ = failing_member_run(None, timeout_s=600.0, time_left_s=0.05)
-    assert full["n_samples"] == 2 and snapkv["n_samples"] == 2
+    assert full.n_samples == 2 and snapkv.n_samples == 2
     assert isinstance(h2o, ItemTimeout)
 
 

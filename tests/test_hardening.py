@@ -7,14 +7,15 @@ import json
 
 import pytest
 from helpers import add_bench_files
-from test_cli_support import OTHER_ID, RUN_ID, make_record, standard_records, write_run
+from test_cli_support import OTHER_ID, RUN_ID, make_record, standard_records, typed, write_run
 from test_plugin_grid import collected_ids
 
-from pytest_kvbench.comparison.baseline_file import baseline_entry
+from pytest_kvbench.comparison.baseline_file import BaselineEntry
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_table
 from pytest_kvbench.results.run_writer import item_dir
 from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.record_json import from_json
 from pytest_kvbench.results.runs import RunError, load_run
 
 DEFAULT = parse_tolerances([])
@@ -66,16 +67,17 @@ def test_a_composition_in_any_order_is_one_item_spelled_in_role_order(pytester):
 def test_a_settings_change_is_a_mismatch_not_a_regression(change, reason):
     baseline = make_record([1.0] * 30) | {"model": {"name": "default", "dtype": "float32", "attn_implementation": "sdpa"}}
     current = make_record([0.0] * 30) | change  # a collapse that would be a regression if compared
-    verdict = compare_record(current, baseline_entry(baseline), DEFAULT)
+    verdict = compare_record(typed(current), BaselineEntry.of(typed(baseline)), DEFAULT)
     assert verdict.status == "mismatch"
     assert any(reason in r for r in verdict.reasons), verdict.reasons
 
 
 def test_a_baseline_from_before_max_prompt_tokens_was_recorded_means_the_default():
-    entry = baseline_entry(make_record([1.0] * 10))
-    del entry["max_prompt_tokens"]
-    assert compare_record(make_record([1.0] * 10), entry, DEFAULT).status == "ok"
-    assert compare_record(make_record([1.0] * 10) | {"max_prompt_tokens": 100}, entry, DEFAULT).status == "mismatch"
+    written = BaselineEntry.of(typed(make_record([1.0] * 10))).to_json()
+    del written["max_prompt_tokens"]
+    entry = from_json(BaselineEntry, written)
+    assert compare_record(typed(make_record([1.0] * 10)), entry, DEFAULT).status == "ok"
+    assert compare_record(typed(make_record([1.0] * 10) | {"max_prompt_tokens": 100}), entry, DEFAULT).status == "mismatch"
 
 
 def test_kl_against_a_baseline_near_zero_is_shown_as_an_absolute_change():
@@ -85,7 +87,7 @@ def test_kl_against_a_baseline_near_zero_is_shown_as_an_absolute_change():
     current = make_record([1.0] * 10)
     for s in current["samples"]:
         s["kl"] = 0.25
-    table = comparison_table([compare_record(current, baseline_entry(base), DEFAULT)])
+    table = comparison_table([compare_record(typed(current), BaselineEntry.of(typed(base)), DEFAULT)])
     kl_row = next(line for line in table.splitlines() if " kl " in line)
     assert "+0.2500" in kl_row and "%" not in kl_row
 
@@ -104,7 +106,7 @@ def test_item_folders_stay_inside_the_run_whatever_the_record_says(tmp_path, fie
     else:
         record["model"]["name"] = value
     record["item_id"] = ".."
-    folder = item_dir(tmp_path / "run", record, show_seed=False)
+    folder = item_dir(tmp_path / "run", typed(record), show_seed=False)
     assert folder.parent.parent == tmp_path / "run"
     assert folder.name not in (".", "..") and folder.parent.name not in (".", "..")
 

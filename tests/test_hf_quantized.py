@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from kvmethods import MethodError, get_method
-from kvmethods.generation import generate
-from kvmethods.hf_quantized import tensor_bytes
-from kvmethods.testing import tiny_model
+from kvmethods.runtime.generation import generate
+from kvmethods.storage.hf_quantized import tensor_bytes
+from tiny_models import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from test_methods_grid_specs import GRID
 

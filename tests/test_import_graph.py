@@ -194,7 +194,7 @@ def lazy_import_groups() -> list[tuple[str, int, bool]]:
 def test_the_graph_is_read():
     """The walk sees the packages' modules and their imports (else every rule below would pass vacuously)."""
     edges = graph()
-    assert {"kvmethods.budget", "pytest_kvbench.plugin", "pytest_kvbench.cases"} <= set(edges)
+    assert {"kvmethods.core.budget", "pytest_kvbench.plugin", "pytest_kvbench.cases"} <= set(edges)
     assert "pytest_kvbench.cases" in edges["pytest_kvbench.engine.runner"]
     assert any(module.startswith("kvmethods") for module in edges["pytest_kvbench.engine.runner"])
     assert any(group[2] for group in lazy_import_groups())  # the plugin's deliberately lazy imports
@@ -240,7 +240,7 @@ def test_layers_put_a_module_under_its_longest_prefix():
     assert layer_of("pytest_kvbench.engine.hardware.sampler") == layer_of("pytest_kvbench.engine")
     assert layer_of("pytest_kvbench.input_values") < layer_of("pytest_kvbench.cases") < layer_of(
         "pytest_kvbench.engine") < layer_of("pytest_kvbench.wiring") < layer_of("pytest_kvbench.plugin")
-    assert layer_of("kvmethods.registry") == 0
+    assert layer_of("kvmethods.core.registry") == 0
     assert layer_of("elsewhere") is None
 
 

@@ -1,4 +1,4 @@
-"""kvmethods.kernel_memo: in a shared prefill, a layer's budget-independent scoring runs once for all the
+"""kvmethods.attention.kernel_memo: in a shared prefill, a layer's budget-independent scoring runs once for all the
 selections that need it, each gets its own copy, and its time is split among them."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from kvmethods import Budget, get_method
-from kvmethods import kernel_memo
-from kvmethods.kernel_memo import KernelMemo, layer_kernel
-from kvmethods.shared_prefill import shared_prefill
-from kvmethods.testing import tiny_model
+from kvmethods.attention import kernel_memo
+from kvmethods.attention.kernel_memo import KernelMemo, layer_kernel
+from kvmethods.runtime.shared_prefill import shared_prefill
+from tiny_models import tiny_model
 
 
 class FakeClock:

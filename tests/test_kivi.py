@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from kvmethods import MethodError, get_method
-from kvmethods.generation import generate
-from kvmethods.kivi_layer import KIVILayer, kivi_bytes
-from kvmethods.quantization import quantize_groups, quantized_bytes
-from kvmethods.testing import tiny_model
+from kvmethods.runtime.generation import generate
+from kvmethods.storage.kivi_layer import KIVILayer, kivi_bytes
+from kvmethods.storage.quantization import quantize_groups, quantized_bytes
+from tiny_models import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 HEADS, HEAD_DIM = 2, 32

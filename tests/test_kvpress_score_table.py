@@ -10,13 +10,16 @@ import kvpress_score_table as KT  # noqa: E402
 
 from kvmethods import get_method  # noqa: E402
 from pytest_kvbench.cases import MethodSpec  # noqa: E402
-from tests.test_cli_support import make_record  # noqa: E402
+from tests.test_cli_support import typed  # noqa: E402
+from tests.test_cli_support import make_record as record_json  # noqa: E402
+
+
+def make_record(*args, **kwargs):
+    return typed(record_json(*args, **kwargs))
 
 
 def pressed(scores, spec):
-    record = make_record(scores, method=KT.press_name(spec), budget="r0.9")
-    record["method"]["name"] = KT.press_name(spec)
-    return record
+    return make_record(scores, method=KT.press_name(spec), budget="r0.9")
 
 
 def test_rows_pair_each_method_with_its_press_and_flag_differences_beyond_the_intervals():

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from kvmethods import Budget, MethodError, get_method
-from kvmethods.generation import generate
-from kvmethods.memory_budget import CacheGeometry, operating_point
-from kvmethods.testing import tiny_model
+from kvmethods.runtime.generation import generate
+from kvmethods.core.memory_budget import CacheGeometry, operating_point
+from tiny_models import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from test_methods_grid_specs import GRID
 from helpers import collected_ids

@@ -1,4 +1,4 @@
-"""The method catalog (kvmethods/catalog.py) says what the classes say, so validation cannot drift.
+"""The method catalog (kvmethods/core/catalog.py) says what the classes say, so validation cannot drift.
 
 The grid is validated from the catalog without importing a method (tests/test_plugin_startup.py); here every
 entry is compared with its class (parameters, capabilities, whether validation needs the class), and for
@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvmethods import MethodError, available_methods, describe_method, get_method
-from kvmethods.base import Method
-from kvmethods.catalog import (BUILTINS, CHANGES_PREFILL, COMPRESSES, LAYER_SCORES, PRUNES_CHANNELS, QUANTIZES,
+from kvmethods.core.base import Method
+from kvmethods.core.catalog import (BUILTINS, CHANGES_PREFILL, COMPRESSES, LAYER_SCORES, PRUNES_CHANNELS, QUANTIZES,
                                RUNS_PREFILL, SCORES_WHOLE_PROMPT, TAKES_CHANNELS, WRAPS)
-from kvmethods.params import declared_params
-from kvmethods.wrapping import WrapperMethod
+from kvmethods.core.params import declared_params
+from kvmethods.wrappers.wrapping import WrapperMethod
 
 
 def capabilities_of(cls: type[Method]) -> frozenset[str]:

@@ -11,9 +11,9 @@ import torch
 from test_methods_selection import avg_pool_reference, group_mean, kept_sets, top_set
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-import kvmethods.kvzip as kvzip_module
+import kvmethods.scorers.kvzip as kvzip_module
 from kvmethods import Budget, MethodError, get_method
-from kvmethods.generation import generate, prefill
+from kvmethods.runtime.generation import generate, prefill
 from model_helpers import FAMILIES, one_thread, sdpa_and_eager  # noqa: F401 (one_thread applies here)
 
 PROMPT_LEN = 96

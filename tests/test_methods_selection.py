@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from kvmethods import Budget, get_method
-from kvmethods.generation import prefill
-from kvmethods.layer_inputs import LayerInputs
-from kvmethods.transformers_compat import DynamicCache, cache_argument
-from kvmethods.scoring import accumulated_attention
-from kvmethods.testing import tiny_model
+from kvmethods.runtime.generation import prefill
+from kvmethods.runtime.layer_inputs import LayerInputs
+from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
+from kvmethods.scorers.scoring import accumulated_attention
+from tiny_models import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]

@@ -38,7 +38,7 @@ def test_an_identical_rerun_is_not_flagged(baseline):
 
 BROKEN_SNAPKV = """
 import torch
-import kvmethods.snapkv
+import kvmethods.scorers.snapkv
 
 
 def random_positions(self, layer, n_keep):
@@ -47,7 +47,7 @@ def random_positions(self, layer, n_keep):
     return torch.rand(layer.keys.shape[:3], generator=generator)
 
 
-kvmethods.snapkv.SnapKV.score = random_positions
+kvmethods.scorers.snapkv.SnapKV.score = random_positions
 """
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 from kvmethods import Method, param, register_method
-from kvmethods.scoring import protect_last
+from kvmethods.scorers.scoring import protect_last
 
 
 @register_method

@@ -5,10 +5,9 @@ per context and per turn."""
 import json
 
 import pytest
-from test_cli_support import OTHER_ID, RUN_ID, assert_usage_error, make_record, run_cli, write_run
+from test_cli_support import OTHER_ID, RUN_ID, assert_usage_error, make_record, run_cli, typed, write_run
 
 from helpers import BENCH, SMALL_GRID, collected_ids, hook_records, run_bench
-from pytest_kvbench.results.record import labels
 from pytest_kvbench.results.report import build_report
 from pytest_kvbench.results.runs import load_run
 from pytest_kvbench.results.table_model import score_tables
@@ -42,11 +41,11 @@ def test_multi_turn_leaves_default_tasks_without_turns_out(bench):
 
 
 def test_the_protocol_is_in_the_key_labels_and_table_title():
-    default = make_record([1, 0])
+    default = typed(make_record([1, 0]))
     shared = make_record([1, 1], protocol="shared_context")
-    shared["key"] += "|protocol=shared_context"
-    assert labels(shared).protocol == "shared_context" and labels(shared).task == labels(default).task
-    assert labels(default).protocol == "question_in_window"
+    shared = typed(shared | {"key": shared["key"] + "|protocol=shared_context"})
+    assert shared.labels.protocol == "shared_context" and shared.labels.task == default.labels.task
+    assert default.labels.protocol == "question_in_window"
     headings = sorted(table.heading for table in score_tables([default, shared]))
     assert headings == ["default — budget 128", "default — budget 128 — protocol shared_context"]
 

@@ -1,4 +1,4 @@
-"""The shared-context and multi-turn protocols (kvmethods/protocols/) on tiny models.
+"""The shared-context and multi-turn protocols (kvmethods/runtime/protocols/) on tiny models.
 
 What makes their numbers trustworthy: with the full cache they answer exactly what one prefill per
 question (or plain multi-turn greedy generation over the growing history) answers, and a compressed
@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from kvmethods import get_method
-from kvmethods.generation import generate, prefill
-from kvmethods.protocols import answer_questions, run_turns
-from kvmethods.protocols.cache_snapshot import CacheSnapshot
-from kvmethods.protocols.shared_context import ask
-from kvmethods.testing import tiny_model
+from kvmethods.runtime.generation import generate, prefill
+from kvmethods.runtime.protocols import answer_questions, run_turns
+from kvmethods.runtime.protocols.cache_snapshot import CacheSnapshot
+from kvmethods.runtime.protocols.shared_context import ask
+from tiny_models import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 NO_COMPRESSION = "r0"
@@ -99,7 +99,7 @@ def test_multi_turn_keeps_earlier_turns_in_the_cache(model):
     assert turns[1].kept_tokens_per_layer[0] == alone[1].kept_tokens_per_layer[0] + len(QUESTIONS[0]) + 7
 
 
-# -- compression while decoding (kvmethods/decoding_compression.py, kvmethods/rkv.py) -----------------------
+# -- compression while decoding (kvmethods/decoding/decoding_compression.py, kvmethods/decoding/rkv.py) -----------------------
 
 @pytest.mark.parametrize("spec", [dict(name="decoding", base="snapkv", interval=16, window=8),
                                   dict(name="decoding", base="streamingllm", interval=10),
@@ -204,7 +204,7 @@ def test_multi_turn_teacher_forcing_holds_the_references_history(model, method):
         history += target
 
 
-# -- re-compression after each turn (kvmethods/per_turn.py) ------------------------------------------------------
+# -- re-compression after each turn (kvmethods/wrappers/per_turn.py) ------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["snapkv", "streamingllm", "knorm", "rkv"])
 def test_per_turn_cuts_the_cache_back_to_the_budget_after_every_turn(model, name):
@@ -221,9 +221,9 @@ def test_per_turn_cuts_the_cache_back_to_the_budget_after_every_turn(model, name
 def test_the_cut_back_after_a_turn_is_booked_in_that_turns_decode_time(model, monkeypatch):
     """A clock that moves only while a layer is cut back: each turn's decode_s is its cuts' time, so a per_turn
     cut is never lost between turns (nor counted in the next question's prefill)."""
-    import kvmethods.decoding_compression as decoding_compression
-    import kvmethods.protocols.multi_turn as multi_turn
-    import kvmethods.protocols.shared_context as shared_context
+    import kvmethods.decoding.decoding_compression as decoding_compression
+    import kvmethods.runtime.protocols.multi_turn as multi_turn
+    import kvmethods.runtime.protocols.shared_context as shared_context
 
     clock = [0.0]
     cut = decoding_compression.store_selection

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from kvmethods import get_method
-from kvmethods import ragged_attention as ragged_attention_module
-from kvmethods.generation import generate, prefill
-from kvmethods.ragged import KERNEL as PADDED_KERNEL
-from kvmethods.ragged import RaggedLayer
-from kvmethods.ragged_attention import VARLEN_KERNEL, kernel_name, varlen_arguments
-from kvmethods.testing import tiny_model
-from kvmethods.transformers_compat import attention_implementation
+from kvmethods.attention import ragged_attention as ragged_attention_module
+from kvmethods.runtime.generation import generate, prefill
+from kvmethods.storage.ragged import KERNEL as PADDED_KERNEL
+from kvmethods.storage.ragged import RaggedLayer
+from kvmethods.attention.ragged_attention import VARLEN_KERNEL, kernel_name, varlen_arguments
+from tiny_models import tiny_model
+from kvmethods.adapters.transformers_compat import attention_implementation
 from model_helpers import FAMILIES, one_thread  # noqa: F401 (one_thread applies here)
 
 PROMPT = torch.randint(3, 256, (64,), generator=torch.Generator().manual_seed(11)).tolist()

@@ -13,6 +13,7 @@ from test_cli_support import (
     make_samples,
     run_cli,
     standard_records,
+    typed,
     write_run,
 )
 
@@ -75,11 +76,11 @@ def test_plots_carry_the_data(results):
 def test_score_bands_are_the_samples_bootstrap_interval_or_the_seeds_t_interval():
     from pytest_kvbench.results.budget_figures import score_interval
 
-    one_run = make_record([1, 0, 1, 1, 0, 1, 1, 0])
+    one_run = typed(make_record([1, 0, 1, 1, 0, 1, 1, 0]))
     mean, low, high = score_interval([one_run])
     assert mean == 62.5 and 20 < low < mean < high < 100
-    assert score_interval([make_record([1, 1, 1, 1])])[1:] == (100.0, 100.0)  # no spread among the samples
-    seeds = [make_record(scores, seed=seed) for seed, scores in enumerate(([1, 0, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1]))]
+    assert score_interval([typed(make_record([1, 1, 1, 1]))])[1:] == (100.0, 100.0)  # no spread among the samples
+    seeds = [typed(make_record(scores, seed=seed)) for seed, scores in enumerate(([1, 0, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1]))]
     mean, low, high = score_interval(seeds)
     assert mean == 75.0 and low < 50 and high > 100  # three seeds: a wide Student-t interval
 

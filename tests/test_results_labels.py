@@ -12,6 +12,8 @@ from helpers import HOOK_CONFTEST, hook_records, run_bench
 
 from pytest_kvbench.engine.hardware.device_description import cpu_model
 from pytest_kvbench.results.export import to_markdown
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.results.record_schema import SCHEMA_VERSION
 from pytest_kvbench.results.table_model import score_tables
 from pytest_kvbench.results.tables import results_markdown
 
@@ -76,16 +78,17 @@ def test_hyphenated_methods_get_their_own_prediction_folders(hyphen_run):
 
 def test_records_carry_the_device_they_ran_on(hyphen_run):
     for call in hook_records(hyphen_run):
+        assert call["record"]["schema_version"] == SCHEMA_VERSION  # the hook gets the record's JSON form
         device = call["record"]["device"]
         assert device["type"] == "cpu"
         assert device["name"] == device["cpu_model"] == cpu_model()
         assert device["threads"] == 1  # --kvbench-torch-threads, which CPU timings depend on
 
 
-def _record(method: str, score: float) -> dict:
-    return {"key": f"default|{method}|16|trec|seed0", "item_id": f"{method}-16-trec", "status": "passed",
-            "score": score, "model": {"name": "default"}, "method": {"name": method, "params": {}},
-            "budget": {"spec": "16"}, "task": {"name": "trec"}, "seed": 0, "samples": []}
+def _record(method: str, score: float) -> Record:
+    return Record.from_json({"key": f"default|{method}|16|trec|seed0", "item_id": f"{method}-16-trec", "status": "passed",
+                             "score": score, "model": {"name": "default"}, "method": {"name": method, "params": {}},
+                             "budget": {"spec": "16"}, "task": {"name": "trec"}, "seed": 0, "samples": []})
 
 
 def test_every_view_labels_rows_from_the_key_not_the_item_id():

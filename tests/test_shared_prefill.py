@@ -1,4 +1,4 @@
-"""kvmethods.shared_prefill: one forward gives every selection's cache, equal bit for bit to its own prefill,
+"""kvmethods.runtime.shared_prefill: one forward gives every selection's cache, equal bit for bit to its own prefill,
 and holds no full cache beyond the reference's."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from kvmethods import Budget, MethodError, available_methods, get_method
-from kvmethods.generation import generate
-from kvmethods.ragged import cache_bytes
-from kvmethods.shared_prefill import can_share_prefill, shared_prefill
-from kvmethods.testing import live_tensor_bytes, tiny_model
+from kvmethods.runtime.generation import generate
+from kvmethods.storage.ragged import cache_bytes
+from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
+from tiny_models import live_tensor_bytes, tiny_model
 
 def _built(name: str):
     """The method with its defaults, or None when an optional backend is missing (hf_quantized's quanto)."""

@@ -5,7 +5,7 @@ import pytest
 
 from helpers import hook_records, run_bench
 from kvmethods import Method, MethodError, available_methods, get_method
-from kvmethods.shared_prefill import can_share_prefill
+from kvmethods.runtime.shared_prefill import can_share_prefill
 
 def _runs_here(name: str) -> bool:
     """Every built-in but those whose optional backend is missing here (hf_quantized needs quanto) and

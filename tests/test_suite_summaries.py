@@ -1,20 +1,23 @@
 """Per-suite summaries: LongBench v2's difficulty and length splits, InfiniteBench's paper columns
 and average, in RESULTS.md and in the LaTeX export."""
 
+from dataclasses import replace
+
 from pytest_kvbench.results.export import to_latex
+from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.tables import results_markdown
 from pytest_kvbench.tasks.summaries import suite_summaries
 
 
 def record(method, budget, task, suite, score, splits=None, seed=0):
     item = f"{method}-{task}" if budget == "full" else f"{method}-{budget}-{task}"
-    return {
+    return Record.from_json({
         "item_id": item, "key": f"m|{method}|{budget}|{task}|seed{seed}", "status": "passed", "score": score,
         "model": {"name": "m"}, "method": {"name": method, "params": {}}, "budget": {"spec": budget},
         "task": {"name": task, "suite": suite, "context_length": None}, "fidelity": {"kl": 0.1, "agreement": 0.5},
         "memory": {"kv_bytes_after": 2**20}, "samples": [],
         "aggregate": {"score": score} | ({"splits": splits} if splits else {}),
-    }
+    })
 
 
 def splits(overall, easy, hard, short, medium, long):
@@ -38,8 +41,8 @@ RECORDS = [
 def cells_of(records):
     cells = {}
     for r in records:
-        method = r["item_id"].split("-")[0]
-        cells.setdefault(method, {}).setdefault(r["task"]["name"], []).append(r)
+        method = r.item_id.split("-")[0]
+        cells.setdefault(method, {}).setdefault(r.task.name, []).append(r)
     return cells
 
 
@@ -61,7 +64,7 @@ def test_infinitebench_paper_order_names_and_average():
 
 
 def test_no_summary_without_those_suites():
-    assert suite_summaries(cells_of([r for r in RECORDS if r["task"]["suite"] == "longbench"])) == []
+    assert suite_summaries(cells_of([r for r in RECORDS if r.task.suite == "longbench"])) == []
 
 
 def test_results_markdown_has_the_summaries_under_each_budget():
@@ -81,9 +84,7 @@ def test_latex_prints_each_summary_with_the_best_compressed_value_bold():
 
 def scbench_record(method, score, turns, seed=0, history="gold"):
     r = record(method, "full" if method == "full" else "128", "scbench_kv", "scbench", score, seed=seed)
-    r["task"]["history"] = history
-    r["aggregate"]["turns"] = turns
-    return r
+    return replace(r, task=replace(r.task, history=history), aggregate=r.aggregate | {"turns": turns})
 
 
 def test_scbench_reports_each_turn_then_the_pooled_score():

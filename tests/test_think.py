@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from kvmethods import get_method
-from kvmethods.generation import generate
-from kvmethods.testing import tiny_model
-from kvmethods.think import ChannelPrunedLayer
+from kvmethods.runtime.generation import generate
+from tiny_models import tiny_model
+from kvmethods.storage.think import ChannelPrunedLayer
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 PROMPT = torch.randint(3, 256, (160,), generator=torch.Generator().manual_seed(4)).tolist()

@@ -1,4 +1,4 @@
-"""kvmethods.transformers_compat: our forwards hand the cache to transformers under the name the installed
+"""kvmethods.adapters.transformers_compat: our forwards hand the cache to transformers under the name the installed
 version expects, and nothing we run makes transformers warn about a deprecated calling convention (each such
 warning is a rename that breaks us in a later version). Runs in both CI environments (5.2 and 5.24)."""
 
@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from kvmethods import Budget, get_method
-from kvmethods.generation import decode_greedy, generate
-from kvmethods.shared_prefill import shared_prefill
-from kvmethods.testing import tiny_model
-from kvmethods.transformers_compat import DynamicCache, cache_argument, cache_from_kwargs
+from kvmethods.runtime.generation import decode_greedy, generate
+from kvmethods.runtime.shared_prefill import shared_prefill
+from tiny_models import tiny_model
+from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument, cache_from_kwargs
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 PROMPT = torch.randint(5, 200, (48,), generator=torch.Generator().manual_seed(4)).tolist()

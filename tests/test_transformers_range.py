@@ -15,7 +15,7 @@ import transformers  # noqa: F401 (imported outside pytester's runs, which drop 
 from packaging.requirements import Requirement
 
 from helpers import add_bench_files
-from kvmethods import transformers_compat as compat
+from kvmethods.adapters import transformers_compat as compat
 
 try:  # Python >= 3.11
     import tomllib

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.results.export import config_key
-from pytest_kvbench.results.record import is_scored
 from pytest_kvbench.results.runs import Run
 from pytest_kvbench.stats import VariationCurve
 
@@ -42,8 +41,8 @@ def variance_groups(runs: Sequence[Run]) -> dict[str, list[float]]:
     groups: dict[str, list[tuple]] = defaultdict(list)
     for run in runs:
         for r in run.records:
-            if is_scored(r):
-                groups[config_key(r)].append((r.get("seed") if isinstance(r.get("seed"), int) else 0, run.run_id, float(r["score"])))
+            if r.is_scored:
+                groups[config_key(r)].append((r.seed if isinstance(r.seed, int) else 0, run.run_id, float(r.score)))
     return {key: [score for *_, score in sorted(values)] for key, values in sorted(groups.items())}
 
 

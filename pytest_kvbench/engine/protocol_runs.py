@@ -3,7 +3,7 @@ samples' prompts and its reference cache; nothing here reaches back into the run
 
 question_in_window and query_agnostic run one prompt per sample in the runner, compared against the
 full-cache reference for fidelity, their prefills shared by the reference group. shared_context and
-multi_turn (kvmethods/protocols/) run a group of samples that share a context at once: the samples whose
+multi_turn (kvmethods/runtime/protocols/) run a group of samples that share a context at once: the samples whose
 prompts start with the same context tokens, in turn order (SCBench's ``turn`` field, else file order).
 Under multi_turn each turn feeds its prompt from ``Prompt.turn_start``; a task with gold history
 (``Task.turn_history``, SCBench's default) has the reference answers in those tokens and its model answers
@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from kvmethods import FULL_CACHE, get_method, protocols
+from kvmethods import FULL_CACHE, get_method
+from kvmethods.runtime import protocols
 from pytest_kvbench.engine.fidelity import ReferenceCache, compare, reference_of
 from pytest_kvbench.engine.finite_logits import check_logits_finite
 
@@ -30,7 +31,7 @@ GROUP_RUNNERS = {"shared_context": "answer_questions", "multi_turn": "run_turns"
 
 class Generation(NamedTuple):
     sample: object
-    result: object  # kvmethods.generation.GenerationOutput
+    result: object  # kvmethods.runtime.generation.GenerationOutput
     kl: float | None
     agreement: float | None
     context: int | None = None  # index of the sample's context group (group protocols)

@@ -10,13 +10,14 @@ outcomes (shared_prefills.py) and scores them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kvmethods import FULL_CACHE, get_method
-from kvmethods.generation import GROUP_PROTOCOLS, generate, record_fields
-from kvmethods.shared_prefill import can_share_prefill, shared_prefill
+from kvmethods.runtime.clock import now
+from kvmethods.runtime.generation import GROUP_PROTOCOLS, generate, record_fields
+from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid
 from pytest_kvbench.engine.fidelity import ReferenceCache, compare, reference_of
 from pytest_kvbench.engine.finite_logits import check_logits_finite
@@ -30,6 +31,7 @@ from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn,
 from pytest_kvbench.engine.shared_prefills import SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
+from pytest_kvbench.results.record_json import from_json
 from pytest_kvbench.tasks import get_task
 
 
@@ -157,7 +159,7 @@ class Runner:
         return (result, *compare(reference, logprobs))
 
     # -- the item ------------------------------------------------------------------------------
-    def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> dict:
+    def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> records.Record:
         """The item's record; out of memory raises ItemOutOfMemory after the memory is freed.
         progress(samples done, samples in all) is called after each sample."""
         try:
@@ -166,8 +168,8 @@ class Runner:
         finally:
             self.shared.finish(case)  # outcomes left for this item (it failed mid-way) are freed
 
-    def _run(self, case: Case, progress: Callable[[int, int], None]) -> dict:
-        started = time.perf_counter()
+    def _run(self, case: Case, progress: Callable[[int, int], None]) -> records.Record:
+        started = now()
         task = get_task(case.task)
         method = self._method(case)
         sharing = self.shared.enabled and self._shares(case)
@@ -215,7 +217,7 @@ class Runner:
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
         aggregate = by_context_and_turn(rows) | aggregate  # a task's own "turns" (SCBench's) win
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,
-                            meter.result, time.perf_counter() - started)
+                            meter.result, now() - started)
 
     def _time_left(self, case: Case) -> float | None:
         """The item's time limit less its decoding already done in other items' runs (group_decode.py);
@@ -260,29 +262,29 @@ class Runner:
             self._devices[device] = describe_device(device)
         return self._devices[device]
 
-    def _record(self, case, task, method, loaded, loaded_now, rows, aggregate, meter, total_s) -> dict:
+    def _record(self, case, task, method, loaded, loaded_now, rows, aggregate, meter, total_s) -> records.Record:
         kv = kv_cache_figures([r["kv_bytes_before"] for r in rows], [r["kv_bytes_after"] for r in rows])
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
                                   [r["new_tokens"] for r in rows], total_s)
-        model_info = loaded.info() | {"loaded_by_this_item": loaded_now}
-        return records.identity(case, self.run_id, case.protocol) | {
-            "device": self.device_description(loaded.device),
-            "model": model_info,
-            "method": {"name": method.name, "params": method.params()},
-            "task": {"name": task.name, "suite": task.suite, "metric": task.metric_name,
-                     "context_length": case.context_length} | task.record_settings(),
-            "max_prompt_tokens": self.grid.max_prompt_tokens,
-            "metric": task.metric_name,
-            "score": aggregate.get("score"),
-            "aggregate": aggregate,
-            "n_samples": len(rows),
-            "samples": rows,
-            "latency": latency,
-            "memory": {"peak_bytes": meter.get("peak_bytes"), "kind": meter.get("memory_kind"),
-                       "peak_method": meter.get("peak_method"),
-                       "peak_reserved_bytes": meter.get("peak_reserved_bytes")} | kv,
-            "fidelity": {"kl": _mean([r["kl"] for r in rows]), "agreement": _mean([r["agreement"] for r in rows])},
-            "energy_j": meter.get("energy_j"),
-            "energy_source": meter.get("energy_source"),
-            "meter_scope": self.shared.meter_scope(case),
-        }
+        return replace(
+            records.Record.identity(case, self.run_id, case.protocol),
+            device=from_json(records.Device, self.device_description(loaded.device), "device"),
+            model=from_json(records.ModelInfo, loaded.info() | {"loaded_by_this_item": loaded_now}, "model"),
+            method=records.MethodInfo(name=method.name, params=method.params()),
+            task=from_json(records.TaskInfo, {"name": task.name, "suite": task.suite, "metric": task.metric_name,
+                                              "context_length": case.context_length} | task.record_settings(), "task"),
+            max_prompt_tokens=self.grid.max_prompt_tokens,
+            metric=task.metric_name,
+            score=aggregate.get("score"),
+            aggregate=aggregate,
+            n_samples=len(rows),
+            samples=rows,
+            latency=from_json(records.Latency, latency, "latency"),
+            memory=records.Memory(peak_bytes=meter.get("peak_bytes"), kind=meter.get("memory_kind"),
+                                  peak_method=meter.get("peak_method"),
+                                  peak_reserved_bytes=meter.get("peak_reserved_bytes"), **kv),
+            fidelity=records.Fidelity(kl=_mean([r["kl"] for r in rows]), agreement=_mean([r["agreement"] for r in rows])),
+            energy_j=meter.get("energy_j"),
+            energy_source=meter.get("energy_source"),
+            meter_scope=from_json(records.MeterScope, self.shared.meter_scope(case), "meter_scope"),
+        )

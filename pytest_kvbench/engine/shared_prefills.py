@@ -1,7 +1,7 @@
 """Which items of a worker share one prefill per sample, and what each got from it until it runs.
 
 Items of one reference group (model, task, context length, seed, protocol: `Case.reference_group`)
-run the same prompts. The first of them to reach a sample computes one prefill (kvmethods.shared_prefill)
+run the same prompts. The first of them to reach a sample computes one prefill (kvmethods.runtime.shared_prefill)
 for the full-cache reference and every planned item of the group that has not run yet, and decodes
 each of those items' compressed caches right away (engine/group_decode.py): what waits here is the
 small outcome of each (item, sample), `DecodedSample` (tokens, KL, agreement, timings, sizes; no cache
@@ -32,7 +32,7 @@ from pytest_kvbench.cases import Case
 class DecodedSample:
     """One item's compressed generation of one sample, decoded right after the group's shared prefill."""
 
-    result: Any  # kvmethods.generation.GenerationOutput, its target_logprobs dropped
+    result: Any  # kvmethods.runtime.generation.GenerationOutput, its target_logprobs dropped
     kl: float
     agreement: float
     timing: dict  # shared_prefill_ms (the group's forward) and compression_ms (this item's own part)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pytest_kvbench import user_paths
 from pytest_kvbench.results import storage
-from pytest_kvbench.results.record import is_scored
+from pytest_kvbench.results.record import Record, RecordError
 
 RUNS_SUBDIR = "runs"
 LATEST = "latest"
@@ -36,7 +36,7 @@ class Run:
     run_id: str
     path: Path
     info: dict
-    records: list[dict]
+    records: list[Record]
 
     @property
     def environment(self) -> dict:
@@ -65,9 +65,9 @@ class Run:
         return _start_time(self.info, self.run_id, self.path)
 
     @property
-    def scored_records(self) -> list[dict]:
+    def scored_records(self) -> list[Record]:
         """Records that carry a numeric score (errored and skipped items have none)."""
-        return [r for r in self.records if is_scored(r)]
+        return [r for r in self.records if r.is_scored]
 
 
 @dataclass(frozen=True)
@@ -151,24 +151,22 @@ def _read_json_object(path: Path, what: str) -> dict:
     return data
 
 
-def _check_records(records: object, where: str) -> list[dict]:
+def parse_records(records: object, where: str) -> list[Record]:
+    """Typed records (older schema versions migrated) from their JSON list; RunError naming ``where``
+    and the record's number (and key) when one is not a record."""
     if not isinstance(records, list):
         raise RunError(f"{where}: 'records' must be a list")
+    parsed = []
     for number, record in enumerate(records, start=1):
-        if not isinstance(record, dict):
-            raise RunError(f"{where}: record {number} is not a JSON object")
-        if not isinstance(record.get("key"), str):
-            raise RunError(f"{where}: record {number} has no 'key' string")
-        for name, inner in (("model", "name"), ("method", "name"), ("budget", "spec"), ("task", "name")):
-            if not isinstance(record.get(name), dict) or not isinstance(record[name].get(inner), str):
-                raise RunError(f"{where}: record {number} ({record['key']}) has no '{name}' object with a '{inner}'")
-        samples = record.get("samples", [])
-        if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):
-            raise RunError(f"{where}: record {number} ({record['key']}) has malformed 'samples' (a list of objects)")
-    return records
+        try:
+            parsed.append(Record.from_json(record))
+        except RecordError as exc:
+            key = record.get("key") if isinstance(record, dict) and isinstance(record.get("key"), str) else None
+            raise RunError(f"{where}: record {number}{f' ({key})' if key else ''}: {exc}") from None
+    return parsed
 
 
-def _read_records_file(path: Path) -> list[dict]:
+def _read_records_file(path: Path) -> list[Record]:
     try:
         records = storage.read_records(path)
     except storage.RecordsError as exc:
@@ -177,7 +175,7 @@ def _read_records_file(path: Path) -> list[dict]:
         raise RunError(f"{path}: records file is not UTF-8 text") from None
     except OSError as exc:
         raise RunError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return _check_records(records, str(path))
+    return parse_records(records, str(path))
 
 
 def load_run(run_id_or_path: str | os.PathLike, results_dir: str | os.PathLike = "results") -> Run:
@@ -189,7 +187,7 @@ def load_run(run_id_or_path: str | os.PathLike, results_dir: str | os.PathLike =
     if records_file.exists():
         records = _read_records_file(records_file)
     else:
-        records = _check_records(info.get("records", []), str(run_file))
+        records = parse_records(info.get("records", []), str(run_file))
     run_id = info.get("run_id") if isinstance(info.get("run_id"), str) else path.name
     return Run(run_id=run_id, path=path, info=info, records=storage.latest_per_key(records))
 
@@ -228,10 +226,10 @@ def run_info(run: Run) -> RunInfo:
         run_id=run.run_id,
         path=run.path,
         date=run.started,
-        models=_distinct(r["model"].get("name") for r in records),
-        methods=_distinct(r["method"].get("name") for r in records),
-        budgets=_distinct(r["budget"].get("spec") for r in records),
-        tasks=_distinct(r["task"].get("name") for r in records),
+        models=_distinct(r.model.name for r in records),
+        methods=_distinct(r.method.name for r in records),
+        budgets=_distinct(r.budget.spec for r in records),
+        tasks=_distinct(r.task.name for r in records),
         commit=run.commit,
         n_records=len(records),
         complete=run.complete,

@@ -19,6 +19,8 @@ from pytest_kvbench.atomic_files import atomic_write_text, json_text
 if TYPE_CHECKING:
     from filelock import FileLock
 
+    from pytest_kvbench.results.record import Record
+
 RECORDS_FILE = "records.jsonl"
 RUN_FILE = "run.json"
 SETTINGS_FILE = "settings.json"  # the grid a run was made with; --kvbench-resume checks against it
@@ -101,13 +103,13 @@ def read_records(records_path: str | os.PathLike, *, tolerate_torn: bool = True)
     return records
 
 
-def latest_per_key(records: Iterable[dict]) -> list[dict]:
+def latest_per_key(records: Iterable[Record]) -> list[Record]:
     """One record per case key, the last appended winning (a resumed or retried item appends again).
 
     Keyed by the comparison key, not the node id: node ids move with the rootdir, and runs merged
     from machines that each ran one seed share node ids.
     """
-    latest: dict[str, dict] = {}
+    latest: dict[str, Record] = {}
     for record in records:
-        latest[record["key"]] = record
+        latest[record.key] = record
     return list(latest.values())

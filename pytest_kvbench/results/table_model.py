@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from statistics import fmean
 
 from kvmethods import FULL_CACHE
-from pytest_kvbench.cases import DEFAULT_PROTOCOL
-from pytest_kvbench.results.record import budget_sort_key, is_number, is_scored, labels, model_title
+from pytest_kvbench.results.record import Record, budget_sort_key, is_number
+from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL
 from pytest_kvbench.tasks.summaries import suite_summaries
 
 AVG = "Avg"
@@ -72,7 +72,7 @@ class ScoreTable:
     tasks: list[str]
     methods: list[str]
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
-    records: dict[str, list[dict]] = field(default_factory=dict)  # per method, every record of its row
+    records: dict[str, list[Record]] = field(default_factory=dict)  # per method, every record of its row
     protocol: str = DEFAULT_PROTOCOL
 
     def value(self, method: str, column: str) -> float | None:
@@ -106,19 +106,19 @@ class ScoreTable:
 
     def mean_kl(self, method: str) -> float | None:
         """Mean KL(full || method) over the row's records (nats)."""
-        return _mean_of((r.get("fidelity") or {}).get("kl") for r in self.records[method])
+        return _mean_of(r.fidelity.kl for r in self.records[method])
 
     def mean_agreement(self, method: str) -> float | None:
-        return _mean_of((r.get("fidelity") or {}).get("agreement") for r in self.records[method])
+        return _mean_of(r.fidelity.agreement for r in self.records[method])
 
     def mean_kv_mib(self, method: str) -> float | None:
         """Mean KV cache kept after compression, MiB; None when not measured (or zero)."""
-        kv = _mean_of((r.get("memory") or {}).get("kv_bytes_after") for r in self.records[method])
+        kv = _mean_of(r.memory.kv_bytes_after for r in self.records[method])
         return kv / MiB if kv else None
 
     def mean_peak_mib(self, method: str) -> float | None:
         """Mean peak memory of the row's items (CPU resident or CUDA allocated, reset per item), MiB."""
-        peak = _mean_of((r.get("memory") or {}).get("peak_bytes") for r in self.records[method])
+        peak = _mean_of(r.memory.peak_bytes for r in self.records[method])
         return peak / MiB if peak else None
 
     @property
@@ -128,15 +128,15 @@ class ScoreTable:
     def budget_use(self, method: str) -> float | None:
         """Mean over samples of the bytes stored / the bytes a byte budget allows (above 1: over budget)."""
         return _mean_of(s["kv_bytes_physical"] / s["kv_bytes_budget"] for r in self.records[method]
-                        for s in r.get("samples") or () if s.get("kv_bytes_budget") and s.get("kv_bytes_physical"))
+                        for s in r.samples if s.get("kv_bytes_budget") and s.get("kv_bytes_physical"))
 
-    def records_by_task(self) -> dict[str, dict[str, list[dict]]]:
+    def records_by_task(self) -> dict[str, dict[str, list[Record]]]:
         """The table's records as ``{method: {task label: [records]}}``: what a suite's summary
         (tasks/summaries.py) reads."""
-        grouped: dict[str, dict[str, list[dict]]] = {}
+        grouped: dict[str, dict[str, list[Record]]] = {}
         for method, records in self.records.items():
             for r in records:
-                grouped.setdefault(method, {}).setdefault(labels(r).task, []).append(r)
+                grouped.setdefault(method, {}).setdefault(r.labels.task, []).append(r)
         return grouped
 
     def summaries(self) -> list:
@@ -171,14 +171,9 @@ def _task_order(label: str) -> tuple[str, int]:
     return (name, int(ctx) if ctx.isdigit() else 0)
 
 
-def _sample_scores(record: dict) -> list[float]:
-    """The record's per-sample scores on the table's scale (x 100)."""
-    return [100 * float(s["score"]) for s in record.get("samples") or () if is_number(s.get("score"))]
-
-
-def score_tables(records: Iterable[dict]) -> list[ScoreTable]:
+def score_tables(records: Iterable[Record]) -> list[ScoreTable]:
     """One table per (model, protocol, budget) from the scored records; ``full`` rows join every budget."""
-    scored = [(labels(r), model_title(r), r) for r in records if is_scored(r)]
+    scored = [(r.labels, r.model_title, r) for r in records if r.is_scored]
     settings = list(dict.fromkeys((title, label.protocol) for label, title, _ in scored))
     tables = []
     for model, protocol in settings:
@@ -191,8 +186,8 @@ def score_tables(records: Iterable[dict]) -> list[ScoreTable]:
             table = ScoreTable(model, budget, tasks, methods, protocol=protocol)
             for label, r in rows:
                 cell = table.cells.setdefault((label.method, label.task), Cell([]))
-                cell.values.append(float(r["score"]))
-                cell.sample_scores += _sample_scores(r)
+                cell.values.append(float(r.score))
+                cell.sample_scores += r.sample_scores
                 table.records.setdefault(label.method, []).append(r)
             tables.append(table)
     return tables

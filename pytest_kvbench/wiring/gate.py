@@ -13,7 +13,7 @@ import pytest
 from pytest_kvbench.cases import GridError
 from pytest_kvbench.comparison.baseline_file import BaselineError, check_save_target, load_baseline, write_baseline
 from pytest_kvbench.comparison.tolerances import parse_tolerances
-from pytest_kvbench.results.record import is_finished
+from pytest_kvbench.results.record import Record
 
 
 class Gate:
@@ -43,7 +43,7 @@ class Gate:
             raise GridError(str(exc)) from None
         return cls(baseline, tolerances, save, force)
 
-    def judge(self, record: dict):
+    def judge(self, record: Record):
         """The item's Verdict against its baseline entry; None without --kvbench-compare."""
         if self.baseline is None:
             return None
@@ -52,20 +52,19 @@ class Gate:
 
         return compare_record(record, self.baseline.entry(record), self.tolerances)
 
-    def finish(self, records: list[dict], environment: dict) -> None:
+    def finish(self, records: list[Record], environment: dict) -> None:
         """Controller, end of run: comparison over all records and the optional new baseline."""
         if self.baseline is None and not self.save_path:
             return
         # lazy for startup time: verdicts import numpy and scipy (see above)
         from pytest_kvbench.comparison.verdicts import Verdict
 
-        finished = [r for r in records if is_finished(r) and r.get("samples")]
+        finished = [r for r in records if r.is_finished and r.samples]
         if self.baseline is not None:
             # each item attached its verdict when it ran (KvbenchFixture.check); an item whose test
             # never asked is judged now
-            self._verdicts = [Verdict.from_dict(r["verdict"]) if r.get("verdict") else self.judge(r)
-                              for r in finished]
-            self._unrun = self.baseline.unrun({r["key"] for r in records})
+            self._verdicts = [Verdict.from_dict(r.verdict) if r.verdict else self.judge(r) for r in finished]
+            self._unrun = self.baseline.unrun({r.key for r in records})
         if self.save_path:
             write_baseline(self.save_path, finished, environment, force=self.save_force)
             self._saved = self.save_path

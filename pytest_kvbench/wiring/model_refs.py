@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-from kvmethods.transformers_compat import attention_implementations
+from kvmethods.adapters.transformers_compat import attention_implementations
 from pytest_kvbench import user_paths
 from pytest_kvbench.cases import DEFAULT_MODEL, GridError
 from pytest_kvbench.model_sources import gguf_file, named_models

@@ -12,7 +12,7 @@ A method re-compressing after each turn (``per_turn=true``) needs multi_turn and
 from __future__ import annotations
 
 from kvmethods import describe_method
-from kvmethods.catalog import PROTOCOLS
+from kvmethods.core.catalog import PROTOCOLS
 
 from pytest_kvbench.cases import Grid, GridError
 from pytest_kvbench.input_values import split_list

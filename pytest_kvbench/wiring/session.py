@@ -17,7 +17,8 @@ from pytest_kvbench import atomic_files
 from pytest_kvbench.cases import Grid
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import capture_environment, installed_packages
-from pytest_kvbench.results.record import is_finished
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.results.runs import parse_records
 
 
 class RunSession:
@@ -33,7 +34,7 @@ class RunSession:
         self._invocation_args = list(invocation_args)
         self.resumed = resumed
         self.start = time.time()
-        self.final_records: list[dict] | None = None  # what finish() wrote, for the terminal summary
+        self.final_records: list[Record] | None = None  # what finish() wrote, for the terminal summary
         self.expected: dict[str, tuple[str, str]] = {}  # key -> (item id, node id) of the selected items
         self.unfinished: list[dict] = []  # what finish() found missing
         self.cases_by_id: dict | None = None  # filled by the plugin on first use
@@ -60,32 +61,34 @@ class RunSession:
         command = str(self.environment.get("command") or "pytest bench/")
         return command if "--kvbench-resume" in command else f"{command} --kvbench-resume {self.run_id}"
 
-    def unfinished_items(self, records: list[dict]) -> list[dict]:
+    def unfinished_items(self, records: list[Record]) -> list[dict]:
         """Selected items with no record, or whose worker crashed: each with why and how to finish it."""
-        by_key = {r["key"]: r for r in records}
+        by_key = {r.key: r for r in records}
         out = []
         for key, (item_id, nodeid) in self.expected.items():
             record = by_key.get(key)
-            if record is not None and not record.get("crashed"):
+            if record is not None and not record.crashed:
                 continue
-            reason = record.get("message") if record is not None else "no record: the run stopped before it finished"
+            reason = record.message if record is not None else "no record: the run stopped before it finished"
             out.append({"item_id": item_id, "nodeid": nodeid, "key": key, "reason": reason})
         return out
 
     # -- records -----------------------------------------------------------------------------
-    def add(self, record: dict) -> None:
-        """Persist one finished record now (crash safety), and the run's settings with the first one."""
+    def add(self, record: Record | dict) -> None:
+        """Persist one finished record now (crash safety), and the run's settings with the first one.
+        ``record``: typed, or as the ``pytest_kvbench_record`` hook passes it (its JSON form)."""
         settings = self.run_dir / storage.SETTINGS_FILE
         if not settings.exists():
             atomic_files.atomic_write_json(settings, self.grid.as_dict())
-        storage.append_record(self.records_path, record)
+        storage.append_record(self.records_path, record.to_json() if isinstance(record, Record) else record)
 
-    def all_records(self) -> list[dict]:
+    def all_records(self) -> list[Record]:
         """Every record of the run (all workers, earlier resumed attempts), the last per case."""
-        return storage.latest_per_key(storage.read_records(self.records_path))
+        records = parse_records(storage.read_records(self.records_path), str(self.records_path))
+        return storage.latest_per_key(records)
 
     def finished_keys(self) -> set[str]:
-        return {r["key"] for r in self.all_records() if is_finished(r)}
+        return {r.key for r in self.all_records() if r.is_finished}
 
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
@@ -104,7 +107,7 @@ class RunSession:
             grid=self.grid.as_dict(), records=records,
             environment=self.environment | {"packages": installed_packages()},  # read once, at the end
             unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
-        markdown = run_writer.write_run(self.run_dir, run)
+        markdown = run_writer.write_run(self.run_dir, run, records)
         atomic_files.atomic_write_text(self.results_dir / run_writer.RESULTS_FILE, markdown)
         return run
 

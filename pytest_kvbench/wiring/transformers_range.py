@@ -1,4 +1,4 @@
-"""The installed transformers must be one CI tested (kvmethods.transformers_compat.SUPPORTED), checked once
+"""The installed transformers must be one CI tested (kvmethods.adapters.transformers_compat.SUPPORTED), checked once
 pytest-kvbench is used.
 
 An untested transformers fails in the middle of a run (a renamed keyword, a moved class), long after the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from kvmethods.transformers_compat import ALLOW_UNTESTED_ENV, installed_version, range_problem, untested_allowed
+from kvmethods.adapters.transformers_compat import ALLOW_UNTESTED_ENV, installed_version, range_problem, untested_allowed
 
 CHECKED_KEY = pytest.StashKey[bool]()
 

@@ -11,6 +11,7 @@ never fire.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -96,6 +97,6 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
     worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
     message = (f"worker {worker} crashed while running this item (the process died: killed, out of host "
                f"memory or a hard crash); run it again with --kvbench-resume {run.run_id}")
-    record = records.with_outcome(records.identity(case, run.run_id, case.protocol), status="error",
-                                  nodeid=crashitem, message=message)
-    run.add(record | {"crashed": True})
+    record = records.Record.identity(case, run.run_id, case.protocol).finished(status="error", nodeid=crashitem,
+                                                                               message=message)
+    run.add(replace(record, crashed=True))

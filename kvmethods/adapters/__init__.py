@@ -1,0 +1,1 @@
+"""The outside world: transformers' calling conventions and kvpress presses."""

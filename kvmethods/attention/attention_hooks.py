@@ -1,0 +1,131 @@
+"""Hooks on every decoder layer's attention module, registered and removed in one place.
+
+kvmethods never replaces an attention forward: whatever acts layer by layer during a forward
+(compression at prefill, the shared prefill's selections, compression while decoding, ThinK's
+window queries, per-layer causal masks) hooks each layer's attention module through PyTorch's public
+hook API and removes the hooks when the forward is done, also when it raised. This module does that registration, unpacks what a hook receives into an
+`AttentionCall`, and keeps q_proj's output so that queries need not be projected twice. Where a whole
+attention computation must differ (ragged caches, KVzip's repeat forwards), `attention_function` names a
+function registered with transformers' public AttentionInterface for the duration of a block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from ..core.families import decoder_layers
+from ..runtime.layer_inputs import LayerInputs
+from ..adapters.transformers_compat import attention_implementation
+
+
+@contextmanager
+def attention_function(model, name: str, state: ContextVar, value) -> Iterator[None]:
+    """While active, the model's attention runs the AttentionInterface function registered as `name`, which
+    reads `value` from `state`; the previous implementation and state are restored also when the forward raised."""
+    previous = attention_implementation(model)
+    token = state.set(value)
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+        state.reset(token)
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """What one attention forward received: its module and layer, the layer's input hidden states
+    and the RoPE cos/sin of their positions (None where the model passed none)."""
+
+    module: torch.nn.Module
+    layer_idx: int
+    n_layers: int
+    hidden: torch.Tensor
+    cos: torch.Tensor | None
+    sin: torch.Tensor | None
+
+    def layer_inputs(self, keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor | None = None,
+                     rotary=None, memo=None) -> LayerInputs:
+        return LayerInputs(self.module, self.layer_idx, self.n_layers, self.hidden, self.cos, self.sin,
+                           keys, values, queries, rotary, memo)
+
+
+def _call(module: torch.nn.Module, layer_idx: int, n_layers: int, args: tuple, kwargs: dict) -> AttentionCall:
+    hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+    cos, sin = kwargs.get("position_embeddings") or (None, None)
+    return AttentionCall(module, layer_idx, n_layers, hidden, cos, sin)
+
+
+@contextmanager
+def _registered(handles: Iterable[RemovableHandle]) -> Iterator[None]:
+    made: list[RemovableHandle] = []
+    try:
+        made.extend(handles)  # registered inside the try: a failure half-way removes those made
+        yield
+    finally:
+        for handle in made:
+            handle.remove()
+
+
+@contextmanager
+def after_attention(model, hook: Callable[[AttentionCall], None]) -> Iterator[None]:
+    """While active, hook(call) runs after each layer's attention forward (the layer's keys and values
+    are in the cache by then)."""
+    modules = [layer.self_attn for layer in decoder_layers(model)]
+
+    def for_layer(layer_idx: int):
+        return lambda module, args, kwargs, output: hook(_call(module, layer_idx, len(modules), args, kwargs))
+
+    with _registered(module.register_forward_hook(for_layer(i), with_kwargs=True)
+                     for i, module in enumerate(modules)):
+        yield
+
+
+@contextmanager
+def attention_masks(model, mask_for: Callable[[AttentionCall], torch.Tensor]) -> Iterator[None]:
+    """While active, each layer's attention forward gets mask_for(call) as its attention_mask."""
+    modules = [layer.self_attn for layer in decoder_layers(model)]
+
+    def for_layer(layer_idx: int):
+        def set_mask(module, args, kwargs):
+            kwargs["attention_mask"] = mask_for(_call(module, layer_idx, len(modules), args, kwargs))
+            return args, kwargs
+
+        return set_mask
+
+    with _registered(module.register_forward_pre_hook(for_layer(i), with_kwargs=True)
+                     for i, module in enumerate(modules)):
+        yield
+
+
+class ProjectedQueries:
+    """q_proj's output of each layer's latest forward, waiting for the hook after that attention."""
+
+    def __init__(self) -> None:
+        self._by_layer: dict[int, torch.Tensor] = {}
+
+    def take(self, call: AttentionCall) -> torch.Tensor | None:
+        """The layer's projected queries, if they belong to this call's tokens (else None: the method
+        projects them itself). Taken once."""
+        projected = self._by_layer.pop(call.layer_idx, None)
+        return projected if projected is not None and projected.shape[:2] == call.hidden.shape[:2] else None
+
+
+@contextmanager
+def projected_queries(model) -> Iterator[ProjectedQueries]:
+    """While active, keeps each layer's q_proj output (models whose attention has a q_proj module)."""
+    store = ProjectedQueries()
+
+    def for_layer(layer_idx: int):
+        return lambda module, args, output: store._by_layer.__setitem__(layer_idx, output)
+
+    with _registered(layer.self_attn.q_proj.register_forward_hook(for_layer(i))
+                     for i, layer in enumerate(decoder_layers(model))
+                     if isinstance(getattr(layer.self_attn, "q_proj", None), torch.nn.Module)):
+        yield store

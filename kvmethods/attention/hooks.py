@@ -1,0 +1,124 @@
+"""The forward-hook machinery that compresses the cache during prefill, layer by layer.
+
+Compression never replaces an attention forward. A forward hook on each layer's attention module
+(attention_hooks.after_attention) runs right after that layer has written its keys/values into the
+DynamicCache: it hands the method a LayerInputs (with the q_proj output, kept by attention_hooks.projected_queries
+so that queries need not be projected twice), gathers the kept positions per KV head and writes the
+smaller tensors back through the cache layer's public `keys`/`values`. So the full-length cache of a
+layer is freed before the next layer runs, and the prefill itself (sdpa, full attention) is unchanged.
+
+After compression layers may hold different lengths (PyramidKV). The model builds one causal mask from
+layer 0's length, so for later forwards a pre-hook installs a mask sized to each layer's own cache
+(`ragged.visibility_mask`; create_causal_mask has no layer_idx in transformers 5.2, kvpress' pin); a
+head-adaptive selection (a bool mask, AdaKV) is stored as a `ragged.RaggedLayer` with a per-head mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from .attention_hooks import AttentionCall, after_attention, attention_masks, projected_queries
+from ..core.base import Method
+from ..core.errors import MethodError
+from ..core.families import decoder_layers, rotary_embedding
+from ..storage.ragged import RaggedLayer, visibility_mask
+from ..adapters.transformers_compat import DynamicCache
+
+
+def _validated(indices: torch.Tensor, method: Method, shape: tuple[int, ...], seq_len: int) -> torch.Tensor:
+    if not isinstance(indices, torch.Tensor) or tuple(indices.shape) != shape or indices.is_floating_point():
+        got = tuple(indices.shape) if isinstance(indices, torch.Tensor) else type(indices).__name__
+        raise MethodError(f"{method.name}: kept_indices must be an integer tensor of shape {shape}, got {got}")
+    if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= seq_len):
+        raise MethodError(f"{method.name}: kept_indices out of range [0, {seq_len})")
+    if bool((indices.sort(dim=-1).values.diff(dim=-1) == 0).any()):
+        raise MethodError(f"{method.name}: kept_indices repeat a position")
+    return indices.long()
+
+
+def _validated_mask(mask: torch.Tensor, method: Method, shape: tuple[int, ...], n_keep: int | None) -> torch.Tensor:
+    """n_keep None: the layer's total is free (a budget shared across layers)."""
+    batch, heads, seq_len = shape
+    if tuple(mask.shape) != (batch, heads, seq_len) or batch != 1:
+        raise MethodError(f"{method.name}: a head-adaptive kept mask must have shape (1, {heads}, {seq_len}), "
+                          f"got {tuple(mask.shape)}")
+    counts = mask.sum(dim=-1)
+    total = heads * n_keep if n_keep is not None else int(counts.sum())
+    if int(counts.sum()) != total or int(counts.min()) < 1:
+        raise MethodError(f"{method.name}: a head-adaptive kept mask must keep {total} positions in all, "
+                          f"at least one per head; got {counts.tolist()}")
+    return mask
+
+
+def store_selection(cache: DynamicCache, layer_idx: int, method: Method, selection: torch.Tensor,
+                    n_keep: int | None) -> torch.Tensor:
+    """Shrink layer `layer_idx` of `cache` to the selection: kept indices [batch, kv_heads, n_keep] gathered
+    in place, or a head-adaptive bool mask [1, kv_heads, T] stored as a RaggedLayer (n_keep None: a mask
+    from a budget shared across layers). Returns the selection."""
+    layer = cache.layers[layer_idx]
+    keys, values = layer.keys, layer.values
+    if isinstance(selection, torch.Tensor) and selection.dtype == torch.bool:
+        mask = _validated_mask(selection, method, tuple(keys.shape[:3]), n_keep)
+        cache.layers[layer_idx] = RaggedLayer(keys, values, mask)
+        return mask
+    indices = _validated(selection, method, (*keys.shape[:2], n_keep), keys.shape[-2])
+    gather = indices.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
+    layer.keys = keys.gather(2, gather)
+    layer.values = values.gather(2, gather)
+    return indices
+
+
+@contextmanager
+def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: DynamicCache) -> Iterator[list]:
+    """While active, every forward compresses layer i of `cache` to layer_budgets[i] tokens.
+    Yields a list filled with each layer's kept indices [batch, num_kv_heads, n], or its head-adaptive bool
+    mask [1, num_kv_heads, T] (None if untouched)."""
+    rotary = rotary_embedding(model)
+    kept: list[torch.Tensor | None] = [None] * len(decoder_layers(model))
+
+    def compress(call: AttentionCall) -> None:
+        layer = cache.layers[call.layer_idx]
+        queries = projected.take(call)
+        n_keep = layer_budgets[call.layer_idx]
+        if n_keep >= layer.keys.shape[-2]:
+            return
+        inputs = call.layer_inputs(layer.keys, layer.values, queries, rotary)
+        kept[call.layer_idx] = store_selection(cache, call.layer_idx, method, method.kept_indices(inputs, n_keep),
+                                               n_keep)
+
+    with projected_queries(model) as projected, after_attention(model, compress):
+        yield kept
+
+
+@contextmanager
+def capturing_window_queries(model, cache: DynamicCache, window: int) -> Iterator[dict[int, torch.Tensor]]:
+    """While active, each attention forward records its last `window` queries (RoPE'd, [batch, q_heads, w,
+    head_dim]) per layer: what a channel-pruning storage (ThinK) scores with, after the prefill."""
+    queries: dict[int, torch.Tensor] = {}
+
+    def record(call: AttentionCall) -> None:
+        layer = cache.layers[call.layer_idx]
+        queries[call.layer_idx] = call.layer_inputs(layer.keys, layer.values).queries(
+            last=min(window, call.hidden.shape[1]))
+
+    with after_attention(model, record):
+        yield queries
+
+
+@contextmanager
+def per_layer_causal_masks(model, cache: DynamicCache) -> Iterator[None]:
+    """While active, each attention module gets a causal mask sized to its own cache layer."""
+
+    def mask_for(call: AttentionCall) -> torch.Tensor:
+        layer, new_tokens = cache.layers[call.layer_idx], call.hidden.shape[1]
+        if isinstance(layer, RaggedLayer):
+            return layer.attention_mask(new_tokens, call.module.config.num_attention_heads, call.hidden.dtype)
+        # every head sees the layer's cache, then the new tokens causally
+        length = torch.tensor([layer.get_seq_length()], device=call.hidden.device)
+        return visibility_mask(length, int(length), 0, new_tokens, call.hidden.dtype)
+
+    with attention_masks(model, mask_for):
+        yield

@@ -1,0 +1,145 @@
+"""Name -> Method class: built-ins, the `kvbench.methods` entry-point group, and runtime registrations.
+
+Third-party methods appear in the grid like built-in ones, either by an entry point
+(`[project.entry-points."kvbench.methods"] mymethod = "mypkg.module:MyMethod"`) or by calling
+`register_method` (usable as a decorator) from a conftest. `a+b` / `a+b+c` composes an eviction method
+with ThinK and/or a quantizer (composition.py). `kvpress:<PressName>` names any press of the
+optional kvpress package (kvpress_adapter.py). Entry points are read on every lookup, so a
+package installed into the running environment is visible without restarting anything.
+
+Built-in methods are known by their catalog entries (catalog.py), so listing them and validating a spec
+(`describe_method`) import no implementation, hence no torch; a method's module is imported when it is
+built (`get_method`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+from .catalog import BUILTINS, KVPRESS_PREFIX, PER_TURN, PREFILL_CHUNK, SEPARATOR
+from .errors import MethodError
+from .params import validated
+
+if TYPE_CHECKING:
+    from .base import Method
+
+ENTRY_POINT_GROUP = "kvbench.methods"
+_registered: dict[str, type[Method]] = {}
+
+
+def _check_method_class(cls: Any, origin: str) -> type[Method]:
+    from .base import Method  # lazy for startup time: base imports torch; only a registered or loaded class is checked
+
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise MethodError(f"{origin}: {cls!r} is not a subclass of kvmethods.Method")
+    if not cls.name or not cls.name.replace("_", "").replace("-", "").isalnum():
+        raise MethodError(f"{origin}: {cls.__name__}.name must be a non-empty identifier-like string")
+    return cls
+
+
+def register_method(cls: type[Method] | None = None, *, name: str | None = None):
+    """Register a Method subclass under `name` (default: cls.name). Works as `@register_method`,
+    `@register_method(name=...)` or a plain call. Re-registering the same class is a no-op."""
+
+    def add(target: type[Method]) -> type[Method]:
+        if name is not None:
+            target.name = name
+        _check_method_class(target, "register_method")
+        existing = _registered.get(target.name) or _builtin_class(target.name)
+        if existing is not None and existing is not target:
+            raise MethodError(f"register_method: a method named {target.name!r} already exists ({existing.__module__})")
+        _registered[target.name] = target
+        return target
+
+    return add if cls is None else add(cls)
+
+
+def unregister_method(name: str) -> None:
+    """Remove a runtime registration (tests, interactive sessions)."""
+    _registered.pop(name, None)
+
+
+def _entry_point_methods() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_methods() -> list[str]:
+    names = set(BUILTINS) | set(_registered) | set(_entry_point_methods())
+    return sorted(names)
+
+
+def _builtin_class(name: str) -> type[Method] | None:
+    """The class of a built-in method, its module imported now (None for other names)."""
+    entry = BUILTINS.get(name)
+    if entry is None:
+        return None
+    return getattr(importlib.import_module(entry.module), entry.class_name)
+
+
+def _load(name: str) -> type[Method]:
+    if name in BUILTINS:
+        return _builtin_class(name)
+    if name in _registered:
+        return _registered[name]
+    entry = _entry_point_methods().get(name)
+    if entry is None:
+        raise MethodError(f"unknown method {name!r}; valid methods: {', '.join(available_methods())}")
+    origin = f"entry point {name!r} ({ENTRY_POINT_GROUP}: {entry.value})"
+    try:
+        loaded = entry.load()
+    except Exception as error:  # a broken third-party package must not crash collection
+        raise MethodError(f"{origin} failed to load: {type(error).__name__}: {error}") from error
+    _check_method_class(loaded, origin)
+    if loaded.name != name:
+        raise MethodError(f"{origin}: class name attribute is {loaded.name!r}, expected {name!r}")
+    return loaded
+
+
+def get_method(name: str, **params: Any) -> Method:
+    """An instance of the named method with the given parameters (strings are coerced by field type)."""
+    if not isinstance(name, str):
+        raise MethodError(f"method name must be a string, got {name!r}")
+    name = name.strip()
+    # lazy for startup time: these build on base.py, which imports torch; listing and validating must not
+    from ..wrappers.chunked import chunked
+    from ..wrappers.composition import compose
+    from ..wrappers.per_turn import per_turn
+
+    if PER_TURN in params:  # any evicting method: snapkv:per_turn=true re-compresses after each turn (per_turn.py)
+        rest = {key: value for key, value in params.items() if key != PER_TURN}
+        return per_turn(get_method(name, **rest), params[PER_TURN])
+    if PREFILL_CHUNK in params:  # any evicting method: snapkv:prefill_chunk=512 (chunked.py)
+        rest = {key: value for key, value in params.items() if key != PREFILL_CHUNK}
+        return chunked(get_method(name, **rest), params[PREFILL_CHUNK])
+    if SEPARATOR in name:  # snapkv+kivi, snapkv+think+kivi: eviction, ThinK and/or a quantizer
+        return compose(name, params, _load)
+    if name.startswith(KVPRESS_PREFIX):
+        # lazy: kvpress_adapter imports kvpress (an optional extra) only when a press is named
+        from ..adapters.kvpress_adapter import kvpress_method  # imports kvpress only when a press is named
+
+        return kvpress_method(name, params)
+    return _load(name).from_params(**params)
+
+
+@dataclass(frozen=True)
+class MethodDescription:
+    """What the grid needs of a valid method spec: its one name (a composition's parts in role order) and
+    every parameter's value as the method coerces it."""
+
+    name: str
+    params: dict[str, Any]
+    recompresses_per_turn: bool = False
+
+
+def describe_method(name: str, **params: Any) -> MethodDescription:
+    """`get_method(name, **params)`'s name and parameters, with the same MethodError on a bad spec. A built-in
+    whose parameters the catalog declares fully is checked there, importing nothing; any other spec
+    (wrappers, compositions, per_turn, prefill_chunk, kvpress presses, third-party methods) is built."""
+    entry = BUILTINS.get(name.strip()) if isinstance(name, str) else None
+    if entry is not None and not entry.checked_in_code and not {PER_TURN, PREFILL_CHUNK} & set(params):
+        return MethodDescription(entry.name, validated(entry.name, entry.params, params))
+    method = get_method(name, **params)
+    return MethodDescription(method.name, method.params(), method.recompresses_per_turn)

@@ -1,0 +1,1 @@
+"""Compression while decoding (R-KV and the decoding-time machinery)."""

@@ -1,0 +1,106 @@
+"""decoding: compress while generating, with any prefill-time scorer (`decoding:base=snapkv:interval=64`).
+
+Reasoning models and summaries generate thousands of tokens, so a budget applied only to the prompt
+stops bounding memory. kvpress' DecodingPress (NVIDIA/kvpress, kvpress/presses/generation) and R-KV
+(Cai et al. 2025, arXiv 2505.24133) compress during generation: the attention inputs of the last
+`interval` decoded tokens are kept, and every `interval` new tokens each layer is cut back to its budget
+by the scorer, those recent tokens serving as its observation window. The prompt is compressed at
+prefill by the same scorer. So the cache never holds more than its length after prefill + `interval`
+tokens (budget + interval under question_in_window, where the whole prompt is compressed). Decoding keeps
+the original RoPE positions. Scorers that need every prompt query (h2o) or the whole prompt (kvzip), that
+keep heads uneven (adakv) or run their own prefill (kvpress presses) cannot be used; a scorer's `window`
+must fit in the interval. The default interval 128 is R-KV's buffer (its reference code, `buffer=128`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import torch
+
+from ..attention.attention_hooks import AttentionCall, after_attention
+from ..core.base import Method, param
+from ..core.errors import MethodError
+from ..core.families import decoder_layers, rotary_embedding
+from ..attention.hooks import store_selection
+from ..runtime.layer_inputs import LayerInputs
+from ..wrappers.wrapping import WrapperMethod
+
+# Scorers that score from the whole prompt's queries: their scores need the prompt, not recent tokens.
+NEEDS_ALL_QUERIES = ("h2o",)
+
+
+@contextmanager
+def compressing_decode(model, state, scorer: Method, interval: int, *, cut_at_exit: bool = False) -> Iterator[list[int]]:
+    """While active, each forward buffers every layer's attention inputs, and every `interval` forwards
+    each layer is cut back to `state.decode_layer_budgets` by `scorer.kept_indices` over the buffered
+    queries; `cut_at_exit` also cuts with what is buffered when the block ends (multi-turn re-compression
+    after each turn, protocols/multi_turn.py). Yields the list of the cache length (longest layer)
+    after each forward."""
+    rotary = rotary_embedding(model)
+    buffered: list[list[AttentionCall]] = [[] for _ in decoder_layers(model)]
+    lengths: list[int] = []
+
+    def cut_back(layer_idx: int) -> None:
+        steps, buffered[layer_idx] = buffered[layer_idx], []
+        layer = state.cache.layers[layer_idx]
+        n_keep = state.decode_layer_budgets[layer_idx]
+        if steps and layer.keys.shape[-2] > n_keep:
+            hidden, cos, sin = (torch.cat(parts, dim=1) for parts in
+                                zip(*((step.hidden, step.cos, step.sin) for step in steps)))
+            window = replace(steps[-1], hidden=hidden, cos=cos, sin=sin)
+            inputs = window.layer_inputs(layer.keys, layer.values, None, rotary)
+            store_selection(state.cache, layer_idx, scorer, scorer.kept_indices(inputs, n_keep), n_keep)
+
+    def compress(call: AttentionCall) -> None:
+        buffered[call.layer_idx].append(call)
+        if len(buffered[call.layer_idx]) >= interval:
+            cut_back(call.layer_idx)
+        if call.layer_idx == call.n_layers - 1:
+            lengths.append(max(int(layer.keys.shape[-2]) for layer in state.cache.layers))
+
+    with after_attention(model, compress):
+        yield lengths
+    if cut_at_exit:
+        for layer_idx in range(len(buffered)):
+            cut_back(layer_idx)
+
+
+def check_decoding_scorer(owner: str, scorer: Method, interval: int) -> None:
+    """MethodError when `scorer` cannot cut a cache back from the last `interval` decoded tokens."""
+    window = scorer.params().get("window")
+    if isinstance(window, int) and window > interval:
+        raise MethodError(f"{owner}: interval {interval} is shorter than the scorer's window {window}; "
+                          f"use interval >= {window}")
+
+
+@dataclass
+class DecodingCompression(WrapperMethod):
+    name = "decoding"
+    base: str = param("snapkv", "prefill-time scorer that also cuts the cache back while decoding")
+    interval: int = param(128, "new tokens between two compressions while decoding (R-KV's buffer)", minimum=1)
+
+    @classmethod
+    def from_params(cls, **kwargs) -> Method:
+        method = super().from_params(**kwargs)  # the base gets its own parameters (window) here
+        check_decoding_scorer(method.name, method.inner, method.interval)
+        return method
+
+    def can_wrap(self, inner: Method) -> bool:
+        """Any method that picks positions layer by layer (StreamingLLM included), but not one needing
+        every prompt query, the whole prompt, uneven heads or its own prefill."""
+        return (inner.compresses and not inner.scores_whole_prompt and not inner.runs_prefill
+                and not isinstance(inner, WrapperMethod) and inner.name not in NEEDS_ALL_QUERIES)
+
+    def why_not(self, inner: Method) -> str:
+        if not inner.compresses:
+            return "it keeps everything"
+        return "it needs every prompt query, the whole prompt, uneven heads or its own prefill"
+
+    def kept_indices(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
+        return self.inner.kept_indices(layer, n_keep)
+
+    def while_decoding(self, model, state):
+        return compressing_decode(model, state, self.inner, self.interval)

@@ -1,0 +1,178 @@
+"""One prefill, many compressed caches: the full cache plus every (method, budget) selection of a grid.
+
+A prefill-time method shrinks a layer's cache only after that layer's attention has run on the full
+keys, so the hidden states, and with them every later layer's inputs, do not depend on what earlier
+layers kept: the M x B compressed prefills of a sweep are the same forward. This module runs that
+forward once, with the full cache (the reference's), and a forward hook per attention module hands
+each selection the layer's inputs (its own copy of the layer's keys and values, freed once its kept
+positions are gathered, so a method that writes into them harms only itself) and stores its
+selection in the selection's own cache (hooks.store_selection). The scoring that does not depend on the
+budget (SnapKV's window attention at four budgets, H2O's accumulated attention) is computed once per layer
+and shared by the selections that read it (kernel_memo.py). What a selection's method raises is
+handed back with it (`errors`); the others go on.
+
+Methods that change the forward itself (KVzip's reconstruction pass, kvpress presses, anything with
+`shares_prefill = False`) cannot share it; `can_share_prefill` says which. The results equal
+generation.prefill's bit for bit: the same layer inputs reach the same method code.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from ..core.base import Method
+from ..core.budget import FULL_CACHE, Budget
+from ..core.errors import MethodError
+from ..core.families import check_family, decoder_layers, rotary_embedding
+from .generation import PrefilledPrompt, _check_request, _forward, prefill, tokens_kept
+from ..attention.hooks import store_selection
+from ..attention.kernel_memo import KernelMemo
+from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
+from ..storage.ragged import RaggedLayer
+from ..adapters.transformers_compat import DynamicCache, DynamicLayer
+from .clock import now
+
+
+def can_share_prefill(method: Method) -> bool:
+    """Whether the method selects from a plain forward's layer inputs (and so can share one). Methods that
+    prefill in chunks, store the kept tokens quantized or pruned (KIVI, ThinK), read the prompt's last
+    queries for their storage or compress while decoding run their own prefill (generation.prefill)."""
+    return (method.shares_prefill and not method.scores_whole_prompt and not method.runs_prefill
+            and not method.quantizes and not method.query_window and not getattr(method, "prefill_chunk", 0)
+            and type(method).while_decoding is Method.while_decoding)  # compressing while decoding: own prefill
+
+
+@dataclass
+class SharedPrefill:
+    reference: PrefilledPrompt  # the full cache of the prompt
+    selections: list[PrefilledPrompt]  # one compressed cache per requested (method, budget)
+    forward_s: float  # the shared forward, the selections' own work excluded
+    own_s: list[float] = field(default_factory=list)  # per selection: its compression (+ its question pass)
+    errors: list[BaseException | None] = field(default_factory=list)  # per selection: what its method raised
+
+
+@dataclass
+class _Selection:
+    method: Method
+    layer_budgets: list[int]
+    cache: DynamicCache = field(default_factory=DynamicCache)
+    kept: list = field(default_factory=list)
+    seconds: float = 0.0
+    error: BaseException | None = None  # what the method raised: the others go on without it
+
+
+def _plan(model, method: Method, budget, prompt_len: int, compressed_len: int, n_layers: int) -> _Selection:
+    budget_tokens = tokens_kept(model, method, Budget.parse(budget), prompt_len, compressed_len)
+    layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
+    if not method.compresses or min(layer_budgets) >= compressed_len:  # keeps everything, as prefill() does
+        layer_budgets = [compressed_len] * n_layers
+    elif len(layer_budgets) != n_layers or min(layer_budgets) < 1:
+        raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
+    return _Selection(method, layer_budgets, kept=[None] * n_layers)
+
+
+def _adopt(cache: DynamicCache, layer_idx: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Make layer `layer_idx` of `cache` refer to the full layer's tensors (no copy)."""
+    while len(cache.layers) <= layer_idx:
+        cache.layers.append(DynamicLayer())
+    layer = cache.layers[layer_idx]
+    layer.lazy_initialization(keys, values)
+    layer.keys, layer.values = keys, values
+
+
+@contextmanager
+def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
+    """While active, after each attention module every selection takes its kept positions of that layer."""
+    rotary = rotary_embedding(model)
+
+    def select(call: AttentionCall) -> None:
+        layer_idx = call.layer_idx
+        keys, values = full.layers[layer_idx].keys, full.layers[layer_idx].values
+        queries = projected.take(call)
+        memo = KernelMemo()  # budget-independent scoring, computed once for the layer's selections
+        for number, selection in enumerate(selections):
+            n_keep = selection.layer_budgets[layer_idx]
+            if selection.error is not None:
+                continue
+            if n_keep >= keys.shape[-2]:
+                _adopt(selection.cache, layer_idx, keys, values)
+                continue
+            started = now()
+            memo.user = number
+            # its own copy of the layer: a method that writes into what it reads harms only itself
+            own_keys, own_values = keys.clone(), values.clone()
+            _adopt(selection.cache, layer_idx, own_keys, own_values)
+            inputs = call.layer_inputs(own_keys, own_values, queries, rotary, memo)
+            try:
+                kept = selection.method.kept_indices(inputs, n_keep)
+                selection.kept[layer_idx] = store_selection(selection.cache, layer_idx, selection.method, kept,
+                                                            n_keep)
+            except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
+                selection.error, selection.cache = exc, DynamicCache()
+            selection.seconds += now() - started - memo.computing_seconds(number)
+        for number, seconds in memo.shares().items():  # shared kernels: each user pays its share
+            selections[number].seconds += seconds
+
+    with projected_queries(model) as projected, after_attention(model, select):
+        yield
+
+
+def _is_uneven(cache: DynamicCache) -> bool:
+    lengths = {cache.get_seq_length(i) for i in range(len(cache.layers))}
+    return len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
+
+
+@torch.inference_mode()
+def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list[int], context_len: int,
+                   protocol: str, total_tokens: int | None = None) -> SharedPrefill:
+    """The full-cache prefill of the prompt and, from the same forward, each request's compressed prefill
+    (what generation.prefill(model, method, budget, ...) returns for it, bit for bit)."""
+    # lazy: the registry's wrappers import the generation modules (KNOWN_CIRCLES in tests/test_import_graph.py)
+    from ..core.registry import get_method
+
+    input_ids = [int(token) for token in input_ids]
+    full_method = get_method("full")
+    for method, _ in requests:
+        _check_request(method, input_ids, context_len, protocol)
+        if not can_share_prefill(method):
+            raise MethodError(f"{method.name} changes the prefill forward and cannot share it")
+        if method.compresses:
+            check_family(model, method.name, total_tokens or len(input_ids))
+    compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
+    if compressed_len == 0:  # nothing to compress: every request is a plain prefill
+        started = now()
+        plain = [prefill(model, full_method, FULL_CACHE, input_ids, context_len, protocol)]
+        plain += [prefill(model, m, b, input_ids, context_len, protocol, total_tokens) for m, b in requests]
+        return SharedPrefill(plain[0], plain[1:], now() - started, [0.0] * len(requests),
+                             [None] * len(requests))
+    n_layers = len(decoder_layers(model))
+    selections = [_plan(model, method, budget, len(input_ids), compressed_len, n_layers)
+                  for method, budget in requests]
+    full = DynamicCache()
+    started = now()
+    with _selecting_hooks(model, full, selections):
+        logits = _forward(model, full, input_ids[:compressed_len], 0, False, 1)
+    forward_s = now() - started - sum(s.seconds for s in selections)
+    reference_logits = logits
+    if compressed_len < len(input_ids):
+        started = now()
+        reference_logits = _forward(model, full, input_ids[compressed_len:], compressed_len, False, 1)
+        forward_s += now() - started
+    states = []
+    for selection in selections:
+        if selection.error is not None:
+            states.append(None)
+            continue
+        uneven = _is_uneven(selection.cache)
+        next_logits = logits
+        if compressed_len < len(input_ids):
+            started = now()
+            next_logits = _forward(model, selection.cache, input_ids[compressed_len:], compressed_len, uneven, 1)
+            selection.seconds += now() - started
+        states.append(PrefilledPrompt(selection.cache, next_logits[-1], len(input_ids), uneven, selection.kept))
+    reference = PrefilledPrompt(full, reference_logits[-1], len(input_ids), False, [None] * n_layers)
+    return SharedPrefill(reference, states, forward_s, [s.seconds for s in selections],
+                         [s.error for s in selections])

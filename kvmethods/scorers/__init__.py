@@ -1,0 +1,1 @@
+"""Methods that score prompt positions and keep the best (one file a paper)."""

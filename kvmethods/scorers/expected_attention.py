@@ -1,0 +1,77 @@
+"""expected_attention: keep the keys that future queries are expected to attend to (query-agnostic).
+
+Devoto et al. 2025, "Expected Attention: KV Cache Compression by Estimating Attention from Future Queries
+Distribution" (kvpress ExpectedAttentionPress). Future queries are modelled as a Gaussian whose mean and
+covariance are those of the prompt's pre-RoPE queries (the first `n_sink` positions left out as
+outliers), rotated by RoPE averaged over the next `n_future_positions` positions. For a Gaussian query
+the expected exp(q.k/sqrt(d)) is exp(mu.k/sqrt(d) + k^T Sigma k / (2d)); its softmax over the keys,
+averaged over the query heads sharing a KV head, is the score, multiplied by ||v||_2 (after adding
+`epsilon`) when use_vnorm. The first n_sink tokens are always kept. No observation window is used,
+so it suits the query_agnostic protocol. Defaults n_future_positions=512, n_sink=4, use_covariance=True,
+use_vnorm=True, epsilon=0 are ExpectedAttentionPress's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..core.base import Method, param
+from ..attention.kernel_memo import layer_kernel
+from ..runtime.layer_inputs import LayerInputs
+from .scoring import score_dtype
+
+
+def averaged_rope_rotation(layer: LayerInputs, start: int, count: int, dtype: torch.dtype) -> torch.Tensor:
+    """[head_dim, head_dim] mean over positions start..start+count-1 of the RoPE rotation matrix
+    R_p, with R_p x = x cos_p + rotate_half(x) sin_p."""
+    cos, sin = layer.rope_at(torch.arange(start, start + count))
+    cos, sin = cos.to(dtype).mean(dim=0), sin.to(dtype).mean(dim=0)  # R is linear in (cos, sin)
+    dim, half = cos.shape[-1], cos.shape[-1] // 2
+    rotate_half = torch.zeros(dim, dim, dtype=dtype, device=cos.device)
+    rotate_half[:half, half:] = -torch.eye(half, dtype=dtype, device=cos.device)
+    rotate_half[half:, :half] = torch.eye(half, dtype=dtype, device=cos.device)
+    return torch.diag(cos) + sin.unsqueeze(0) * rotate_half
+
+
+@layer_kernel
+def expected_attention_scores(layer: LayerInputs, n_future_positions: int, n_sink: int, use_covariance: bool,
+                              use_vnorm: bool, epsilon: float) -> torch.Tensor:
+    """[batch, kv_heads, T] scores (the first n_sink +inf); they do not depend on the budget, so the
+    selections of a shared prefill compute them once per layer."""
+    T, sink = layer.seq_len, min(n_sink, layer.seq_len - 1)
+    dtype = score_dtype(layer.keys)
+    queries = layer.queries(rope=False).to(dtype)[:, :, sink:]  # [batch, q_heads, T - sink, dim]
+    mean = queries.mean(dim=2)  # [batch, q_heads, dim]
+    rotation = averaged_rope_rotation(layer, T, n_future_positions, dtype)
+    mean = mean @ rotation.T
+    batch, kv_heads, groups, dim = layer.keys.shape[0], layer.num_kv_heads, layer.num_groups, layer.head_dim
+    keys = layer.keys[:, :, sink:].to(dtype)  # [batch, kv_heads, n, dim]
+    keys_per_query_head = keys.repeat_interleave(groups, dim=1)
+    logits = (keys_per_query_head @ mean.unsqueeze(-1)).squeeze(-1) / dim**0.5  # [batch, q_heads, n]
+    if use_covariance:
+        centered = queries - queries.mean(dim=2, keepdim=True)
+        covariance = centered.transpose(-1, -2) @ centered / queries.shape[2]  # [batch, q_heads, dim, dim]
+        covariance = rotation @ covariance @ rotation.T
+        quadratic = ((keys_per_query_head @ covariance) * keys_per_query_head).sum(dim=-1)
+        logits = logits + quadratic / dim / 2
+    scores = logits.softmax(dim=-1).view(batch, kv_heads, groups, -1).mean(dim=2)
+    if use_vnorm:
+        scores = (scores + epsilon) * layer.values[:, :, sink:].to(dtype).norm(dim=-1)
+    sinks = scores.new_full((batch, kv_heads, sink), float("inf"))
+    return torch.cat([sinks, scores], dim=-1)
+
+
+@dataclass
+class ExpectedAttention(Method):
+    name = "expected_attention"
+    n_future_positions: int = param(512, "future positions the RoPE rotation is averaged over", minimum=1)
+    n_sink: int = param(4, "first tokens always kept and left out of the query statistics", minimum=0)
+    use_covariance: bool = param(True, "include the queries' covariance term")
+    use_vnorm: bool = param(True, "multiply scores by the value norm")
+    epsilon: float = param(0.0, "added to the scores before the value-norm rescaling", minimum=0.0)
+
+    def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
+        return expected_attention_scores(layer, self.n_future_positions, self.n_sink, self.use_covariance,
+                                         self.use_vnorm, self.epsilon)

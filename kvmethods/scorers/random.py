@@ -1,0 +1,25 @@
+"""random: keep uniformly random positions per KV head, the floor any method must beat.
+
+The usual sanity baseline (kvpress' RandomPress). Seeded per (seed, layer) with a private generator so
+that runs are reproducible and do not disturb the global RNG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..core.base import Method, param
+from ..runtime.layer_inputs import LayerInputs
+
+
+@dataclass
+class Random(Method):
+    name = "random"
+    seed: int = param(0, "seed of the per-layer generator", minimum=0)
+
+    def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + layer.layer_idx)
+        batch, heads, T = layer.keys.shape[:3]
+        return torch.rand(batch, heads, T, generator=generator).to(layer.keys.device)

@@ -1,0 +1,104 @@
+"""Attention-based scoring kernels shared by the methods, written for sdpa models and long prompts.
+
+The model's sdpa/flash attention never materialises attention weights, so the methods recompute the
+softmax rows they need from recomputed queries and the cached keys:
+- `window_attention`: rows of the last n queries (SnapKV/PyramidKV observation window, TOVA's last token);
+- `accumulated_attention`: column sums over *all* prompt queries (H2O), computed in query chunks whose
+  scratch is bounded by SCRATCH_BYTES, so the T x T matrix never exists (the original H2O needs eager
+  attention and runs out of memory on long prompts).
+Both work per KV head without repeating keys: the G query heads of a group are stacked against their
+shared keys. Scores are computed in float32 (float64 for float64 models).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..attention.kernel_memo import layer_kernel
+from ..runtime.layer_inputs import LayerInputs
+
+# Bound on the attention block materialised per chunk in accumulated_attention. On CPU a block that stays
+# in cache is fastest; on accelerators larger blocks amortise kernel launches.
+SCRATCH_BYTES = {"cpu": 4 * 2**20, "default": 256 * 2**20}
+
+
+def score_dtype(tensor: torch.Tensor) -> torch.dtype:
+    """float32 for half/bfloat16/float32 models, float64 for float64 ones."""
+    return torch.promote_types(tensor.dtype, torch.float32)
+
+
+def _grouped_queries(layer: LayerInputs, last: int | None) -> torch.Tensor:
+    """[batch, num_kv_heads, G, n, head_dim] float32 queries, grouped by the KV head they share."""
+    q = layer.queries(last).to(score_dtype(layer.keys))
+    batch, _, n, dim = q.shape
+    return q.view(batch, layer.num_kv_heads, layer.num_groups, n, dim)
+
+
+@layer_kernel
+@torch.no_grad()
+def window_attention(layer: LayerInputs, n: int) -> torch.Tensor:
+    """[batch, num_kv_heads, G, n, T] softmax attention of the last n queries over all T keys (causal)."""
+    q = _grouped_queries(layer, n)
+    batch, kv_heads, groups, _, dim = q.shape
+    keys = layer.keys.to(q.dtype)
+    T = keys.shape[-2]
+    logits = torch.matmul(q.reshape(batch, kv_heads, groups * n, dim), keys.transpose(-1, -2))
+    logits = logits.mul_(layer.scaling).view(batch, kv_heads, groups, n, T)
+    future = torch.ones(n, n, dtype=torch.bool, device=logits.device).triu_(1)
+    logits[..., T - n :].masked_fill_(future, float("-inf"))
+    return logits.softmax(dim=-1)
+
+
+@layer_kernel
+@torch.no_grad()
+def accumulated_attention(layer: LayerInputs, scratch_bytes: int | None = None) -> torch.Tensor:
+    """[batch, num_kv_heads, T] attention each key receives, summed over all T queries (causal),
+    averaged over the query heads of the group. Works on blocks of query rows against the keys they
+    can see, so the scratch is about `scratch_bytes` and the upper triangle is never computed."""
+    q = _grouped_queries(layer, None)
+    batch, kv_heads, groups, T, dim = q.shape
+    if scratch_bytes is None:
+        scratch_bytes = SCRATCH_BYTES.get(q.device.type, SCRATCH_BYTES["default"])
+    q = q * layer.scaling
+    keys_t = layer.keys.to(q.dtype).transpose(-1, -2).contiguous()  # [batch, kv_heads, dim, T]
+    rows_per_chunk = max(1, scratch_bytes // (q.element_size() * batch * kv_heads * groups * T))
+    rows_per_chunk = min(rows_per_chunk, T)
+    # two reused buffers (logits, probabilities): fresh multi-MiB tensors per chunk cost page faults
+    buffers = torch.empty(2, batch * kv_heads * groups * rows_per_chunk * T, dtype=q.dtype, device=q.device)
+    totals = torch.zeros(batch, kv_heads, T, dtype=q.dtype, device=q.device)
+    for start in range(0, T, rows_per_chunk):
+        stop = min(T, start + rows_per_chunk)
+        rows = stop - start
+        shape = (batch, kv_heads, groups * rows, stop)
+        size = batch * kv_heads * groups * rows * stop
+        logits, probs = buffers[0, :size].view(shape), buffers[1, :size].view(shape)
+        chunk = q[:, :, :, start:stop].reshape(batch, kv_heads, groups * rows, dim)
+        torch.matmul(chunk, keys_t[..., :stop], out=logits)
+        block = logits.view(batch, kv_heads, groups, rows, stop)[..., start:]
+        block.masked_fill_(torch.ones(rows, rows, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
+        torch.softmax(logits, dim=-1, out=probs)
+        totals[..., :stop] += probs.sum(dim=-2)
+    return totals.div_(groups)
+
+
+def pool_positions(scores: torch.Tensor, kernel: int, pooling: str) -> torch.Tensor:
+    """Smooth scores along positions (SnapKV's clustering step): stride 1, same length, odd kernel."""
+    if pooling == "none" or kernel <= 1:
+        return scores
+    shape = scores.shape
+    flat = scores.reshape(-1, 1, shape[-1])
+    if pooling == "avgpool":
+        pooled = F.avg_pool1d(flat, kernel_size=kernel, stride=1, padding=kernel // 2)
+    elif pooling == "maxpool":
+        pooled = F.max_pool1d(flat, kernel_size=kernel, stride=1, padding=kernel // 2)
+    else:
+        raise ValueError(f"unknown pooling {pooling!r}")
+    return pooled.reshape(shape)
+
+
+def protect_last(scores: torch.Tensor, n: int) -> torch.Tensor:
+    """Mark the last n positions as always kept (score +inf)."""
+    if n > 0:
+        scores[..., -n:] = float("inf")
+    return scores

@@ -1,0 +1,1 @@
+"""How kept tokens are stored: quantized (KIVI, transformers' backends), ragged per head, thin keys (ThinK)."""

@@ -1,0 +1,27 @@
+"""The base of cache layers that store the kept tokens in another form (KIVI codes, ThinK's thin keys).
+
+Such a layer is a transformers `DynamicLayer` (the public Cache API) whose `update()` returns full keys and
+values for attention while the layer itself holds less. What they share lives here: the mask sizes follow
+the tokens held, the layer cannot be cropped, and it reports its tokens per KV head and the bytes its
+tensors hold (`stored_bytes`, read by ragged.cache_bytes for the records).
+"""
+
+from __future__ import annotations
+
+from ..adapters.transformers_compat import DynamicLayer, mask_query_length
+
+
+class CompactLayer(DynamicLayer):
+    """Subclasses implement update(), get_seq_length() and stored_bytes(); `values` has the KV heads on axis 1."""
+
+    def get_mask_sizes(self, query, *args, **kwargs) -> tuple[int, int]:
+        return self.get_seq_length() + mask_query_length(query), 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError(f"a {type(self).__name__} cannot be cropped")
+
+    def tokens_per_head(self) -> list[int]:
+        return [self.get_seq_length()] * self.values.shape[1]
+
+    def stored_bytes(self) -> int:
+        raise NotImplementedError

@@ -1,0 +1,1 @@
+"""Methods built around another method: head-adaptive budgets, compositions, per-turn and chunked prefill."""
