@@ -8,7 +8,7 @@ names that need torch are resolved on first use.
 
 from importlib import import_module
 
-from .core.budget import Budget
+from .core.budget import FULL_CACHE, Budget
 from .core.errors import MethodError
 from .core.params import param
 from .core.registry import (
@@ -33,6 +33,7 @@ def __getattr__(name: str):
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Budget",
+    "FULL_CACHE",
     "LayerInputs",
     "Method",
     "MethodError",

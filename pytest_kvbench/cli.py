@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from pytest_kvbench import atomic_files, model_listing, user_paths
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
 from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
@@ -29,14 +30,17 @@ from pytest_kvbench import model_listing, user_paths
 from pytest_kvbench.cli_checks import (UsageError, check_no_blank_arguments, check_output_paths,
                                       check_results_dir)
 from pytest_kvbench.results import storage
-from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS
-from pytest_kvbench.results.protocol_exports import export_directory
+from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.export import FORMATS, ExportError, export_records, to_markdown
 from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.protocol_exports import export_directory
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.report import ReportError
+from pytest_kvbench.results.reproduction import reproduction_text
 from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
+from pytest_kvbench.tasks import TaskError
+from pytest_kvbench.tasks.registry import task_listing
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 DEFAULT_RESULTS = "results"
@@ -132,9 +136,6 @@ def _device_line(records: list[Record]) -> str:
 
 
 def cmd_tasks(args) -> int:
-    from pytest_kvbench.tasks import TaskError
-    from pytest_kvbench.tasks.registry import task_listing
-
     try:
         rows = task_listing(args.suite)
     except TaskError as exc:
@@ -205,7 +206,6 @@ def cmd_show(args) -> int:
 
 
 def cmd_env(args) -> int:
-    from pytest_kvbench.results.reproduction import reproduction_text
 
     run = _load(args, args.run)
     try:
@@ -259,7 +259,7 @@ def cmd_compare(args) -> int:
 
 def _write_output(path: str, text: str, what: str) -> None:
     try:
-        storage.atomic_write_text(path, text)
+        atomic_files.atomic_write_text(path, text)
     except OSError as exc:
         raise UsageError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
     print(f"wrote {path}", file=sys.stderr)
@@ -280,6 +280,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
+    # lazy for startup time: the report imports numpy, scipy and matplotlib (every kvbench command pays its imports)
     from pytest_kvbench.results.report import write_report
 
     runs = [_load(args, r) for r in args.runs]
@@ -297,8 +298,9 @@ def cmd_merge(args) -> int:
 
 
 def cmd_variance(args) -> int:
+    # lazy for startup time: numpy and scipy (every kvbench command pays its imports)
     from pytest_kvbench.comparison.seed_variance import HEADERS, parse_fraction, variance_groups, variance_rows
-    from pytest_kvbench.comparison.stats import variation_curve
+    from pytest_kvbench.stats import variation_curve
 
     threshold = parse_fraction(args.threshold)
     runs = [_load(args, r) for r in args.runs]
@@ -307,6 +309,7 @@ def cmd_variance(args) -> int:
     print(f"coefficient of variation of the mean score against the number of seeds; threshold {100 * threshold:g}%")
     print(tabulate(rows, headers=HEADERS, disable_numparse=True))
     if args.plot.lower() != "none":
+        # lazy for startup time: matplotlib
         from pytest_kvbench.results.figures import save_figure, variance_figure
 
         save_figure(variance_figure([(k, c) for k, c in curves if c.n >= 2]), args.plot)

@@ -1,7 +1,7 @@
 """The pytest11 entry point: wires options, hooks and fixtures of pytest-kvbench together.
 
 Nothing here does benchmark work itself. Configuration resolves and validates the grid
-(wiring/options.py), collection turns it into one item per case (wiring/grid.py), the ``kvbench``
+(wiring/options.py), collection turns it into one item per case (cases.py), the ``kvbench``
 fixture (wiring/fixture.py) runs an item (engine/runner.py), each finished item's record goes
 through the ``pytest_kvbench_record`` hook (wiring/hookspecs.py) into the run directory
 (wiring/session.py), and the controller writes the results at the end (results/tables.py), gates
@@ -16,6 +16,7 @@ import os
 
 import pytest
 
+from pytest_kvbench.cases import GridError
 from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int, shown
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.storage import new_run_id
@@ -23,7 +24,6 @@ from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.wiring import default_selection, fixture, hookspecs, options, xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.interrupts import InterruptShield, honour_sigint
-from pytest_kvbench.wiring.grid import GridError
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, lock_run, suite_of
 from pytest_kvbench.wiring.output_paths import check_run_outputs
 from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
@@ -32,6 +32,8 @@ from pytest_kvbench.wiring.runner_settings import RunnerSettings
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
                                               RUNNER_SETTINGS_KEY, SESSION_KEY, SHIELD_KEY, VERDICT_KEY)
+from pytest_kvbench.wiring.shards import parse_shard, select_shard
+from pytest_kvbench.wiring.terminal_summary import write_summary
 from pytest_kvbench.wiring.transformers_range import check_transformers, kvbench_options_given
 from pytest_kvbench.wiring.xdist_groups import xdist_group_name
 from pytest_kvbench.wiring.xdist_hooks import check_worker_count, pin_worker_device
@@ -159,8 +161,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     keep, drop = list(items), []
     shard = config.getoption("kvbench_shard")
     if shard:  # before resume: a resumed shard finishes its own part, not a part of what is left of the grid
-        from pytest_kvbench.wiring.shards import parse_shard, select_shard
-
         try:
             k, n = parse_shard(shard)
         except ValueError as exc:
@@ -282,6 +282,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     run = config.stash.get(SESSION_KEY, None)
     if run is None or not run.is_controller or run.final_records is None:  # no run written (sessionfinish)
         return
-    from pytest_kvbench.wiring.terminal_summary import write_summary
 
     write_summary(terminalreporter, run, config.stash[GATE_KEY])

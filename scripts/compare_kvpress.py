@@ -88,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def kvpress_runs(methods: list[str], budgets: list[str]) -> list[dict]:
     """kvpress's (press, ratio) pairs for our (method, ratio budget) items, keyed as our records' labels."""
-    from pytest_kvbench.wiring.grid import MethodSpec
+    from pytest_kvbench.cases import MethodSpec
 
     return [{"key": f"{MethodSpec.parse(method).label}|{budget}", "press": METHOD_PRESSES[method][0],
              "arguments": METHOD_PRESSES[method][1], "ratio": float(budget.removeprefix("r"))}

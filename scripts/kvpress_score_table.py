@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from kvmethods.spec import MethodSpec
 from tabulate import tabulate
 
-from pytest_kvbench.comparison.stats import bootstrap_mean, paired_bootstrap
 from pytest_kvbench.results.record import Record, budget_sort_key
+from pytest_kvbench.stats import bootstrap_mean, paired_bootstrap
 
 # our method -> the adapter's spec of the kvpress press doing the same, each at its own defaults
 NATIVE_PRESSES = {

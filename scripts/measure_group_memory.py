@@ -13,16 +13,17 @@ decoding. Counting bytes, not timing: the figures do not depend on the machine's
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
 from kvmethods import Budget
-import sys
-from pathlib import Path
+from pytest_kvbench.cases import Grid, MethodSpec
+from pytest_kvbench.engine.runner import Runner
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny models live with the tests
 from tiny_models import live_tensor_bytes, tensors_reachable  # noqa: E402
-from pytest_kvbench.engine.runner import Runner
-from pytest_kvbench.wiring.grid import Grid, MethodSpec
 
 METHODS = ["snapkv", "h2o", "streamingllm", "tova", "pyramidkv", "knorm", "random", "expected_attention"]
 

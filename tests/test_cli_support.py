@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pytest_kvbench import atomic_files
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.record import Record
 
@@ -113,7 +114,7 @@ def write_run(results_dir, records, *, run_id=RUN_ID, environment=None, complete
     for record in records:
         storage.append_record(run_dir / storage.RECORDS_FILE, record)
     if with_run_json:
-        storage.atomic_write_json(run_dir / storage.RUN_FILE, {
+        atomic_files.atomic_write_json(run_dir / storage.RUN_FILE, {
             "schema": 1,
             "run_id": run_id,
             "start": "2025-01-02T03:04:05+00:00",

@@ -8,6 +8,9 @@ it into its own operating point (memory_budget.py: eviction keeps fewer tokens, 
 token at fewer bits, a composition keeps as many quantized tokens as fit), so one table compares
 methods at equal memory. The spellings differ so that item ids never confuse them. A budget at or
 above the prompt length means no compression.
+
+``FULL_CACHE`` ("full") is the one spelling of no compression: every token kept. It is the budget of the
+uncompressed reference (the `full` method's row, run once per task) and of anything that must not compress.
 """
 
 from __future__ import annotations
@@ -35,12 +38,14 @@ def _decimal(value: float) -> str:
 
 @dataclass(frozen=True)
 class Budget:
-    kind: str  # "tokens" | "ratio" | "memory"
-    value: float | int
+    kind: str  # "tokens" | "ratio" | "memory" | "none" (FULL_CACHE)
+    value: float | int | None
 
     @property
     def spec(self) -> str:
         """Canonical spelling, used in item ids and records."""
+        if self.kind == "none":
+            return "full"
         if self.kind == "tokens":
             return str(self.value)
         return f"{'m' if self.kind == 'memory' else 'r'}{_decimal(self.value)}"
@@ -52,6 +57,8 @@ class Budget:
         if isinstance(raw, bool) or not isinstance(raw, (int, str)):
             raise MethodError(f"invalid budget {reprlib.repr(raw)} ({type(raw).__name__}): {_HELP}")
         text = str(raw).strip()
+        if text == FULL_CACHE.spec:
+            return FULL_CACHE
         if _TOKENS.match(text):
             tokens = int(text)
             if tokens <= 0:
@@ -78,6 +85,8 @@ class Budget:
             raise MethodError("a byte budget has no token count of its own: use memory_budget.operating_point")
         if prompt_len <= 0:
             return 0
+        if self.kind == "none":
+            return prompt_len
         if self.kind == "tokens":
             return min(int(self.value), prompt_len)
         kept = math.floor(prompt_len * (1.0 - self.value) + 1e-9)
@@ -85,11 +94,16 @@ class Budget:
 
     @property
     def sort_key(self) -> tuple[int, float]:
-        """Token budgets ascending, then ratio budgets from the most removed to the least, then byte budgets
-        from the smallest."""
+        """The full cache first, then token budgets ascending, then ratio budgets from the most removed to the
+        least, then byte budgets from the smallest."""
+        if self.kind == "none":
+            return (-1, 0.0)
         if self.kind == "memory":
             return (2, float(self.value))
         return (0, float(self.value)) if self.kind == "tokens" else (1, -float(self.value))
 
     def as_record(self) -> dict:
         return {"spec": self.spec, "kind": self.kind, "value": self.value}
+
+
+FULL_CACHE = Budget("none", None)  # no compression: every prompt token kept

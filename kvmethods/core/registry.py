@@ -125,7 +125,7 @@ def build(spec: MethodSpec) -> Method:
     if spec.is_composition:  # snapkv+kivi, snapkv+think+kivi: eviction, ThinK and/or a quantizer
         return compose(spec, _load, build)
     if spec.is_kvpress:
-        from ..adapters.kvpress_adapter import kvpress_method  # imports kvpress only when a press is named
+        from ..adapters.kvpress_adapter import kvpress_method  # lazy: kvpress, an optional extra, only when a press is named
 
         return kvpress_method(spec.name, spec.param_dict)
     cls = _load(spec.name)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core.base import Method
-from ..core.budget import Budget
+from ..core.budget import FULL_CACHE, Budget
 from ..core.errors import MethodError
 from ..core.families import check_family, decoder_layers, rotary_embedding
 from .generation import PrefilledPrompt, _check_request, _forward, prefill, tokens_kept
@@ -130,6 +130,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
                    protocol: str, total_tokens: int | None = None) -> SharedPrefill:
     """The full-cache prefill of the prompt and, from the same forward, each request's compressed prefill
     (what generation.prefill(model, method, budget, ...) returns for it, bit for bit)."""
+    # lazy: the registry's wrappers import the generation modules (KNOWN_CIRCLES in tests/project/test_import_graph.py)
     from ..core.registry import get_method
 
     input_ids = [int(token) for token in input_ids]
@@ -143,7 +144,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
     compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
     if compressed_len == 0:  # nothing to compress: every request is a plain prefill
         started = now()
-        plain = [prefill(model, full_method, Budget("ratio", 0.0), input_ids, context_len, protocol)]
+        plain = [prefill(model, full_method, FULL_CACHE, input_ids, context_len, protocol)]
         plain += [prefill(model, m, b, input_ids, context_len, protocol, total_tokens) for m, b in requests]
         return SharedPrefill(plain[0], plain[1:], now() - started, [0.0] * len(requests),
                              [None] * len(requests))

@@ -14,9 +14,10 @@ from datetime import datetime
 from pathlib import Path
 
 from pytest_kvbench import user_paths
-from pytest_kvbench.results.record import (DEFAULT_PROTOCOL, BudgetInfo, Device, Latency, Memory, MethodInfo, Record,
-                                           TaskInfo, is_number)
+from pytest_kvbench.atomic_files import atomic_write_json
+from pytest_kvbench.results.record import BudgetInfo, Device, Latency, Memory, MethodInfo, Record, TaskInfo, is_number
 from pytest_kvbench.results.record_json import OMITTED_AT_DEFAULT, RecordShapeError, from_json, to_json
+from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL
 from pytest_kvbench.results.storage import read_json
 
 FORMAT = "kvbench-baseline"
@@ -133,8 +134,6 @@ def check_save_target(path: str | os.PathLike, force: bool) -> None:
 
 def write_baseline(path: str | os.PathLike, records: list[Record], environment: dict, force: bool) -> None:
     """Save the run's scored items as a baseline; refuses to replace a file unless ``force``."""
-    from pytest_kvbench.results.storage import atomic_write_json
-
     target = Path(path)
     check_save_target(target, force)
     scored = [r for r in records if r.is_scored]

@@ -3,7 +3,7 @@
 A score that moves by a point between seeds cannot gate a change of half a point. For each
 configuration (an item's key without its seed) this gathers the scores over all seeds of the given
 runs and reports the coefficient of variation of the mean against the number of seeds
-(comparison/stats.variation_curve), and how many seeds bring it under a threshold.
+(stats.variation_curve), and how many seeds bring it under a threshold.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
-from pytest_kvbench.comparison.stats import VariationCurve
 from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.results.export import config_key
 from pytest_kvbench.results.runs import Run
+from pytest_kvbench.stats import VariationCurve
 
 HEADERS = ["item", "seeds", "mean", "CV per seed", "CV of the mean (seeds: CV)", "seeds needed"]
 

@@ -18,13 +18,12 @@ otherwise the verdict is ``mismatch`` and says what differs, never a silent comp
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from pytest_kvbench.comparison.stats import PairedResult, compare_paired
 from pytest_kvbench.comparison.tolerances import Tolerance, Tolerances
 from pytest_kvbench.comparison.verdict_format import (
     TABLE_HEADERS,
@@ -36,6 +35,7 @@ from pytest_kvbench.comparison.verdict_format import (
     relative,
 )
 from pytest_kvbench.results.record import Record, is_number
+from pytest_kvbench.stats import PairedResult, compare_paired
 
 if TYPE_CHECKING:
     from pytest_kvbench.comparison.baseline_file import BaselineEntry

@@ -18,11 +18,11 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 
+from kvmethods.runtime.clock import now
+from pytest_kvbench.cases import Case
 from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_of_memory
 from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
-from pytest_kvbench.wiring.grid import Case
-from kvmethods.runtime.clock import now
 
 # decode(member, prefilled state) -> (GenerationOutput without log-probs, kl, agreement)
 Decode = Callable[[Case, object], tuple]

@@ -14,19 +14,25 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from kvmethods import Budget
-from kvmethods.runtime.generation import GROUP_PROTOCOLS
+from kvmethods import FULL_CACHE, get_method
+from kvmethods.runtime.clock import now
+from kvmethods.runtime.generation import GROUP_PROTOCOLS, generate, record_fields
+from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
+from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid
 from pytest_kvbench.engine.fidelity import ReferenceCache, compare, reference_of
+from pytest_kvbench.engine.finite_logits import check_logits_finite
+from pytest_kvbench.engine.group_decode import decode_members
+from pytest_kvbench.engine.hardware.device_description import describe_device
+from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
+from pytest_kvbench.engine.hardware.item_meter import ItemMeter
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
+from pytest_kvbench.engine.out_of_memory import fail_on_out_of_memory
 from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn, generations, group_position
 from pytest_kvbench.engine.shared_prefills import SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.record_json import from_json
-from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
-from kvmethods.runtime.clock import now
-
-NO_COMPRESSION = Budget("ratio", 0.0)  # the budget the full-cache reference runs with: remove nothing
+from pytest_kvbench.tasks import get_task
 
 
 def _mean(values: list[float]) -> float | None:
@@ -77,7 +83,8 @@ class Runner:
             return loaded.max_positions - task.max_new_tokens
         return None
 
-    def _prompt(self, case: Case, task, sample, loaded: LoadedModel):
+    def prompt(self, case: Case, task, sample, loaded: LoadedModel):
+        """The sample's prompt, built once per worker (every method and budget of the case's group reads it)."""
         key = (case.model, case.task, case.seed, case.context_length, sample.id)
         if key not in self._prompts:
             self._prompts[key] = task.build_prompt(sample, loaded.tokenizer, self._max_prompt_tokens(task, loaded))
@@ -100,13 +107,10 @@ class Runner:
 
     def _decode_reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, shared=None):
         """The reference's generation; from the full cache of `shared` (a SharedPrefill), which it empties."""
-        from kvmethods import get_method
-        from kvmethods.runtime.generation import generate
-
         prefilled = None
         if shared is not None:  # the full cache is freed with this decoding, before any compressed one
             prefilled, shared.reference = shared.reference, None
-        result = generate(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, prompt.input_ids,
+        result = generate(loaded.model, get_method(FULL_CACHE.spec), FULL_CACHE, prompt.input_ids,
                           prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, case.protocol,
                           return_logprobs=True, prefilled=prefilled)
         if shared is not None:
@@ -115,8 +119,6 @@ class Runner:
 
     # -- the shared prefill --------------------------------------------------------------------
     def _method(self, case: Case):
-        from kvmethods import get_method
-
         params = dict(case.method.params)
         method = get_method(case.method.name, **params)
         if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
@@ -124,16 +126,12 @@ class Runner:
         return method
 
     def _shares(self, case: Case) -> bool:
-        from kvmethods.runtime.shared_prefill import can_share_prefill
-
-        return case.method.name != FULL_METHOD and can_share_prefill(self._method(case))
+        return not case.is_reference and can_share_prefill(self._method(case))
 
     def _share_prefill(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
                        limit: item_time_limit) -> None:
         """One prefill of the sample for the reference (if not made yet) and every member (sharing items of
         the group still to run), each member's cache decoded at once and only its outcome kept."""
-        from pytest_kvbench.engine.group_decode import decode_members
-
         shared = self._prefill_for(members, task, prompt, loaded, case.protocol)
         reference = self.references.get(self._reference_key(case, sample),
                                         lambda: self._decode_reference(case, task, sample, prompt, loaded, shared))
@@ -146,8 +144,6 @@ class Runner:
         decode_members(case, members, shared, sample.id, decode, self.shared, limit, self._time_left)
 
     def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
-        from kvmethods.runtime.shared_prefill import shared_prefill
-
         return shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
                               prompt.context_len, protocol, len(prompt.input_ids) + task.max_new_tokens)
 
@@ -155,9 +151,6 @@ class Runner:
                     prefilled=None) -> tuple:
         """(generation, kl, agreement) of the sample under the case's method: teacher-forced on the reference's
         output and compared with it at once, so no vocabulary-sized log-probs outlive this call."""
-        from kvmethods.runtime.generation import generate
-        from pytest_kvbench.engine.finite_logits import check_logits_finite
-
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len, task.max_new_tokens,
                           loaded.eos_token_ids, case.protocol, teacher_targets=reference.target_ids,
                           prefilled=prefilled)
@@ -169,8 +162,6 @@ class Runner:
     def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> records.Record:
         """The item's record; out of memory raises ItemOutOfMemory after the memory is freed.
         progress(samples done, samples in all) is called after each sample."""
-        from pytest_kvbench.engine.out_of_memory import fail_on_out_of_memory
-
         try:
             with fail_on_out_of_memory(case.id):
                 return self._run(case, progress or (lambda done, total: None))
@@ -178,15 +169,10 @@ class Runner:
             self.shared.finish(case)  # outcomes left for this item (it failed mid-way) are freed
 
     def _run(self, case: Case, progress: Callable[[int, int], None]) -> records.Record:
-        from kvmethods.runtime.generation import record_fields
-        from pytest_kvbench.engine.hardware.item_meter import ItemMeter
-        from pytest_kvbench.tasks import get_task
-
         started = now()
         task = get_task(case.task)
         method = self._method(case)
         sharing = self.shared.enabled and self._shares(case)
-        budget = NO_COMPRESSION if case.budget == records.FULL_CACHE else case.budget
         loaded, loaded_now = self.models.get(case.model, self.grid.dtype, self.grid.attn_implementation)
         samples = self._load_samples(case, task, loaded)
         rows: list[dict] = []
@@ -194,12 +180,14 @@ class Runner:
         limit = item_time_limit(self._time_left(case))
         with limit, ItemMeter(loaded.device) as meter:
             if case.protocol in GROUP_PROTOCOLS:  # several questions on one compressed context: no shared prefill
-                produced = ((made, {}) for made in generations(self, case, task, method, budget, loaded, samples))
+                prompts = [self.prompt(case, task, sample, loaded) for sample in samples]
+                produced = ((made, {}) for made in generations(case, task, method, case.budget, loaded, samples, prompts,
+                                                               self.references))
             else:
-                produced = self._single_prompts(case, task, method, budget, loaded, samples, sharing, limit)
+                produced = self._single_prompts(case, task, method, case.budget, loaded, samples, sharing, limit)
             for (sample, result, kl, agreement, context, turn), timing in produced:
                 prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
-                answer = self._follow_up(task, sample, prediction, method, budget, loaded, case.protocol)
+                answer = self._follow_up(task, sample, prediction, method, case.budget, loaded, case.protocol)
                 first_output = {} if answer is None else {"first_output": prediction}
                 prediction = prediction if answer is None else answer
                 score = float(task.score(prediction, sample))
@@ -243,9 +231,9 @@ class Runner:
         """One prompt per sample (question_in_window, query_agnostic): each sample's generation, compared
         with the full-cache reference, with its prefill split into the shared forward and its own part."""
         for sample in samples:
-            prompt = self._prompt(case, task, sample, loaded)
+            prompt = self.prompt(case, task, sample, loaded)
             reference = self._reference(case, task, sample, prompt, loaded, limit)
-            if case.method.name == FULL_METHOD:
+            if case.is_reference:
                 yield Generation(sample, reference.result, 0.0, 1.0), _prefill_split(
                     reference.result if self.shared.enabled else None)
             elif sharing:  # decoded with the group's shared prefill of the sample (maybe in another item's run)
@@ -256,7 +244,7 @@ class Runner:
                 yield Generation(sample, *made), _prefill_split()
 
     def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel,
-                   protocol: str = records.DEFAULT_PROTOCOL) -> str | None:
+                   protocol: str = DEFAULT_PROTOCOL) -> str | None:
         """The answer to a task's second question about its first output (LongBench v2's CoT: the
         letter is asked for in a second, context-free query), through the same method and budget;
         None when the task asks none."""
@@ -264,24 +252,17 @@ class Runner:
         prompt = build(sample, output, loaded.tokenizer, self._max_prompt_tokens(task, loaded)) if build else None
         if prompt is None:
             return None
-        from kvmethods.runtime.generation import generate
-
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
                           task.follow_up_max_new_tokens, loaded.eos_token_ids, protocol)
         return loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
 
-
     def device_description(self, device: str) -> dict:
         """What the items of this worker run on (GPU name and driver, or CPU model), described once."""
-        from pytest_kvbench.engine.hardware.device_description import describe_device
-
         if device not in self._devices:
             self._devices[device] = describe_device(device)
         return self._devices[device]
 
     def _record(self, case, task, method, loaded, loaded_now, rows, aggregate, meter, total_s) -> records.Record:
-        from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
-
         kv = kv_cache_figures([r["kv_bytes_before"] for r in rows], [r["kv_bytes_after"] for r in rows])
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
                                   [r["new_tokens"] for r in rows], total_s)

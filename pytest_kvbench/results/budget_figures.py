@@ -1,8 +1,8 @@
 """The report's plots against the KV budget: score with its confidence band, and fidelity to the full cache.
 
 Score against budget, one panel per task and one line per method, with a shaded 95% band: the Student-t
-interval over seeds when several seeds ran (comparison/stats.seed_summary), else the bootstrap interval of
-the mean over the item's samples (comparison/stats.bootstrap_mean), which is the uncertainty of a single
+interval over seeds when several seeds ran (stats.seed_summary), else the bootstrap interval of
+the mean over the item's samples (stats.bootstrap_mean), which is the uncertainty of a single
 run. The full cache is a dashed reference line. Fidelity against budget: KL(full || method) over the answer
 tokens and greedy-token agreement with the full cache, one line per method (mean over tasks): they separate
 methods even where scores tie. Budgets are token counts (log2 axis) or, for ratio budgets, the fraction kept.
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from statistics import fmean
 from typing import TYPE_CHECKING
 
-from pytest_kvbench.comparison.stats import bootstrap_mean, seed_summary
 from pytest_kvbench.results.figures import new_figure, palette, series_label
 from pytest_kvbench.results.record import Record
+from pytest_kvbench.stats import bootstrap_mean, seed_summary
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

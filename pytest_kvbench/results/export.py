@@ -16,9 +16,10 @@ from collections.abc import Sequence
 
 from tabulate import tabulate
 
-from pytest_kvbench.comparison.stats import seed_summary
-from pytest_kvbench.results.record import FULL, Record
+from kvmethods import FULL_CACHE
+from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.table_model import ScoreTable, cell_text, score_tables
+from pytest_kvbench.stats import seed_summary
 
 FORMATS = ("md", "csv", "latex", "json")
 
@@ -90,8 +91,8 @@ def to_latex(records: Sequence[Record], caption: str | None = None) -> str:
             " & ".join(["Budget", "Method"] + [latex_escape(c) for c in columns]) + " \\\\",
         ]
         # the uncompressed reference is the same at every budget: print it once, on top
-        groups = [(FULL, mine[0], [FULL])] if FULL in mine[0].methods else []
-        groups += [(t.budget, t, [m for m in t.methods if m != FULL]) for t in mine if t.budget != FULL]
+        groups = [(FULL_CACHE.spec, mine[0], [FULL_CACHE.spec])] if FULL_CACHE.spec in mine[0].methods else []
+        groups += [(t.budget, t, [m for m in t.methods if m != FULL_CACHE.spec]) for t in mine if t.budget != FULL_CACHE.spec]
         for budget, table, methods in groups:
             out.append("\\midrule")
             for index, method in enumerate(methods):
@@ -99,7 +100,7 @@ def to_latex(records: Sequence[Record], caption: str | None = None) -> str:
                 for column in columns:
                     cell = cell_text(table, method, column, pm="$\\pm$") if column in table.columns else "-"
                     cells.append(f"\\textbf{{{cell}}}" if table.is_best(method, column) else cell)
-                label = ("--" if budget == FULL else latex_escape(budget)) if index == 0 else ""
+                label = ("--" if budget == FULL_CACHE.spec else latex_escape(budget)) if index == 0 else ""
                 out.append(" & ".join([label, latex_escape(method)] + cells) + " \\\\")
         out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
         for table in mine:
@@ -113,9 +114,9 @@ def _summary_latex(summary, table: ScoreTable) -> list[str]:
     methods = [m for m in table.methods if m in summary.values]
     best = {}
     for column in summary.columns:
-        values = [v for m in methods if m != FULL and (v := summary.values[m].get(column)) is not None]
+        values = [v for m in methods if m != FULL_CACHE.spec and (v := summary.values[m].get(column)) is not None]
         best[column] = max(values) if len(values) > 1 and max(values) > min(values) else None
-    budget = "full cache" if table.budget == FULL else f"budget {table.budget}"
+    budget = "full cache" if table.budget == FULL_CACHE.spec else f"budget {table.budget}"
     lines = ["\\begin{table}[t]", "\\centering",
              f"\\caption{{{latex_escape(f'{summary.title} on {table.model}, {budget} (score x 100).')}}}",
              f"\\begin{{tabular}}{{l{'r' * len(summary.columns)}}}", "\\toprule",
@@ -125,7 +126,7 @@ def _summary_latex(summary, table: ScoreTable) -> list[str]:
         for column in summary.columns:
             value = summary.values[method].get(column)
             text = "-" if value is None else f"{value:.1f}"
-            cells.append(f"\\textbf{{{text}}}" if value is not None and method != FULL and value == best[column] else text)
+            cells.append(f"\\textbf{{{text}}}" if value is not None and method != FULL_CACHE.spec and value == best[column] else text)
         lines.append(" & ".join([latex_escape(method)] + cells) + " \\\\")
     return lines + ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
 

@@ -19,9 +19,10 @@ from pathlib import Path
 from statistics import fmean
 from typing import TYPE_CHECKING
 
-from pytest_kvbench.comparison.stats import VariationCurve
+from kvmethods import FULL_CACHE
 from pytest_kvbench.results.needle_grid import needle_grids
-from pytest_kvbench.results.record import FULL, Record
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.stats import VariationCurve
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -34,6 +35,7 @@ class ReportError(ValueError):
 
 
 def new_figure(width: float, height: float) -> Figure:
+    # lazy for startup time: matplotlib, only when a figure is drawn
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
@@ -41,6 +43,7 @@ def new_figure(width: float, height: float) -> Figure:
 
 def figure_svg(fig: Figure, salt: str) -> str:
     """The figure as an inline ``<svg>`` element; ``salt`` keeps ids unique across figures of a page."""
+    # lazy for startup time: matplotlib
     import matplotlib
 
     buffer = io.StringIO()
@@ -78,6 +81,7 @@ def series_label(record: Record, several_models: bool) -> str:
 
 def palette(records: Sequence[Record]) -> dict[str, str]:
     """One colour per series for the whole page, so a method looks the same in every plot."""
+    # lazy for startup time: matplotlib
     from matplotlib import colormaps
 
     several_models = len({r.model.name for r in records}) > 1
@@ -91,7 +95,7 @@ def _silent_tasks(records: Sequence[Record]) -> set[tuple[str, str]]:
     too, so a plot of them is a flat line that says nothing about the methods."""
     full: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in records:
-        if r.is_scored and r.labels.budget == FULL:
+        if r.is_scored and r.labels.budget == FULL_CACHE.spec:
             full[(r.model.name, r.labels.task)].append(float(r.score))
     return {pair for pair, scores in full.items() if not any(scores)}
 
@@ -132,6 +136,7 @@ def memory_figure(records: Sequence[Record]) -> Figure | None:
     for label, xy in sorted(series.items()):
         xy.sort()
         ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=label, color=colours[label])
+    # lazy for startup time: matplotlib
     from matplotlib.ticker import FormatStrFormatter
 
     ax.set_xscale("log")
@@ -157,10 +162,10 @@ def heatmap_figure(records: Sequence[Record]) -> Figure | None:
         mine = [r for r in scored if r.model.name == model]
         cells: dict[tuple[str, str], list[float]] = defaultdict(list)
         for r in mine:
-            column = r.labels.method if r.labels.budget == FULL else f"{r.labels.method} @{r.labels.budget}"
+            column = r.labels.method if r.labels.budget == FULL_CACHE.spec else f"{r.labels.method} @{r.labels.budget}"
             cells[(r.labels.task, column)].append(float(r.score))
         tasks = sorted({t for t, _ in cells})
-        columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith(FULL), c))
+        columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith(FULL_CACHE.spec), c))
         grids.append((model, tasks, columns, cells))
     width = max(len(g[2]) for g in grids)
     height = sum(len(g[1]) for g in grids)

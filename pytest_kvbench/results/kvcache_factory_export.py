@@ -21,13 +21,14 @@ import json
 import statistics
 from collections import defaultdict
 
+from kvmethods import FULL_CACHE
 from pytest_kvbench.results.directory_export import DirectoryExport
-from pytest_kvbench.results.record import FULL, Record
+from pytest_kvbench.results.record import Record
 
 DATASETS = ("narrativeqa", "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "musique", "gov_report", "qmsum",
             "multi_news", "trec", "triviaqa", "samsum", "passage_count", "passage_retrieval_en", "lcc", "repobench-p")
 # Our method -> KVCache-Factory's --method name (eval.py's rows first, in its order).
-METHOD_NAMES = {FULL: "FullKV", "random": "random", "snapkv": "SnapKV", "streamingllm": "StreamingLLM",
+METHOD_NAMES = {FULL_CACHE.spec: "FullKV", "random": "random", "snapkv": "SnapKV", "streamingllm": "StreamingLLM",
                 "h2o": "H2O", "pyramidkv": "PyramidKV", "knorm": "L2Norm", "think": "ThinK", "adakv": "AdaKV"}
 PROTOCOL = "question_in_window"  # run_longbench.py compresses the whole prompt, question included
 MISSING = -1  # eval.py's value for a dataset without predictions

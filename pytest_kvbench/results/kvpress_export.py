@@ -26,14 +26,17 @@ import json
 import re
 from collections import defaultdict
 
+from kvmethods import FULL_CACHE
 from pytest_kvbench.results.directory_export import DirectoryExport
-from pytest_kvbench.results.record import FULL, Record
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.tasks import get_task
+from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_part
 
 DATASET = "ruler"
 LEADERBOARD_SAMPLES = 500  # per task in simonjegou/ruler (generate.sh --num_samples 500)
 PROTOCOL_COMPONENT = {"query_agnostic": None, "question_in_window": "query_aware"}
 # Our method -> kvpress's PRESS_REGISTRY name, where the registry's press runs the same algorithm.
-PRESS_NAMES = {FULL: "no_press", "knorm": "knorm", "snapkv": "snapkv", "streamingllm": "streaming_llm",
+PRESS_NAMES = {FULL_CACHE.spec: "no_press", "knorm": "knorm", "snapkv": "snapkv", "streamingllm": "streaming_llm",
                "tova": "tova", "random": "random", "pyramidkv": "pyramidkv", "kvzip": "kvzip"}
 PREDICTION_COLUMNS = ("task", "answer", "predicted_answer", "max_new_tokens", "compression_ratio")
 _CONTROL = re.compile(r"[\x00-\x1f]")
@@ -46,8 +49,6 @@ def kvpress_clean(prediction: str) -> str:
 
 def string_match(task: str, predictions: list[str], references: list[list[str]]) -> float:
     """kvpress's per-task string_match: string_match_part for qa_* tasks, string_match_all otherwise."""
-    from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_part
-
     metric = string_match_part if task.split("_")[0] == "qa" else string_match_all
     scores = [metric(kvpress_clean(p), refs) for p, refs in zip(predictions, references)]
     return round(sum(scores) / len(scores) * 100, 2)
@@ -88,6 +89,7 @@ def _folder(record: Record, several_seeds: bool) -> str:
 def _config_yaml(record: Record, run_id: str | None) -> str:
     """evaluate.py's EvaluationConfig as save_config writes it (head_compression_ratio and threshold left out
     when unset, as it does)."""
+    # lazy: PyYAML is not a dependency of its own (it comes with transformers); only kvpress exports need it
     import yaml
 
     label = record.labels
@@ -110,8 +112,6 @@ def _config_yaml(record: Record, run_id: str | None) -> str:
 
 
 def _predictions_csv(records: list[Record]) -> str:
-    from pytest_kvbench.tasks import get_task
-
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(PREDICTION_COLUMNS)

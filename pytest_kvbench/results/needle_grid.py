@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import fmean
 
-from pytest_kvbench.results.record import FULL, Record, budget_sort_key, is_number
+from kvmethods import FULL_CACHE
+from pytest_kvbench.results.record import Record, budget_sort_key, is_number
 
 NEEDLE_FAMILY = "niah_grid"
 
@@ -35,7 +36,7 @@ class NeedleGrid:
     @property
     def title(self) -> str:
         """``model — task — method`` and ``@ budget`` for compressed rows."""
-        return f"{self.model} — {self.task} — {self.method}" + ("" if self.budget == FULL else f" @ {self.budget}")
+        return f"{self.model} — {self.task} — {self.method}" + ("" if self.budget == FULL_CACHE.spec else f" @ {self.budget}")
 
 
 def is_needle_record(record: Record) -> bool:

@@ -14,46 +14,17 @@ Every view labels a record from its key (``record.labels``, record_key.py), neve
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any
 
+from kvmethods import Budget, MethodError
+from pytest_kvbench.model_sources.gguf_file import gguf_label, looks_like_gguf
 from pytest_kvbench.results.record_json import OMITTED_AT_DEFAULT, RecordShapeError, from_json, to_json
 from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL, ItemKey, task_label
 from pytest_kvbench.results.record_schema import SCHEMA_VERSION, RecordVersionError, migrate
 
-if TYPE_CHECKING:  # kvmethods imports torch; readers of results (the kvbench CLI) should not
-    from kvmethods import Budget
-
-FULL = "full"  # the method, and the budget spec, of the uncompressed full-cache reference
 FINISHED = ("passed", "failed")  # statuses of items that ran to the end and produced a score
 STATUSES = FINISHED + ("skipped", "error")
-
-
-@dataclass(frozen=True)
-class FullCache:
-    """The budget of the uncompressed reference: everything kept. Runs once per task (``full-<task>``)."""
-
-    spec = FULL
-    kind = "none"
-    value = None
-    sort_key = (-1, 0.0)  # before every compressed budget
-
-    def as_record(self) -> dict:
-        return {"spec": self.spec, "kind": self.kind, "value": self.value}
-
-
-FULL_CACHE = FullCache()
-CaseBudget = Union["Budget", FullCache]
-
-
-def parse_budget(spec: str | Budget | FullCache) -> CaseBudget:
-    """``"full"`` -> FULL_CACHE, anything else -> ``Budget.parse`` (MethodError when malformed)."""
-    from kvmethods import Budget
-
-    if isinstance(spec, (Budget, FullCache)):
-        return spec
-    return FULL_CACHE if str(spec).strip() == FULL else Budget.parse(spec)
 
 
 def budget_sort_key(spec: str) -> tuple:
@@ -61,10 +32,8 @@ def budget_sort_key(spec: str) -> tuple:
 
     ``Budget.sort_key`` defines it; a record's spec is parsed the same way the grid parses it.
     """
-    from kvmethods import MethodError
-
     try:
-        return parse_budget(spec).sort_key + ("",)
+        return Budget.parse(spec).sort_key + ("",)
     except MethodError:
         return (3, 0.0, str(spec))  # a spec this version cannot parse (an old or hand-made file): last
 
@@ -291,8 +260,6 @@ class Record:
         """The model as tables title it: the key's model, and for a GGUF-derived one the file and its
         quantization (``smollm2-135m: SmolLM2-135M-Instruct (GGUF Q4_1)``), so that its rows are never
         taken for the float model's. Records without ``model.gguf`` (all older ones) keep the key's name."""
-        from pytest_kvbench.model_sources.gguf_file import gguf_label, looks_like_gguf
-
         name = self.labels.model
         gguf = self.model.gguf
         if not isinstance(gguf, dict) or not gguf.get("file") or not gguf.get("quantization"):
@@ -308,12 +275,6 @@ class Record:
 
 class RecordError(ValueError):
     """A JSON value that is not a record this version can read; one line saying what is wrong."""
-
-
-def model_label(model: str) -> str:
-    """A short, path- and id-safe name for a model id or path (item ids, item folders)."""
-    tail = model.rstrip("/").split("/")[-1] or model
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", tail)
 
 
 def is_number(value: object) -> bool:

@@ -1,7 +1,7 @@
 """A record's key, the identity of one benchmark item: built and parsed here, nowhere else.
 
 ``model|method|budget|task[@ctx]|seedN[|protocol=P]`` names an item across runs: resume, dedup,
-baselines, merge and every table label use it. Case.key (wiring/grid.py) builds it with ``ItemKey.of``;
+baselines, merge and every table label use it. Case.key (cases.py) builds it with ``ItemKey.of``;
 views label a record with ``ItemKey.parse``, never by splitting the item id (method labels may hold
 hyphens, ids join their parts with hyphens).
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from kvmethods import Budget, MethodError
 from pytest_kvbench.results.record import Record
 
 _METHOD = re.compile(r"(kvpress:)?[A-Za-z0-9_-]+(\+(kvpress:)?[A-Za-z0-9_-]+)*(\([^()/\\]*\))?", re.ASCII)
@@ -31,8 +32,6 @@ def _model_ok(name: str) -> bool:
 
 
 def _budget_ok(spec: str) -> bool:
-    from kvmethods import Budget, MethodError
-
     if spec == "full":
         return True
     try:

@@ -25,6 +25,7 @@ from pathlib import Path
 from string import Template
 from typing import TYPE_CHECKING
 
+from pytest_kvbench.atomic_files import atomic_write_text
 from pytest_kvbench.results.budget_figures import fidelity_figure, score_budget_figure
 from pytest_kvbench.results.figures import (ReportError, figure_svg, heatmap_figure, memory_figure, needle_figures,
                                             tasks_without_signal, with_signal)
@@ -166,8 +167,6 @@ def build_report(runs: Sequence[Run], title: str | None = None) -> str:
 
 def write_report(runs: Sequence[Run], output: str | os.PathLike, title: str | None = None) -> Path:
     """Build the page and write it atomically (an existing report is replaced only when complete)."""
-    from pytest_kvbench.results.storage import atomic_write_text
-
     page = build_report(runs, title)
     target = Path(output)
     try:

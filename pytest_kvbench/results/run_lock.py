@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from filelock import Timeout
 
 LOCK_FILE = "run.lock"
 HOLDER_FILE = "run.lock.json"
@@ -35,8 +36,6 @@ class RunLock:
         self._lock = FileLock(str(self.run_dir / LOCK_FILE), timeout=0)
 
     def acquire(self) -> RunLock:
-        from filelock import Timeout
-
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._lock.acquire()

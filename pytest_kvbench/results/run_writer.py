@@ -16,8 +16,11 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
+from pytest_kvbench import atomic_files
+from pytest_kvbench.cases import model_label
 from pytest_kvbench.results import storage
-from pytest_kvbench.results.record import DEFAULT_PROTOCOL, Record, model_label
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL
 from pytest_kvbench.results.tables import results_markdown, zero_scores
 
 SCHEMA = 1
@@ -66,7 +69,7 @@ def write_item_files(run_dir: Path, record: Record, show_seed: bool) -> None:
     metrics = {k: written.get(k) for k in _METRICS_FIELDS}
     metrics |= {"method": written["method"], "budget": written["budget"], "model": record.model.name,
                 "task": written["task"], "seed": record.seed, "protocol": record.protocol}
-    storage.atomic_write_json(folder / "metrics.json", metrics)
+    atomic_files.atomic_write_json(folder / "metrics.json", metrics)
 
 
 def summarize(records: list[Record]) -> dict:
@@ -107,8 +110,8 @@ def run_files(run_dir: Path, run: dict, records: list[Record]) -> tuple[list[tup
         ("item folder", item_dir(run_dir, record, show_seed), partial(write_item_files, run_dir, record, show_seed))
         for record in records if record.samples]
     files.append((storage.RUN_FILE, run_dir / storage.RUN_FILE,
-                  partial(storage.atomic_write_json, run_dir / storage.RUN_FILE, run)))
-    files.append((f"the run's {RESULTS_FILE}", run_dir / RESULTS_FILE, partial(storage.atomic_write_text, run_dir / RESULTS_FILE,
+                  partial(atomic_files.atomic_write_json, run_dir / storage.RUN_FILE, run)))
+    files.append((f"the run's {RESULTS_FILE}", run_dir / RESULTS_FILE, partial(atomic_files.atomic_write_text, run_dir / RESULTS_FILE,
                                                                 markdown)))
     return files, markdown
 

@@ -16,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from pytest_kvbench.atomic_files import atomic_write_text, json_text
+
 if TYPE_CHECKING:
     from filelock import FileLock
 
@@ -25,37 +27,10 @@ RECORDS_FILE = "records.jsonl"
 RUN_FILE = "run.json"
 RESULTS_FILE = "RESULTS.md"  # a run's table, in its directory and (the latest run's) in the results directory
 SETTINGS_FILE = "settings.json"  # the grid a run was made with; --kvbench-resume checks against it
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def _dumps(obj: Any, indent: int | None = 2) -> str:
-    return json.dumps(obj, indent=indent, ensure_ascii=False, default=str)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are shared files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, _dumps(obj) + "\n")
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
-    atomic_write_text(path, "".join(_dumps(row, indent=None) + "\n" for row in rows))
+    atomic_write_text(path, "".join(json_text(row, indent=None) + "\n" for row in rows))
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -74,7 +49,7 @@ def append_record(records_path: str | os.PathLike, record: dict) -> None:
     """Append one record as one JSON line, under a lock, flushed and fsynced before returning."""
     records_path = Path(records_path)
     records_path.parent.mkdir(parents=True, exist_ok=True)
-    line = _dumps(record, indent=None) + "\n"
+    line = json_text(record, indent=None) + "\n"
     with _lock_for(records_path):
         with open(records_path, "a+b") as handle:
             if handle.tell() > 0:

@@ -16,7 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from pytest_kvbench.results.record import DEFAULT_PROTOCOL, FULL, Record, budget_sort_key, is_number
+from kvmethods import FULL_CACHE
+from pytest_kvbench.results.record import Record, budget_sort_key, is_number
+from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL
+from pytest_kvbench.tasks.summaries import suite_summaries
 
 AVG = "Avg"
 MiB = 2**20
@@ -39,7 +42,7 @@ class Cell:
     def half_width(self) -> float | None:
         if len(self.values) < 2:
             return None
-        from pytest_kvbench.comparison.stats import seed_summary  # scipy: only where seeds repeat
+        from pytest_kvbench.stats import seed_summary  # lazy for startup time: scipy, only where seeds repeat
 
         _, low, high = seed_summary(self.values)
         return (high - low) / 2
@@ -49,7 +52,7 @@ class Cell:
         """Half-width of the 95% bootstrap interval of the mean over samples (one seed's spread)."""
         if len(self.sample_scores) < 2:
             return None
-        from pytest_kvbench.comparison.stats import bootstrap_mean  # scipy: only where an interval is shown
+        from pytest_kvbench.stats import bootstrap_mean  # lazy for startup time: scipy, only where an interval is shown
 
         _, low, high = bootstrap_mean(self.sample_scores, n_resamples=TABLE_RESAMPLES)
         return (high - low) / 2 if math.isfinite(low) and math.isfinite(high) else None
@@ -87,7 +90,7 @@ class ScoreTable:
     def best(self, column: str) -> float | None:
         """Best compressed value of a column; None when there is no contest (fewer than two
         compressed methods, or all of them equal: bold on every row would say nothing)."""
-        compressed = [m for m in self.methods if m != FULL]
+        compressed = [m for m in self.methods if m != FULL_CACHE.spec]
         values = [v for m in compressed if (v := self.value(m, column)) is not None]
         if len(values) < 2 or max(values) == min(values):
             return None
@@ -95,7 +98,7 @@ class ScoreTable:
 
     def is_best(self, method: str, column: str) -> bool:
         value, best = self.value(method, column), self.best(column)
-        return method != FULL and value is not None and best is not None and math.isclose(value, best)
+        return method != FULL_CACHE.spec and value is not None and best is not None and math.isclose(value, best)
 
     @property
     def seeds_per_cell(self) -> int:
@@ -138,13 +141,11 @@ class ScoreTable:
 
     def summaries(self) -> list:
         """The suite summaries (LongBench v2 splits, InfiniteBench columns) of this table's records."""
-        from pytest_kvbench.tasks.summaries import suite_summaries
-
         return suite_summaries(self.records_by_task())
 
     @property
     def heading(self) -> str:
-        heading = f"{self.model} — " + ("full cache" if self.budget == FULL else f"budget {self.budget}")
+        heading = f"{self.model} — " + ("full cache" if self.budget == FULL_CACHE.spec else f"budget {self.budget}")
         return heading if self.protocol == DEFAULT_PROTOCOL else f"{heading} — protocol {self.protocol}"
 
 
@@ -177,10 +178,10 @@ def score_tables(records: Iterable[Record]) -> list[ScoreTable]:
     tables = []
     for model, protocol in settings:
         mine = [(label, r) for label, title, r in scored if (title, label.protocol) == (model, protocol)]
-        budgets = sorted({label.budget for label, _ in mine if label.budget != FULL}, key=budget_sort_key) or [FULL]
+        budgets = sorted({label.budget for label, _ in mine if label.budget != FULL_CACHE.spec}, key=budget_sort_key) or [FULL_CACHE.spec]
         for budget in budgets:
-            rows = [(label, r) for label, r in mine if label.budget in (budget, FULL)]
-            methods = sorted({label.method for label, _ in rows}, key=lambda m: (m != FULL, m))
+            rows = [(label, r) for label, r in mine if label.budget in (budget, FULL_CACHE.spec)]
+            methods = sorted({label.method for label, _ in rows}, key=lambda m: (m != FULL_CACHE.spec, m))
             tasks = sorted({label.task for label, _ in rows}, key=_task_order)
             table = ScoreTable(model, budget, tasks, methods, protocol=protocol)
             for label, r in rows:

@@ -193,6 +193,7 @@ def check_context_length(task, model_max, context_length: int | None) -> None:
     ``task`` is a Task or a task name; ``model_max`` an int (maximum tokens), a tokenizer
     (``model_max_length``), a model (``config.max_position_embeddings``) or None (unknown).
     """
+    # lazy: a suite's modules load when one of its tasks is used (its optional extra may be missing)
     from .ruler.task import check_fits, tokenizer_max_length
 
     if isinstance(task, str):

@@ -14,7 +14,8 @@ import os
 from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
-from pytest_kvbench.wiring.grid import GridError, MethodSpec, model_label
+from pytest_kvbench.cases import GridError, MethodSpec, model_label
+from pytest_kvbench.wiring.model_refs import is_local_reference
 
 T = TypeVar("T")
 
@@ -46,8 +47,6 @@ def method(spec: MethodSpec, name: str, params: dict) -> tuple[MethodSpec, Hasha
 
 def model_key(model: str) -> str:
     """The same local directory however it is spelled; hub ids as given."""
-    from pytest_kvbench.wiring.model_refs import is_local_reference
-
     if is_local_reference(model):
         return os.path.normpath(os.path.abspath(os.path.expanduser(model)))
     return model

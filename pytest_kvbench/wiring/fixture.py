@@ -22,6 +22,7 @@ class KvbenchFixture:
         self.config = item.config
 
     def run(self, case) -> dict:
+        # lazy for startup time: the engine imports torch (an item is running now)
         from pytest_kvbench.engine.models import ModelLoadError
         from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
         from pytest_kvbench.tasks import DataError, TaskError, TaskUnavailable

@@ -12,8 +12,10 @@ from collections.abc import Iterable
 
 import pytest
 
+from pytest_kvbench.cases import Case
+from pytest_kvbench.results.run_lock import RunInUse
+from pytest_kvbench.tasks import get_task
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
-from pytest_kvbench.wiring.grid import Case
 from pytest_kvbench.wiring.interrupts import honour_sigint
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
 
@@ -26,8 +28,6 @@ def is_worker(config: pytest.Config) -> bool:
 
 @functools.cache
 def suite_of(task: str) -> str:
-    from pytest_kvbench.tasks import get_task
-
     return get_task(task).suite
 
 
@@ -66,7 +66,6 @@ def expect(config: pytest.Config, nodeids: Iterable[str]) -> None:
 def lock_run(config: pytest.Config, what: str = "") -> None:
     """Controller: hold the run directory's lock until pytest unconfigures; a usage error naming the holder
     when another process has it (results/run_lock.py)."""
-    from pytest_kvbench.results.run_lock import RunInUse
 
     run = config.stash[SESSION_KEY]
     if run.lock is not None:

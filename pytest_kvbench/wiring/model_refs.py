@@ -17,9 +17,15 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+from kvmethods.adapters.transformers_compat import attention_implementations
 from pytest_kvbench import user_paths
+from pytest_kvbench.cases import DEFAULT_MODEL, GridError
+from pytest_kvbench.model_sources import gguf_file, named_models
+from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
+from pytest_kvbench.model_sources.gguf_index import gguf_info
+from pytest_kvbench.model_sources.hub import cached_file, hub_offline
+from pytest_kvbench.model_sources.reference import is_named, model_source
 from pytest_kvbench.input_values import shown
-from pytest_kvbench.wiring.grid import DEFAULT_MODEL, GridError
 
 EAGER = "eager"
 
@@ -46,6 +52,7 @@ def _max_positions(config: object) -> int | None:
 def _check_config(model: str, location: str) -> int | None:
     """transformers can read the model's config.json (no weights, no download), and the folder holds
     weights and a tokenizer (model_sources/folder_contents.py); the model's maximum length."""
+    # lazy for startup time: transformers, only when configure reads a local model's config.json
     from transformers import AutoConfig
 
     from pytest_kvbench.model_sources.folder_contents import missing_parts
@@ -63,15 +70,11 @@ def _check_config(model: str, location: str) -> int | None:
 
 def _default_model_max_positions() -> int | None:
     """The embedded model's maximum length, from its config.json (without importing transformers)."""
-    from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
-
     data = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text(encoding="utf-8"))
     return _max_positions(SimpleNamespace(**data))
 
 
 def cached_config(model: str) -> str | None:
-    from pytest_kvbench.model_sources.hub import cached_file
-
     return cached_file(model, "config.json")
 
 
@@ -80,10 +83,6 @@ def check_model_reference(model: str) -> int | None:
 
     Returns the model's maximum number of positions when its config is at hand (None: unknown).
     """
-    from pytest_kvbench.model_sources import gguf_file, named_models
-    from pytest_kvbench.model_sources.hub import hub_offline
-    from pytest_kvbench.model_sources.reference import is_named
-
     if model == DEFAULT_MODEL:
         return _default_model_max_positions()
     if not model.strip():
@@ -100,6 +99,7 @@ def check_model_reference(model: str) -> int | None:
             raise GridError(f"{exc} (expected a Hugging Face model directory with a config.json, "
                             f"or a .gguf file)") from None
         return _check_config(model, str(path))
+    # lazy for startup time: huggingface_hub, only when a hub id is given
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -121,9 +121,6 @@ def check_model_reference(model: str) -> int | None:
 
 def _check_named(model: str) -> int | None:
     """The name has a source here (hub or GGUF file), and that source is checked like any other."""
-    from pytest_kvbench.model_sources import named_models
-    from pytest_kvbench.model_sources.reference import model_source
-
     try:
         source = model_source(model)
     except named_models.NamedModelError as exc:
@@ -133,9 +130,6 @@ def _check_named(model: str) -> int | None:
 
 def _check_gguf(model: str, location: str | None = None) -> int | None:
     """The packages are there, the file is whole and transformers maps its architecture; its length."""
-    from pytest_kvbench.model_sources import gguf_file
-    from pytest_kvbench.model_sources.gguf_index import gguf_info
-
     missing = gguf_file.missing_packages()
     if missing:
         raise GridError(f"model {user_paths.shown(model)}: loading a GGUF file needs the {' and '.join(missing)} "
@@ -149,8 +143,6 @@ def _check_gguf(model: str, location: str | None = None) -> int | None:
 
 
 def known_attention_implementations() -> list[str]:
-    from kvmethods.adapters.transformers_compat import attention_implementations
-
     return [EAGER, *attention_implementations()]
 
 

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from kvmethods import MethodError
 
-from pytest_kvbench import user_paths
+from kvmethods import FULL_CACHE, Budget, MethodError, describe_method
+from pytest_kvbench import tasks as task_registry, user_paths
 from pytest_kvbench.input_values import MAX_TOKENS, shown, shown_list, split_list
 from pytest_kvbench.wiring import canonical, model_refs, presets
 from pytest_kvbench.wiring.protocols import (check_decoding_intervals, check_per_turn, check_tasks_serve_protocols,
                                              parse_protocols)
-from pytest_kvbench.wiring.grid import (
+from pytest_kvbench.cases import (
     DEFAULT_MODEL,
     Grid,
     GridError,
@@ -27,6 +28,8 @@ from pytest_kvbench.wiring.grid import (
     parse_positive_int,
     parse_seed,
 )
+from pytest_kvbench.tasks import TaskError, check_context_length, get_task
+from pytest_kvbench.wiring.shards import parse_shard
 
 try:  # Python >= 3.11
     import tomllib
@@ -117,8 +120,6 @@ def check_given_options(config: pytest.Config) -> None:
                 raise GridError(f"{option} is empty; give a value or leave the option out")
     shard = config.getoption("kvbench_shard")
     if shard is not None:
-        from pytest_kvbench.wiring.shards import parse_shard
-
         try:
             parse_shard(shard)
         except ValueError as exc:
@@ -354,10 +355,6 @@ def _seeds(sources: _Sources) -> list[int]:
 def _validate(grid: Grid) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py)."""
-    from kvmethods import Budget, describe_method
-
-    from pytest_kvbench import tasks as task_registry
-
     methods = []
     for spec in grid.methods:  # describe_method names the valid methods for an unknown one
         try:
@@ -373,6 +370,9 @@ def _validate(grid: Grid) -> None:
         grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
+    if FULL_CACHE in grid.budgets:
+        raise GridError(f"--kvbench-budgets: {FULL_CACHE.spec!r} is not a compression budget; the full cache runs "
+                        f"once per task as the method {FULL_CACHE.spec!r}")
     too_large = [budget.spec for budget in grid.budgets if budget.kind == "tokens" and budget.value > MAX_TOKENS]
     if too_large:
         raise GridError(f"--kvbench-budgets: {shown(too_large[0])} tokens is more than any context ({MAX_TOKENS:,} at most)")
@@ -404,8 +404,6 @@ def _validate(grid: Grid) -> None:
 def _check_context_lengths(grid: Grid, limits: dict[str, int | None]) -> None:
     """Each RULER context length leaves room for the task's answer and fits every model, where the
     model's maximum is known from its config (a model's own check at load time covers the rest)."""
-    from pytest_kvbench.tasks import TaskError, check_context_length, get_task
-
     for name in grid.tasks:
         task = get_task(name)
         if task.suite != "ruler":

@@ -15,7 +15,7 @@ from pathlib import Path
 from pytest_kvbench import user_paths
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.runs import runs_dir
-from pytest_kvbench.wiring.grid import GridError
+from pytest_kvbench.cases import GridError
 
 def check_run_outputs(results: Path, run_id: str) -> None:
     """``runs/`` and the run's directory can be made or written, and each file the run will write

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from kvmethods import Budget
+from pytest_kvbench.cases import Grid, GridError
 from pytest_kvbench.input_values import shown, shown_list
-from pytest_kvbench.wiring.grid import Grid, GridError
+from pytest_kvbench.tasks import get_task
 
 try:  # Python >= 3.11
     import tomllib
@@ -103,10 +105,6 @@ def _by_model_name(setting: Setting, models: list[str]) -> Any:
 def _canonical(key: str, values: list) -> list:
     """One spelling per value (``r0.50`` is ``r0.5``); a value that does not parse stays as given, so it
     disagrees with the preset here and, had it agreed, validation would name what is wrong with it."""
-    from kvmethods import Budget
-
-    from pytest_kvbench.tasks import get_task
-
     spell = {"tasks": lambda v: get_task(str(v)).name, "budgets": lambda v: Budget.parse(str(v)).spec}.get(key, str)
     out = []
     for value in values:

@@ -30,6 +30,7 @@ import pytest
 
 from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.results.record import Record
+from pytest_kvbench.wiring.progress_board import WorkersBoard
 from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
 from pytest_kvbench.wiring.progress_text import PREFIX, duration, session_part, start_own_line
 
@@ -183,8 +184,6 @@ class ProgressPlugin:
         if not _shows_progress(self.config):
             return
         if self.board is None:
-            from pytest_kvbench.wiring.progress_board import WorkersBoard
-
             self.board = WorkersBoard(self.config.pluginmanager.get_plugin("terminalreporter"), self.interval)
         worker, board = node.gateway.id, self.board
         channel = node.gateway.newchannel()

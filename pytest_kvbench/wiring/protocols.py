@@ -14,8 +14,9 @@ from __future__ import annotations
 from kvmethods import describe_method
 from kvmethods.core.catalog import PROTOCOLS
 
+from pytest_kvbench.cases import Grid, GridError
 from pytest_kvbench.input_values import shown, split_list
-from pytest_kvbench.wiring.grid import Grid, GridError
+from pytest_kvbench.tasks import get_task
 
 
 def parse_protocols(value, where: str = "--kvbench-protocol") -> list[str]:
@@ -43,8 +44,6 @@ def _why_not(task_name: str, protocol: str) -> str:
 def check_tasks_serve_protocols(grid: Grid, tasks_named: bool) -> None:
     """GridError for a named task that cannot serve a protocol of the grid; default tasks that cannot
     are recorded in grid.unserved (and so make no case)."""
-    from pytest_kvbench.tasks import get_task
-
     for task_name in grid.tasks:
         task = get_task(task_name)
         for protocol in grid.protocols:
@@ -58,8 +57,6 @@ def check_tasks_serve_protocols(grid: Grid, tasks_named: bool) -> None:
 def check_decoding_intervals(grid: Grid) -> None:
     """GridError for a method that compresses every `interval` new tokens on a task generating fewer:
     it would never compress while decoding, so its numbers would not be what its name says."""
-    from pytest_kvbench.tasks import get_task
-
     for spec in grid.methods:
         interval = describe_method(spec.name, **dict(spec.params)).params.get("interval")
         if not isinstance(interval, int):

@@ -8,15 +8,17 @@ per-task prediction files and RESULTS.md. A crash therefore loses at most the ru
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_kvbench import atomic_files
+from pytest_kvbench.cases import Grid
 from pytest_kvbench.results import storage
 from pytest_kvbench.results.environment import capture_environment, installed_packages
 from pytest_kvbench.results.record import Record, superseded
 from pytest_kvbench.results.runs import parse_records
-from pytest_kvbench.wiring.grid import Grid
 
 
 class RunSession:
@@ -117,7 +119,7 @@ class RunSession:
         """settings.json, once: what --kvbench-resume checks a later attempt against."""
         settings = self.run_dir / storage.SETTINGS_FILE
         if not settings.exists():
-            storage.atomic_write_json(settings, self.grid.as_dict())
+            atomic_files.atomic_write_json(settings, self.grid.as_dict())
 
     def all_records(self) -> list[Record]:
         """Every record of the run (all workers, earlier resumed attempts), the last per case; a line that is
@@ -151,7 +153,7 @@ class RunSession:
         files, markdown = run_writer.run_files(self.run_dir, run, records)
         table = self.results_dir / storage.RESULTS_FILE
         files.append((f"{storage.RESULTS_FILE} of the results directory", table,
-                      lambda: storage.atomic_write_text(table, markdown)))
+                      lambda: atomic_files.atomic_write_text(table, markdown)))
         self.written, self.write_failures = write_each(files)
         return run
 
@@ -165,7 +167,6 @@ class RunSession:
         path = self.run_dir / storage.RUN_FILE
         if not path.exists():
             return None
-        import json
 
         try:
             return json.loads(path.read_text(encoding="utf-8"))

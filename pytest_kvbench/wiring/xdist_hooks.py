@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from pytest_kvbench.results import record as records
-from pytest_kvbench.wiring.gpu_slots import DeviceSlots
+from pytest_kvbench.wiring.gpu_slots import DeviceSlots, apply_environment, assign_device, cuda_device_count
 from pytest_kvbench.wiring.items import SUITES, case_of_nodeid, expect, suite_of
 from pytest_kvbench.wiring.stash_keys import INTERRUPTED_WORKERS_KEY, SESSION_KEY, SLOTS_KEY
 from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_group_name
@@ -24,8 +24,6 @@ from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_
 
 def check_worker_count(config: pytest.Config) -> None:
     """Controller: more workers than GPUs is a usage error unless explicitly allowed."""
-    from pytest_kvbench.wiring.gpu_slots import assign_device, cuda_device_count
-
     workers = getattr(config.option, "numprocesses", None)
     if not isinstance(workers, int) or workers < 2:
         return
@@ -43,8 +41,6 @@ def pin_worker_device(config: pytest.Config) -> None:
 
     torch.cuda.device_count() counts through NVML without starting CUDA (gpu_slots.cuda_device_count).
     """
-    from pytest_kvbench.wiring.gpu_slots import apply_environment, assign_device, cuda_device_count
-
     try:
         changes = assign_device(os.environ.get("PYTEST_XDIST_WORKER"), os.environ, cuda_device_count(),
                                 allow_oversubscribe=config.getoption("kvbench_allow_oversubscribe"),

@@ -223,7 +223,7 @@ def test_a_retried_item_counts_once_with_its_last_record(tmp_path):
 def test_runs_written_by_the_harness_session_read_back(tmp_path):
     """The lead's RunSession writes the directory; runs.py must read exactly that."""
     from kvmethods import Budget
-    from pytest_kvbench.wiring.grid import Grid, MethodSpec
+    from pytest_kvbench.cases import Grid, MethodSpec
     from pytest_kvbench.wiring.session import RunSession
 
     grid = Grid(methods=[MethodSpec("snapkv")], budgets=[Budget.parse("128")], tasks=["qasper"])

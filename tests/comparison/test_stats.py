@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from pytest_kvbench.comparison.stats import (
+from pytest_kvbench.stats import (
     coefficient_of_variation,
     compare_paired,
     paired_bootstrap,

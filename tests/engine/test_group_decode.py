@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from kvmethods import Budget
-from tiny_models import live_tensor_bytes, tensors_reachable
+from pytest_kvbench.cases import Grid, MethodSpec
 from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
 from pytest_kvbench.engine.runner import Runner
 from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
 from pytest_kvbench.results.record import MeterScope
-from pytest_kvbench.wiring.grid import Grid, MethodSpec
 from model_helpers import one_thread  # noqa: F401 - module-scoped autouse fixture
+from tiny_models import live_tensor_bytes, tensors_reachable
 
 SHARING = ["snapkv", "h2o", "streamingllm", "tova"]
 

@@ -491,7 +491,7 @@ def test_latency_figures_without_decode_time():
 def test_gpu_records_carry_the_gpu_name_and_driver_described_once_per_worker(fake_gpu):
     """The runner puts describe_device into every record; NVML is asked once, not once per item."""
     from pytest_kvbench.engine.runner import Runner
-    from pytest_kvbench.wiring.grid import Grid
+    from pytest_kvbench.cases import Grid
 
     runner = Runner(Grid(), "bench_run")
     first = runner.device_description("cuda:0")

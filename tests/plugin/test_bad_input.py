@@ -248,7 +248,7 @@ def test_malformed_kvbench_arguments_exit_2_with_one_line(cli_dir, monkeypatch, 
 from pytest_kvbench.input_values import InputError  # noqa: E402
 from pytest_kvbench.wiring import options  # noqa: E402
 from pytest_kvbench.wiring.gate import Gate  # noqa: E402
-from pytest_kvbench.wiring.grid import Grid  # noqa: E402
+from pytest_kvbench.cases import Grid  # noqa: E402
 
 ARABIC_12, HUGE = "١٢", "9" * 20
 
@@ -320,6 +320,7 @@ def refused(pytester, *args: str) -> str:
     (["--kvbench-tasks=niah_single_1", "--kvbench-context-lengths=٤٠٩٦"], "ASCII digits"),
     ([f"--kvbench-shard=١/٢"], "ASCII digits"),
     ([f"--kvbench-budgets={ARABIC_12}"], "invalid budget"),
+    (["--kvbench-budgets=128,full"], "'full' is not a compression budget"),
     ([f"--kvbench-methods=snapkv:window={ARABIC_12}"], "parameter 'window' must be int"),
     ([f"--kvbench-tasks=niah_single_1:questions={ARABIC_12}"], "questions must be a positive integer"),
     (["--kvbench-tasks=niah_single_1:questions=2:questions=3"], "sets questions twice"),

@@ -148,11 +148,11 @@ def test_xdist_group_names_survive_xdist_nodeid_splitting(model):
 
 def test_xdist_groups_follow_the_shared_reference():
     """Items sharing a full-cache reference share a group; other tasks, lengths, seeds, models do not."""
-    from pytest_kvbench.results.record import parse_budget
-    from pytest_kvbench.wiring.grid import Case, MethodSpec
+    from kvmethods import Budget
+    from pytest_kvbench.cases import Case, MethodSpec
 
     def case(method="snapkv", budget="128", task="niah_single_1", ctx=2048, seed=0, model="org/a"):
-        return Case(model, MethodSpec(method), parse_budget(budget), task, "ruler", ctx, seed, 20)
+        return Case(model, MethodSpec(method), Budget.parse(budget), task, "ruler", ctx, seed, 20)
 
     group = xdist_group_name(case().reference_group)
     assert xdist_group_name(case("full", "full").reference_group) == group

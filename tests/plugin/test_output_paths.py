@@ -23,7 +23,7 @@ from pytest_kvbench.engine import models
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
 from pytest_kvbench.results import storage
 from pytest_kvbench.wiring import model_refs
-from pytest_kvbench.wiring.grid import GridError
+from pytest_kvbench.cases import GridError
 
 GRID = ["--kvbench-methods", "full", "--kvbench-budgets", "32", "--kvbench-tasks", "passage_retrieval_en",
         "--kvbench-samples", "1", "--kvbench-max-prompt-tokens", "200", "--kvbench-torch-threads", "1",
@@ -146,13 +146,13 @@ def test_a_hub_kernel_without_the_kernels_package_is_refused(bench):
 
 BREAK_OUTPUTS = (
     "import errno, os, shutil\n"
-    "from pytest_kvbench.results import storage\n"
-    "real_write = storage.atomic_write_text\n"
+    "from pytest_kvbench import atomic_files\n"
+    "real_write = atomic_files.atomic_write_text\n"
     "def full_disk(path, text):\n"
     "    if os.path.basename(path) == 'run.json':\n"
     "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))\n"
     "    return real_write(path, text)\n"
-    "storage.atomic_write_text = full_disk  # the disk is full when run.json is written\n"
+    "atomic_files.atomic_write_text = full_disk  # the disk is full when run.json is written\n"
     "def pytest_runtest_logfinish(nodeid, location):  # after the item: taken away while the run went on\n"
     "    os.makedirs('res/RESULTS.md', exist_ok=True)\n"
     "    shutil.rmtree('saved', ignore_errors=True)\n"
@@ -196,7 +196,7 @@ def test_the_records_written_before_the_failure_are_kept_and_readable(broken_end
 
 FULL_DISK_AT_SECOND_RECORD = (
     "import errno, os\n"
-    "from pytest_kvbench.results import storage\n"
+    "from pytest_kvbench import atomic_files\n"
     "real_append, appended = storage.append_record, []\n"
     "def full_disk(path, record):\n"
     "    appended.append(record)\n"

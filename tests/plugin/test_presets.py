@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import add_bench_files
-from pytest_kvbench.wiring.grid import Grid, GridError
+from pytest_kvbench.cases import Grid, GridError
 from pytest_kvbench.wiring.presets import available_presets, check_grid, load_preset
 
 # kvpress evaluation/benchmarks/ruler/generate.sh's TASKS, leaderboard.sh's ratios, data_dir "4096".

@@ -23,7 +23,7 @@ from pytest_kvbench.results.record_json import from_json, to_json
 from pytest_kvbench.results.record_key import ItemKey
 from pytest_kvbench.results.record_schema import SCHEMA_VERSION, RecordVersionError, migrate
 from pytest_kvbench.results.runs import load_run
-from pytest_kvbench.wiring.grid import Case, MethodSpec
+from pytest_kvbench.cases import Case, MethodSpec
 
 V1 = Path(__file__).parent / "data" / "run_v1"
 SAVED, GATED, SEED1, QUERY_AGNOSTIC = ("bench_133fd7b5_20261126_102216", "bench_672ced34_20261126_102355",

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import compare_kvpress as CK  # noqa: E402
 
 from kvmethods import get_method  # noqa: E402
-from pytest_kvbench.wiring.grid import MethodSpec  # noqa: E402
+from pytest_kvbench.cases import MethodSpec  # noqa: E402
 
 
 def test_defaults_are_the_issue_setting():

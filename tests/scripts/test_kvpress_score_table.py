@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import kvpress_score_table as KT  # noqa: E402
 
 from kvmethods import get_method  # noqa: E402
-from pytest_kvbench.wiring.grid import MethodSpec  # noqa: E402
+from pytest_kvbench.cases import MethodSpec  # noqa: E402
 from tests.test_cli_support import typed  # noqa: E402
 from tests.test_cli_support import make_record as record_json  # noqa: E402
 

@@ -176,9 +176,8 @@ class TestCotFollowUp:
         assert "The text is too long and omitted here." in text
 
     def test_the_runner_generates_the_follow_up_with_the_method_and_scores_its_answer(self, monkeypatch):
-        import kvmethods.runtime.generation
-
-        from pytest_kvbench.wiring.grid import Grid
+        from pytest_kvbench.cases import Grid
+        from pytest_kvbench.engine import runner as runner_module
         from pytest_kvbench.engine.runner import Runner
 
         calls = []
@@ -190,7 +189,7 @@ class TestCotFollowUp:
         runner = Runner(Grid(), "run")
         loaded, _ = runner.models.get("default")
         runner_tokenizer = loaded.tokenizer
-        monkeypatch.setattr(kvmethods.runtime.generation, "generate", fake_generate)
+        monkeypatch.setattr(runner_module, "generate", fake_generate)
         task = get_task("longbench_v2_cot")
         sample = task.load_samples(None, n=1, data_dir="fixtures")[0]
         from kvmethods import get_method

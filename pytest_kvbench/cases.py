@@ -1,25 +1,34 @@
-"""The benchmark grid: which (model, method, budget, task, context length, seed) cases exist.
+"""The model of a benchmark case: which (model, method, budget, task, context length, seed, protocol)
+cases a grid holds, and how each is named.
 
-The grid is resolved once per session from options, ini keys and a TOML file (see options.py)
-and validated here, before any model loads, so that a typo is a one-line usage error rather than
-a crash an hour into a sweep. Each Case knows its pytest id, which must stay stable across runs
-(``--lf`` and baselines depend on it).
+The engine runs a Case, the pytest wiring makes one item of each, the results are keyed by it: so the model
+lives here, below all three. The grid is resolved once per session from options, ini keys and a TOML file
+(wiring/options.py) and validated, before any model loads, so that a typo is a one-line usage error rather
+than a crash an hour into a sweep. Each Case knows its pytest id, which must stay stable across runs
+(``--lf`` and baselines depend on it), and its comparison key, which results/record.py parses back.
+
+No compression is ``kvmethods.FULL_CACHE``: the budget of the `full` method's cases (one per task, whatever
+the budgets), spelled "full" in keys and labels, left out of item ids.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvmethods import Budget
+from kvmethods import FULL_CACHE, Budget
 from kvmethods.spec import MethodSpec  # the one method-spec grammar; Case and the grid file name it here
 from pytest_kvbench.input_values import MAX_SAMPLES, InputError, ascii_int
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL
-from pytest_kvbench.results.record import FULL, FULL_CACHE, CaseBudget, model_label
 from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL, ItemKey, protocol_key_part, task_label
 
-FULL_METHOD = FULL
+
+def model_label(model: str) -> str:
+    """A short, path- and id-safe name for a model id or path (item ids, item folders)."""
+    tail = model.rstrip("/").split("/")[-1] or model
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", tail)
 
 
 GridError = InputError  # a grid value that cannot be used; the message is one line naming the valid choices
@@ -31,7 +40,7 @@ class Case:
 
     model: str
     method: MethodSpec
-    budget: CaseBudget  # a parsed Budget, or FULL_CACHE for the uncompressed reference
+    budget: Budget  # FULL_CACHE for the uncompressed reference (the `full` method)
     task: str
     suite: str
     context_length: int | None
@@ -43,9 +52,14 @@ class Case:
     protocol: str = DEFAULT_PROTOCOL
 
     @property
+    def is_reference(self) -> bool:
+        """The uncompressed full-cache run: the fidelity reference of its reference group."""
+        return self.budget == FULL_CACHE
+
+    @property
     def id(self) -> str:
         parts = [self.method.label]
-        if self.budget != FULL_CACHE:
+        if not self.is_reference:
             parts.append(self.budget.spec)
         parts.append(self.task)
         if self.context_length is not None:
@@ -112,7 +126,7 @@ class Grid:
                     continue
                 lengths = self.context_lengths if suite == "ruler" else [None]
                 for method in self.methods:
-                    budgets = [FULL_CACHE] if method.name == FULL_METHOD else self.budgets
+                    budgets = [FULL_CACHE] if method.name == FULL_CACHE.spec else self.budgets  # `full`: once, uncompressed
                     for budget in budgets:
                         for length in lengths:
                             for seed, protocol in itertools.product(self.seeds, self.protocols):

@@ -5,7 +5,8 @@ the (large) difficulty variation between samples and leave only the effect of th
 sides must therefore be aligned by sample id before they reach this module (see verdicts.py).
 
 Conventions: ``a`` is the reference (baseline) and ``b`` the candidate (current run); every
-difference is ``b - a``, so a negative score difference is a drop. Pure numpy/scipy, no I/O.
+difference is ``b - a``, so a negative score difference is a drop. Pure numpy/scipy, no I/O. It sits below
+results/ (intervals in tables and figures) and comparison/ (verdicts), which both use it.
 """
 
 from __future__ import annotations
