@@ -46,8 +46,13 @@ def main(argv: list[str]) -> int:
     except RunError as exc:
         print(f"same_results: {exc}", file=sys.stderr)
         return 2
-    records_a = {r["key"]: r for r in run_a.records}
-    records_b = {r["key"]: r for r in run_b.records}
+    damaged = [run for run in (run_a, run_b) if run.state.damaged]  # read as far as it goes: not a result
+    for run in damaged:
+        print(f"same_results: run {run.run_id} is {run.state.label()}", file=sys.stderr)
+    if damaged:
+        return 2
+    records_a = {r.key: r.to_json() for r in run_a.records}  # compared in their written (JSON) form
+    records_b = {r.key: r.to_json() for r in run_b.records}
     found = differences(records_a, records_b, *argv)  # named as given: a copied run keeps its run id
     if len(records_a) != len(run_a.records) or len(records_b) != len(run_b.records):
         found.append("an item key appears twice in one run")

@@ -8,7 +8,7 @@ names that need torch are resolved on first use.
 
 from importlib import import_module
 
-from .core.budget import Budget
+from .core.budget import FULL_CACHE, Budget
 from .core.capabilities import Capability
 from .core.errors import MethodError
 from .core.params import param
@@ -35,6 +35,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "Budget",
     "Capability",
+    "FULL_CACHE",
     "LayerInputs",
     "Method",
     "MethodError",

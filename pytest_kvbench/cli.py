@@ -3,7 +3,9 @@
 Researchers should not need scripts to work with their results, and CI should be able to gate
 outside pytest, so every verb works on the run directories under ``results/runs/``. Exit codes
 are a contract: 0 success, 1 a regression found by ``compare``, 2 bad input (unknown or
-ambiguous run id, corrupt file, bad option), always with a one-line message and no traceback.
+ambiguous run id, corrupt file, bad option, an output path that cannot be written; all checked
+before anything is printed), always with a one-line message and no traceback. A damaged run
+(results/run_state.py) is read as far as it goes, then named in one line, and exits 2 too.
 """
 
 from __future__ import annotations
@@ -19,27 +21,30 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from pytest_kvbench import atomic_files, model_listing, user_paths
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
 from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
 from pytest_kvbench import model_listing, user_paths
+from pytest_kvbench.cli_checks import (UsageError, check_no_blank_arguments, check_output_paths,
+                                      check_results_dir)
 from pytest_kvbench.results import storage
-from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS
-from pytest_kvbench.results.protocol_exports import export_directory
+from pytest_kvbench.results.environment import environment_differences
 from pytest_kvbench.results.export import FORMATS, ExportError, export_records, to_markdown
 from pytest_kvbench.results.merge import merge_runs
+from pytest_kvbench.results.protocol_exports import export_directory
+from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.report import ReportError
+from pytest_kvbench.results.reproduction import reproduction_text
 from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
+from pytest_kvbench.tasks import TaskError
+from pytest_kvbench.tasks.registry import task_listing
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 DEFAULT_RESULTS = "results"
 MiB = 2**20
-
-
-class UsageError(ValueError):
-    """Bad command-line input that argparse cannot see (a threshold out of range, ...)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,7 +69,8 @@ def cmd_list(args) -> int:
         print(json.dumps([{
             "run_id": i.run_id, "path": str(i.path), "date": i.date.isoformat() if i.date else None,
             "models": list(i.models), "methods": list(i.methods), "budgets": list(i.budgets), "tasks": list(i.tasks),
-            "commit": i.commit, "items": i.n_records, "complete": i.complete, "problem": i.problem,
+            "commit": i.commit, "items": i.n_records, "complete": i.complete, "state": i.state or None,
+            "problem": i.problem,
         } for i in infos], indent=2))
         return EXIT_OK
     if not infos:
@@ -77,7 +83,7 @@ def cmd_list(args) -> int:
             rows.append([i.run_id, date, "", "", "", "", "", "", f"unreadable: {i.problem}"])
             continue
         rows.append([i.run_id, date, ", ".join(i.models), ", ".join(i.methods), ", ".join(i.budgets),
-                     ", ".join(i.tasks), (i.commit or "-")[:10], i.n_records, "complete" if i.complete else "incomplete"])
+                     ", ".join(i.tasks), (i.commit or "-")[:10], i.n_records, i.state])
     print(tabulate(rows, headers=["run", "date", "models", "methods", "budgets", "tasks", "commit", "items", "state"],
                    disable_numparse=True))
     return EXIT_OK
@@ -111,28 +117,25 @@ def _commands(env: dict, run_id: str | None) -> list[str]:
     return lines
 
 
-def _device_line(records: list[dict]) -> str:
+def _device_line(records: list[Record]) -> str:
     """What the run's items ran on: GPU name and driver, or CPU model and threads (from the records)."""
     described = []
     for r in records:
-        device = r.get("device") or {}
-        if not device.get("name"):
+        device = r.device
+        if not device.name:
             continue
-        details = [str(device["type"])] if device.get("type") else []
-        if device.get("driver"):
-            details.append(f"driver {device['driver']}")
-        elif device.get("threads"):
-            details.append(f"{device['threads']} thread(s)")
-        text = device["name"] + (f" ({', '.join(details)})" if details else "")
+        details = [str(device.type)] if device.type else []
+        if device.driver:
+            details.append(f"driver {device.driver}")
+        elif device.threads:
+            details.append(f"{device.threads} thread(s)")
+        text = device.name + (f" ({', '.join(details)})" if details else "")
         if text not in described:
             described.append(text)
     return "; ".join(described) or "-"
 
 
 def cmd_tasks(args) -> int:
-    from pytest_kvbench.tasks import TaskError
-    from pytest_kvbench.tasks.registry import task_listing
-
     try:
         rows = task_listing(args.suite)
     except TaskError as exc:
@@ -145,16 +148,24 @@ def cmd_tasks(args) -> int:
     return 0
 
 
+def _load(args, spec: str) -> Run:
+    """A run for a read command; a damaged one is remembered: main() names it and exits 2 at the end."""
+    run = load_run(spec, args.results)
+    if run.state.damaged and all(r.path != run.path for r in args.damaged):
+        args.damaged.append(run)
+    return run
+
+
 def cmd_show(args) -> int:
-    run = load_run(args.run, args.results)
+    run = _load(args, args.run)
     if args.reproduce:
         print("\n".join(_reproduce_lines(run)))
         return EXIT_OK
     statuses: dict[str, int] = defaultdict(int)
     for r in run.records:
-        statuses[str(r.get("status", "unknown"))] += 1
+        statuses[str(r.status or "unknown")] += 1
     info = run.info
-    print(f"run {run.run_id} ({'complete' if run.complete else 'incomplete'})")
+    print(f"run {run.run_id} ({run.state.label()})")
     print(f"path: {run.path}")
     print(f"date: {run.started or '-'}   duration: {_fmt(info.get('duration_s'), 1)} s")
     print(f"commit: {run.commit or '-'}{' (dirty)' if run.dirty else ''}")
@@ -165,18 +176,18 @@ def cmd_show(args) -> int:
         print()
         print(to_markdown(run.records).rstrip())
     rows = []
-    for r in sorted(run.records, key=lambda r: r["key"]):
-        latency, memory = r.get("latency") or {}, r.get("memory") or {}
-        rows.append([r.get("item_id") or r["key"], r.get("seed", "-"), r.get("status", "-"), _fmt(r.get("score")),
-                     r.get("n_samples", "-"), _fmt(latency.get("total_s"), 3), _fmt(memory.get("peak_bytes"), 1, MiB),
-                     _fmt(memory.get("kv_bytes_after"), 2, MiB), _fmt(memory.get("compression_ratio"), 2)])
+    for r in sorted(run.records, key=lambda r: r.key):
+        latency, memory = r.latency, r.memory
+        rows.append([r.item_id or r.key, "-" if r.seed is None else r.seed, r.status or "-", _fmt(r.score),
+                     "-" if r.n_samples is None else r.n_samples, _fmt(latency.total_s, 3), _fmt(memory.peak_bytes, 1, MiB),
+                     _fmt(memory.kv_bytes_after, 2, MiB), _fmt(memory.compression_ratio, 2)])
     if rows:
         print()
         print(tabulate(rows, headers=["item", "seed", "status", "score", "samples", "latency s", "peak MiB", "KV MiB",
                                       "compression"], disable_numparse=True))
-    problems = [r for r in run.records if r.get("status") in ("failed", "error") and r.get("message")]
+    problems = [r for r in run.records if r.status in ("failed", "error") and r.message]
     for r in problems:
-        print(f"{r.get('status')}: {r.get('item_id') or r['key']}: {str(r['message']).splitlines()[0]}")
+        print(f"{r.status}: {r.item_id or r.key}: {str(r.message).splitlines()[0]}")
     unfinished = info.get("unfinished") if isinstance(info.get("unfinished"), list) else []
     for u in unfinished:
         if isinstance(u, dict):
@@ -195,9 +206,8 @@ def cmd_show(args) -> int:
 
 
 def cmd_env(args) -> int:
-    from pytest_kvbench.results.reproduction import reproduction_text
 
-    run = load_run(args.run, args.results)
+    run = _load(args, args.run)
     try:
         commands = _reproduce_lines(run)
     except RunError as exc:
@@ -206,7 +216,7 @@ def cmd_env(args) -> int:
     return EXIT_OK
 
 
-def _load_reference(spec: str, results: str) -> tuple[Baseline, str]:
+def _load_reference(args, spec: str) -> tuple[Baseline, str]:
     """``compare``'s first argument: a run (id, prefix or directory) or a saved baseline file."""
     try:
         user_paths.checked(spec, "baseline")
@@ -216,20 +226,20 @@ def _load_reference(spec: str, results: str) -> tuple[Baseline, str]:
     if path.is_file() and path.name not in (storage.RUN_FILE, storage.RECORDS_FILE):
         baseline = load_baseline(path)
         return baseline, f"baseline file {path}"
-    run = load_run(spec, results)
+    run = _load(args, spec)
     return Baseline.from_records(run.records, run.environment, source=run.run_id), f"run {run.run_id}"
 
 
 def cmd_compare(args) -> int:
     tolerances = parse_tolerances(args.fail)
-    baseline, baseline_name = _load_reference(args.baseline, args.results)
-    current = load_run(args.current, args.results)
+    baseline, baseline_name = _load_reference(args, args.baseline)
+    current = _load(args, args.current)
     if not baseline.entries:
         raise BaselineError(f"{baseline_name} has no scored items to compare against")
     check_same_protocols(baseline.entries.values(), current.records, baseline_name, current.run_id)
     verdicts = [compare_record(r, baseline.entry(r), tolerances, seed=args.seed)
-                for r in sorted(current.records, key=lambda r: r["key"])]
-    unrun = baseline.unrun(r["key"] for r in current.records)
+                for r in sorted(current.records, key=lambda r: r.key)]
+    unrun = baseline.unrun(r.key for r in current.records)
     print(f"comparing run {current.run_id} against {baseline_name}; tolerances: {tolerances}")
     notes = environment_differences(baseline.environment, current.environment)
     if notes:
@@ -249,14 +259,14 @@ def cmd_compare(args) -> int:
 
 def _write_output(path: str, text: str, what: str) -> None:
     try:
-        storage.atomic_write_text(path, text)
+        atomic_files.atomic_write_text(path, text)
     except OSError as exc:
         raise UsageError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
     print(f"wrote {path}", file=sys.stderr)
 
 
 def cmd_export(args) -> int:
-    run = load_run(args.run, args.results)
+    run = _load(args, args.run)
     if args.format in DIRECTORY_FORMATS:
         for line in export_directory(run.records, run.run_id, args.format, args.output):
             print(line, file=sys.stderr)
@@ -270,20 +280,17 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
+    # lazy for startup time: the report imports numpy, scipy and matplotlib (every kvbench command pays its imports)
     from pytest_kvbench.results.report import write_report
 
-    runs = [load_run(r, args.results) for r in args.runs]
+    runs = [_load(args, r) for r in args.runs]
     target = write_report(runs, args.output, title=args.title)
     print(f"wrote {target}")
     return EXIT_OK
 
 
 def cmd_merge(args) -> int:
-    out = args.into or args.results
-    try:
-        user_paths.writable_dir(out, "--into" if args.into else "--results")
-    except user_paths.PathError as exc:
-        raise UsageError(str(exc)) from None
+    out = args.into or args.results  # checked writable by check_output_paths
     run_id = merge_runs(args.runs, out, results_dir=args.results)
     merged = load_run(run_id, out)
     print(f"merged {len(args.runs)} runs ({len(merged.records)} items) into {run_id} ({merged.path})")
@@ -291,16 +298,18 @@ def cmd_merge(args) -> int:
 
 
 def cmd_variance(args) -> int:
+    # lazy for startup time: numpy and scipy (every kvbench command pays its imports)
     from pytest_kvbench.comparison.seed_variance import HEADERS, parse_fraction, variance_groups, variance_rows
-    from pytest_kvbench.comparison.stats import variation_curve
+    from pytest_kvbench.stats import variation_curve
 
     threshold = parse_fraction(args.threshold)
-    runs = [load_run(r, args.results) for r in args.runs]
+    runs = [_load(args, r) for r in args.runs]
     curves = [(key, variation_curve(values, threshold)) for key, values in variance_groups(runs).items()]
     rows = variance_rows(curves)
     print(f"coefficient of variation of the mean score against the number of seeds; threshold {100 * threshold:g}%")
     print(tabulate(rows, headers=HEADERS, disable_numparse=True))
     if args.plot.lower() != "none":
+        # lazy for startup time: matplotlib
         from pytest_kvbench.results.figures import save_figure, variance_figure
 
         save_figure(variance_figure([(k, c) for k, c in curves if c.n >= 2]), args.plot)
@@ -319,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
                      description="Work with pytest-kvbench run directories (results/runs/<run_id>/). "
                                  "RUN is a run id, a unique prefix of one (with or without 'bench_'), "
                                  "'latest', or a run directory.",
-                     epilog="Exit codes: 0 success, 1 regression (compare), 2 bad input.")
+                     epilog="Exit codes: 0 success, 1 regression (compare), 2 bad input or a damaged run.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("list", parents=[common], help="list runs: id, date, models, methods, budgets, tasks, commit")
@@ -384,29 +393,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_results_dir(path: str) -> None:
-    """--results may name a directory not made yet (no runs), but never a file or an unusable path."""
-    try:
-        _, info = user_paths.checked(path, "--results")
-        if info is not None:
-            user_paths.existing_dir(path, "--results")
-    except user_paths.PathError as exc:
-        raise UsageError(str(exc)) from None
-
-
-_POSITIONALS = {"run": "RUN", "runs": "RUN", "baseline": "A", "current": "B"}  # dest -> metavar in messages
-
-
-def _check_no_blank_arguments(args: argparse.Namespace) -> None:
-    """An empty string given to any argument (`-o ''`, `--into ''`, `--plot ''`, a run `''`) is refused before
-    anything runs or prints: read as "unset" it would write or show something other than what was asked."""
-    for name, value in sorted(vars(args).items()):
-        for given in value if isinstance(value, list) else [value]:
-            if isinstance(given, str) and not given.strip():
-                shown = _POSITIONALS.get(name, "--" + name.replace("_", "-"))
-                raise UsageError(f"{shown} is empty; give a value or leave it out")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -414,10 +400,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     args.results = getattr(args, "results", DEFAULT_RESULTS)
+    args.damaged = []
     try:
-        _check_no_blank_arguments(args)
-        _check_results_dir(args.results)
-        return args.func(args)
+        check_no_blank_arguments(args)
+        check_results_dir(args.results)
+        check_output_paths(args)
+        code = args.func(args)
+        for run in args.damaged:
+            print(f"kvbench {args.command}: error: run {run.run_id} is {run.state.label()}", file=sys.stderr)
+        return EXIT_USAGE if args.damaged else code
     except (RunError, BaselineError, ExportError, ReportError, UsageError, VarianceError) as exc:
         print(f"kvbench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

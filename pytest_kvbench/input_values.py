@@ -73,6 +73,12 @@ def shown(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value)):,} characters)"
 
 
+def shown_list(value: Any, limit: int = 40) -> str:
+    """A value as typed (a list joined with commas), cut to about ``limit`` characters like ``shown``."""
+    text = ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def ascii_float(text: str) -> float:
     """A decimal number in ASCII (``1``, ``2.5``, ``1e-3``); ValueError for anything else, including
     ``'١'``, ``'1_0'``, ``'nan'`` and ``'inf'``, which Python's ``float()`` reads."""

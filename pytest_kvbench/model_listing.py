@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 
 from tabulate import tabulate
+from pytest_kvbench.model_sources.named_models import listing
 
 
 def cmd_models(args) -> int:
-    from pytest_kvbench.model_sources.named_models import listing
-
     rows = listing()
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -1,7 +1,7 @@
 """The pytest11 entry point: wires options, hooks and fixtures of pytest-kvbench together.
 
 Nothing here does benchmark work itself. Configuration resolves and validates the grid
-(wiring/options.py), collection turns it into one item per case (wiring/grid.py), the ``kvbench``
+(wiring/options.py), collection turns it into one item per case (cases.py), the ``kvbench``
 fixture (wiring/fixture.py) runs an item (engine/runner.py), each finished item's record goes
 through the ``pytest_kvbench_record`` hook (wiring/hookspecs.py) into the run directory
 (wiring/session.py), and the controller writes the results at the end (results/tables.py), gates
@@ -16,20 +16,24 @@ import os
 
 import pytest
 
-from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int
+from pytest_kvbench.cases import GridError
+from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int, shown
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.wiring import default_selection, fixture, hookspecs, options, xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
-from pytest_kvbench.wiring.grid import GridError
-from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, suite_of
+from pytest_kvbench.wiring.interrupts import InterruptShield, honour_sigint
+from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, lock_run, suite_of
+from pytest_kvbench.wiring.output_paths import check_run_outputs
 from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.progress_lines import FinishedItemLines
 from pytest_kvbench.wiring.runner_settings import RunnerSettings
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
-                                              RUNNER_SETTINGS_KEY, SESSION_KEY, VERDICT_KEY)
+                                              RUNNER_SETTINGS_KEY, SESSION_KEY, SHIELD_KEY, VERDICT_KEY)
+from pytest_kvbench.wiring.shards import parse_shard, select_shard
+from pytest_kvbench.wiring.terminal_summary import write_summary
 from pytest_kvbench.wiring.transformers_range import check_transformers, kvbench_options_given
 from pytest_kvbench.wiring.xdist_groups import xdist_group_name
 from pytest_kvbench.wiring.xdist_hooks import check_worker_count, pin_worker_device
@@ -76,6 +80,8 @@ def pytest_configure(config: pytest.Config) -> None:
             run_id = check_resume(config.getoption("kvbench_resume"), results, grid)
         else:
             run_id = new_run_id()
+        if not is_worker(config):
+            check_run_outputs(results, run_id)
     except GridError as exc:
         raise pytest.UsageError(str(exc)) from None
     if is_worker(config):
@@ -86,6 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
                          invocation_args=config.invocation_params.args,
                          resumed=config.getoption("kvbench_resume") is not None)
     config.stash[SESSION_KEY] = session
+    config.stash[SHIELD_KEY] = InterruptShield()
     config.stash[GATE_KEY] = gate
     progress_plugin = ProgressPlugin(config)
     config.pluginmanager.register(progress_plugin, "kvbench-progress")
@@ -97,6 +104,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--kvbench-torch-threads {threads}: more threads than the {cores} CPU cores here")
     config.stash[RUNNER_SETTINGS_KEY] = RunnerSettings(grid, run_id, timeout, threads,
                                                         share_prefill=not config.getoption("kvbench_no_share_prefill"))
+    if session.resumed and session.is_controller:
+        lock_run(config, f"--kvbench-resume {run_id}: ")  # a second resume of the same run is refused here
 
 
 def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
@@ -110,7 +119,7 @@ def _positive_option(config: pytest.Config, dest: str, kind: type, what: str):
     except ValueError:
         value = None
     if value is None or not math.isfinite(value) or value <= 0:
-        raise pytest.UsageError(f"{option} must be {what}, got {raw!r}")
+        raise pytest.UsageError(f"{option} must be {what}, got {shown(raw)}")
     return value
 
 
@@ -152,8 +161,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     keep, drop = list(items), []
     shard = config.getoption("kvbench_shard")
     if shard:  # before resume: a resumed shard finishes its own part, not a part of what is left of the grid
-        from pytest_kvbench.wiring.shards import parse_shard, select_shard
-
         try:
             k, n = parse_shard(shard)
         except ValueError as exc:
@@ -179,6 +186,8 @@ def _plan_items(session: pytest.Session) -> None:
     config = session.config
     progress = config.stash[PROGRESS_KEY] = SessionProgress(config)
     cases = [case for case in map(case_of, session.items) if case is not None]
+    if cases and not config.option.collectonly:
+        honour_sigint()
     plans_sharing = not is_worker(config) or config.workerinput.get("kvbench_dist") == "loadgroup"
     settings = config.stash.get(RUNNER_SETTINGS_KEY, None)
     progress.plan(cases, shared=plans_sharing and settings is not None and settings.share_prefill)
@@ -205,11 +214,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         status = "failed" if measured is not None else "error"
     if measured is None:
         session = item.config.stash[SESSION_KEY]
-        measured = records.identity(case, session.run_id, case.protocol)
-    record = records.with_outcome(measured, status=status, nodeid=item.nodeid,
-                                  message=None if report.passed else _one_line(report),
-                                  verdict=item.stash.get(VERDICT_KEY, None))
-    item.config.hook.pytest_kvbench_record(record=record, item=item)
+        measured = records.Record.identity(case, session.run_id, case.protocol)
+    record = measured.finished(status=status, nodeid=item.nodeid, message=None if report.passed else _one_line(report),
+                               verdict=item.stash.get(VERDICT_KEY, None))
+    item.config.hook.pytest_kvbench_record(record=record.to_json(), item=item)
 
 
 def _one_line(report: pytest.TestReport) -> str:
@@ -222,23 +230,57 @@ def _one_line(report: pytest.TestReport) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_kvbench_record(record: dict, item: pytest.Item) -> None:
-    item.config.stash[SESSION_KEY].add(record)
+    refused = item.config.stash[SESSION_KEY].add(record)
+    if refused:
+        item.session.shouldstop = refused
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    """Write the run (run.json, RESULTS.md, the gate's baseline) after every other sessionfinish, xdist's
+    teardown of its workers included. From here on a first Ctrl-C is held off (wiring/interrupts.py): xdist
+    stops its workers and the files are written whole; a second one that breaks the teardown is kept, and the
+    run still written."""
     config = session.config
-    run = config.stash.get(SESSION_KEY, None)
-    if run is None or not run.is_controller or not run.records_path.exists():
+    run, shield = config.stash.get(SESSION_KEY, None), config.stash.get(SHIELD_KEY, None)
+    if shield is None or not _writes_run(run, config):  # not a benchmark run: pytest's own handling
+        return (yield)
+    shield.start(session)
+    try:
+        yield
+    except KeyboardInterrupt:
+        shield.note(pytest.ExceptionInfo.from_current())
+    # an interrupt in xdist's teardown or while writing came after every item: it does not make the run incomplete
+    run_json = run.finish(complete=exitstatus != pytest.ExitCode.INTERRUPTED and not session.shouldstop)
+    gate = config.stash[GATE_KEY]
+    gate.finish(run.final_records, run_json["environment"])
+    if (run.write_failures or gate.write_failures) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # an output asked for is missing (one line: summary)
+
+
+def _writes_run(run: RunSession | None, config: pytest.Config) -> bool:
+    """The controller writes a run directory once a record exists, or when a run with selected items was
+    stopped before its first record (run.json then names every item and the resume command)."""
+    if run is None or not run.is_controller:
+        return False
+    return run.records_path.exists() or (bool(run.expected) and not config.option.collectonly)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """An interrupt held off while the run was written ends the session as interrupted, with pytest's note."""
+    shield = config.stash.get(SHIELD_KEY, None)
+    interrupted = shield.stop() if shield is not None else None
+    if interrupted is None:
         return
-    complete = exitstatus not in (pytest.ExitCode.INTERRUPTED,) and not session.shouldstop
-    run_json = run.finish(complete=complete)
-    config.stash[GATE_KEY].finish(run_json["records"], run_json["environment"])
+    if shield.session is not None and shield.session.exitstatus != pytest.ExitCode.INTERRUPTED:
+        shield.session.exitstatus = pytest.ExitCode.INTERRUPTED  # what wrap_session returns
+        config.hook.pytest_keyboard_interrupt(excinfo=interrupted)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     run = config.stash.get(SESSION_KEY, None)
-    if run is None or not run.is_controller or not run.records_path.exists():
+    if run is None or not run.is_controller or run.final_records is None:  # no run written (sessionfinish)
         return
-    from pytest_kvbench.wiring.terminal_summary import write_summary
 
     write_summary(terminalreporter, run, config.stash[GATE_KEY])

@@ -151,6 +151,14 @@ def writable_file(path: str | os.PathLike, what: str) -> tuple[Path, bool]:
     return resolved, info is not None
 
 
+def appendable_file(path: str | os.PathLike, what: str) -> Path:
+    """A file that can be made, or that exists and can be appended to (a records log)."""
+    resolved, exists = writable_file(path, what)
+    if exists and not os.access(resolved, os.W_OK):
+        raise _fail(what, path, "not writable")
+    return resolved
+
+
 def inside(child: str | os.PathLike, parent: str | os.PathLike) -> bool:
     """Whether ``child`` lies inside ``parent`` once ``..`` and links are resolved."""
     try:

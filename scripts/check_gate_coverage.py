@@ -17,9 +17,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def uncompared(records: list[dict], baseline_keys: set[str]) -> list[str]:
+def uncompared(records: list, baseline_keys: set[str]) -> list[str]:
     """Baseline keys that no record of the run was judged against (judged: a verdict other than new)."""
-    judged = {r["key"] for r in records if (r.get("verdict") or {}).get("status") not in (None, "new")}
+    judged = {r.key for r in records if (r.verdict or {}).get("status") not in (None, "new")}
     return sorted(baseline_keys - judged)
 
 

@@ -88,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def kvpress_runs(methods: list[str], budgets: list[str]) -> list[dict]:
     """kvpress's (press, ratio) pairs for our (method, ratio budget) items, keyed as our records' labels."""
-    from pytest_kvbench.wiring.grid import MethodSpec
+    from pytest_kvbench.cases import MethodSpec
 
     return [{"key": f"{MethodSpec.parse(method).label}|{budget}", "press": METHOD_PRESSES[method][0],
              "arguments": METHOD_PRESSES[method][1], "ratio": float(budget.removeprefix("r"))}
@@ -123,22 +123,19 @@ def prompts(args: argparse.Namespace) -> tuple[list[dict], int, str]:
     return out, task.max_new_tokens, model_dir
 
 
-def our_answers(records: list[dict]) -> dict[str, dict[str, str]]:
-    from pytest_kvbench.results.record import labels
-
-    return {f"{labels(r).method}|{labels(r).budget}": {s["id"]: s["prediction"] for s in r["samples"]}
-            for r in records}
+def our_answers(records: list) -> dict[str, dict[str, str]]:
+    return {f"{r.labels.method}|{r.labels.budget}": {s["id"]: s["prediction"] for s in r.samples} for r in records}
 
 
-def time_split(records: list[dict], kvpress_out: dict, ours: Timing, theirs: Timing) -> list[str]:
+def time_split(records: list, kvpress_out: dict, ours: Timing, theirs: Timing) -> list[str]:
     """Where each side's wall time went in the last round: the items / pipeline calls, and the rest (start-up,
     imports, model load, collection, writing the run); ours split further by the records' labelled parts."""
-    samples = [sample for record in records for sample in record["samples"]]
+    samples = [sample for record in records for sample in record.samples]
     forward: dict[str, float] = {}
     for sample in samples:  # the shared forward is spent once per sample, whichever item ran it
         forward[sample["id"]] = max(forward.get(sample["id"], 0.0), sample["shared_prefill_ms"] or 0.0)
-    items = sum(record["latency"]["total_s"] for record in records)
-    parts = {"model load": sum(r["model"]["load_s"] for r in records if r["model"]["loaded_by_this_item"]),
+    items = sum(record.latency.total_s for record in records)
+    parts = {"model load": sum(r.model.load_s for r in records if r.model.loaded_by_this_item),
              "prefill forward": sum(forward.values()) / 1000,
              "selections": sum(sample["compression_ms"] or 0.0 for sample in samples) / 1000,
              "decoding": sum(sample["decode_ms"] for sample in samples) / 1000}
@@ -162,7 +159,7 @@ def agreement(ours: dict[str, dict[str, str]], theirs: dict[str, dict[str, str]]
     return same, same + len(differ), differ
 
 
-def run_records(run_dir: str | None, python: str, pytest_argv: list[str]) -> list[dict]:
+def run_records(run_dir: str | None, python: str, pytest_argv: list[str]) -> list:
     """The records of a given run directory, or of a fresh pytest run with `python` (untimed)."""
     from pytest_kvbench.results.runs import load_run
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvmethods.spec import MethodSpec
 from tabulate import tabulate
 
-from pytest_kvbench.comparison.stats import bootstrap_mean, paired_bootstrap
-from pytest_kvbench.results.record import budget_sort_key, labels
+from pytest_kvbench.results.record import Record, budget_sort_key
+from pytest_kvbench.stats import bootstrap_mean, paired_bootstrap
 
 # our method -> the adapter's spec of the kvpress press doing the same, each at its own defaults
 NATIVE_PRESSES = {
@@ -46,22 +47,22 @@ class Side:
         return (high - low) / 2 if math.isfinite(low) else math.nan
 
 
-def sides(records: list[dict]) -> dict[tuple[str, str], Side]:
+def sides(records: list[Record]) -> dict[tuple[str, str], Side]:
     """(method name, budget spec) -> per-sample scores, from a run's scored records."""
     out = {}
     for record in records:
-        if record.get("samples") and record.get("score") is not None:
-            out[(record["method"]["name"], labels(record).budget)] = Side(
-                {s["id"]: 100 * float(s["score"]) for s in record["samples"]})
+        if record.samples and record.score is not None:
+            out[(record.method.name, record.labels.budget)] = Side(
+                {s["id"]: 100 * float(s["score"]) for s in record.samples})
     return out
 
 
 def press_name(spec: str) -> str:
-    """The adapter's method name of a spec (`kvpress:CriticalKVPress:press=SnapKVPress` -> its first two parts)."""
-    return ":".join(spec.split(":")[:2])
+    """The adapter's method name of a spec (`kvpress:CriticalKVPress:press=SnapKVPress` -> its name)."""
+    return MethodSpec.parse(spec).name
 
 
-def score_rows(ours: list[dict], theirs: list[dict]) -> list[list[str]]:
+def score_rows(ours: list[Record], theirs: list[Record]) -> list[list[str]]:
     """Method, budget, native mean ± half-width, kvpress mean ± half-width (over the samples both ran), paired
     difference [95% interval], and a flag when the difference exceeds the larger half-width."""
     native, pressed = sides(ours), sides(theirs)

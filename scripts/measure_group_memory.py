@@ -13,16 +13,17 @@ decoding. Counting bytes, not timing: the figures do not depend on the machine's
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
 from kvmethods import Budget
-import sys
-from pathlib import Path
+from pytest_kvbench.cases import Grid, MethodSpec
+from pytest_kvbench.engine.runner import Runner
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny models live with the tests
 from tiny_models import live_tensor_bytes, tensors_reachable  # noqa: E402
-from pytest_kvbench.engine.runner import Runner
-from pytest_kvbench.wiring.grid import Grid, MethodSpec
 
 METHODS = ["snapkv", "h2o", "streamingllm", "tova", "pyramidkv", "knorm", "random", "expected_attention"]
 
@@ -60,7 +61,7 @@ def main() -> None:
         between.append(beyond_model_and_references())
 
     records = [runner.run(case, progress) for case in cases]
-    group = sum(r["samples"][0]["kv_bytes_after"] for r in records[1:])
+    group = sum(r.samples[0]["kv_bytes_after"] for r in records[1:])
     print(f"group: full + {len(cases) - 1} sharing items ({', '.join(c.id for c in cases[1:])}), {args.samples} samples")
     print(f"bytes held by the shared prefills between samples: max {max(held):,}")
     print(f"live tensor bytes beyond the model and references between samples: max {max(between):,}")

@@ -17,34 +17,35 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pytest_kvbench.results.record import Record  # noqa: E402
 from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem  # noqa: E402
 
 
-def planned_of(record: dict, samples: int | None) -> PlannedItem:
-    task = record["task"]
-    group = (record["model"]["name"], task["name"], task.get("context_length"), record["seed"], record.get("protocol"))
-    return PlannedItem(record["key"], group, samples, task.get("context_length"))
+def planned_of(record: Record, samples: int | None) -> PlannedItem:
+    task = record.task
+    group = (record.model.name, task.name, task.context_length, record.seed, record.protocol)
+    return PlannedItem(record.key, group, samples, task.context_length)
 
 
-def mean_prompt_tokens(record: dict) -> float:
-    tokens = [s["prompt_tokens"] for s in record.get("samples") or [] if s.get("prompt_tokens")]
+def mean_prompt_tokens(record: Record) -> float:
+    tokens = [s["prompt_tokens"] for s in record.samples if s.get("prompt_tokens")]
     return sum(tokens) / len(tokens) if tokens else 0.0
 
 
-def replay(records: list[dict], start_fraction: float, samples: int | None, tail: float):
-    seconds = [float(r["latency"]["total_s"]) for r in records]
+def replay(records: list[Record], start_fraction: float, samples: int | None, tail: float):
+    seconds = [float(r.latency.total_s) for r in records]
     estimate = GroupedEstimate([planned_of(r, samples) for r in records])
     worst = {"grouped": (1.0, None), "mean item": (1.0, None)}
     for index, record in enumerate(records):
-        estimate.start(record["key"])
-        samples = max(1, int(record.get("n_samples") or 1))
+        estimate.start(record.key)
+        samples = max(1, int(record.n_samples or 1))
         for done in (0, 1):
             elapsed = seconds[index] * done / samples
             real = sum(seconds[index:]) - elapsed
             if index < start_fraction * len(records) or real <= tail * sum(seconds):
                 continue
             shown = {
-                "grouped": estimate.remaining(record["key"], done, samples if done else 0, elapsed),
+                "grouped": estimate.remaining(record.key, done, samples if done else 0, elapsed),
                 "mean item": (len(records) - index) * sum(seconds[:index]) / index if index else None,
             }
             for model, value in shown.items():
@@ -52,9 +53,9 @@ def replay(records: list[dict], start_fraction: float, samples: int | None, tail
                     continue
                 ratio = max(value / real, real / value) if value > 0 else float("inf")
                 if ratio > worst[model][0]:
-                    worst[model] = (ratio, f"item {index + 1}/{len(records)} ({record['key']}, sample {done}): "
+                    worst[model] = (ratio, f"item {index + 1}/{len(records)} ({record.key}, sample {done}): "
                                            f"shown {value:.0f} s, real {real:.0f} s")
-        estimate.finish(record["key"], seconds[index], int(record.get("n_samples") or 0), mean_prompt_tokens(record))
+        estimate.finish(record.key, seconds[index], int(record.n_samples or 0), mean_prompt_tokens(record))
     return worst
 
 
@@ -66,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tail", type=float, default=0.05,
                         help="leave out the points whose real remainder is under this fraction of the run")
     args = parser.parse_args(argv)
-    records = [json.loads(line) for line in (args.run / "records.jsonl").read_text().splitlines() if line.endswith("}")]
-    print(f"{len(records)} items, {sum(float(r['latency']['total_s']) for r in records):.0f} s of items; points past "
+    lines = (args.run / "records.jsonl").read_text().splitlines()
+    records = [Record.from_json(json.loads(line)) for line in lines if line.endswith("}")]
+    print(f"{len(records)} items, {sum(float(r.latency.total_s) for r in records):.0f} s of items; points past "
           f"{args.start:.0%} of the items whose real remainder is at least {args.tail:.0%} of the run")
     for model, (ratio, where) in replay(records, args.start, args.samples, args.tail).items():
         print(f"{model:>10}: worst factor {ratio:.2f}; {where}")

@@ -47,14 +47,16 @@ def timed_command(command: list[str], cwd: Path = ROOT) -> Timing:
     return timing
 
 
-def timed_pytest(pytest_args: list[str], python: str = sys.executable) -> tuple[Timing, list[dict]]:
+def timed_pytest(pytest_args: list[str], python: str = sys.executable) -> tuple[Timing, list]:
     """One `pytest` run (by `python`: another environment's) into a fresh results directory: its timing and
     the records it wrote."""
     with tempfile.TemporaryDirectory() as results:
         timing = timed_command([python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                 "--kvbench-results", results, *pytest_args])
         lines = [line for path in Path(results).glob("runs/*/records.jsonl") for line in path.read_text().splitlines()]
-    return timing, [json.loads(line) for line in lines if line.strip()]
+    from pytest_kvbench.results.record import Record
+
+    return timing, [Record.from_json(json.loads(line)) for line in lines if line.strip()]
 
 
 def wall_seconds(pytest_args: list[str]) -> float:

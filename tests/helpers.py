@@ -15,15 +15,34 @@ SMALL_GRID = [
 ]
 
 
+# Collection only, one budget and one task: enough to see which items a method spec makes.
+GRID = ["--collect-only", "-q", "-p", "no:cacheprovider", "--kvbench-budgets", "64",
+        "--kvbench-tasks", "passage_retrieval_en"]
+
+
 def add_bench_files(pytester) -> None:
     """Copy the real benchmark suite into the pytester directory.
 
-    Renamed, because pytester runs in this process, where tests/test_longbench.py and
-    tests/test_ruler.py are already imported under those module names.
+    Renamed, because pytester runs in this process, where tests/tasks/test_longbench.py and
+    tests/tasks/test_ruler.py are already imported under those module names.
     """
     for path in sorted(BENCH.glob("test_*.py")):
         if path.name != "test_kernels.py":
             pytester.makepyfile(**{"test_suite_" + path.stem[5:]: path.read_text()})
+
+
+def file_mtimes(root: Path, skip: Path) -> dict[str, int]:
+    """Every file under ``root`` but those under ``skip``, with its modification time: what a run wrote
+    outside ``skip`` (its results directory) is what changes between two calls."""
+    import os
+
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if Path(dirpath, d) != skip]
+        for name in filenames:
+            path = Path(dirpath, name)
+            out[str(path)] = path.stat().st_mtime_ns
+    return out
 
 
 def collected_ids(result) -> list[str]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pytest_kvbench import atomic_files
 from pytest_kvbench.results import storage
+from pytest_kvbench.results.record import Record
 
 RUN_ID = "bench_0a1b2c3d_20250102_030405"
 OTHER_ID = "bench_9f8e7d6c_20250103_101010"
@@ -112,7 +114,7 @@ def write_run(results_dir, records, *, run_id=RUN_ID, environment=None, complete
     for record in records:
         storage.append_record(run_dir / storage.RECORDS_FILE, record)
     if with_run_json:
-        storage.atomic_write_json(run_dir / storage.RUN_FILE, {
+        atomic_files.atomic_write_json(run_dir / storage.RUN_FILE, {
             "schema": 1,
             "run_id": run_id,
             "start": "2025-01-02T03:04:05+00:00",
@@ -135,6 +137,15 @@ def write_run(results_dir, records, *, run_id=RUN_ID, environment=None, complete
             "records": records,
         })
     return run_dir
+
+
+def typed(record: dict) -> Record:
+    """The in-memory record of one built here (builders return the JSON form, as files and the hook hold it)."""
+    return Record.from_json(record)
+
+
+def typed_all(records: list[dict]) -> list[Record]:
+    return [Record.from_json(r) for r in records]
 
 
 def standard_records(run_id=RUN_ID, seeds=(0,), drop=0.0):

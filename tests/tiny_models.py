@@ -6,6 +6,8 @@ the same four families with grouped-query attention.
 
 from __future__ import annotations
 
+import gc
+
 import torch
 from transformers import (
     AutoModelForCausalLM,
@@ -70,8 +72,6 @@ def bench_model():
 
 def tensors_reachable(root) -> list[torch.Tensor]:
     """Every tensor reachable from `root` through references (gc.get_referents), classes excluded."""
-    import gc
-
     seen, stack, found = set(), [root], []
     while stack:
         obj = stack.pop()
@@ -88,8 +88,6 @@ def tensors_reachable(root) -> list[torch.Tensor]:
 def live_tensor_bytes(tensors=None) -> int:
     """Bytes of the distinct storages of `tensors` (default: every live tensor), parameters excluded: what
     memory tests count instead of timing."""
-    import gc
-
     if tensors is None:
         gc.collect()
         tensors = (obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor))

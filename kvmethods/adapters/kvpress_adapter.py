@@ -34,6 +34,7 @@ _SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
 
 def _kvpress(spec: str):
     try:
+        # lazy: kvpress is an optional extra (pip install pytest-kvbench[kvpress])
         import kvpress
     except ImportError:
         raise MethodError(f"{spec} needs the kvpress package, which is not installed: {EXTRA_HINT}") from None
@@ -136,6 +137,7 @@ class KVPressMethod(Method):
 
 
 def _attention_modules(model):
+    # lazy: kept with the press code it serves (the module is imported only when a press is named)
     from ..core.families import decoder_layers
 
     return [layer.self_attn for layer in decoder_layers(model)]

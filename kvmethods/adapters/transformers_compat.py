@@ -108,6 +108,7 @@ def mask_query_length(query) -> int:
 
 def quantized_layer_class(backend: str) -> type:
     """transformers' quantized cache layer class of an hf_quantized backend ("quanto" or "hqq")."""
+    # lazy for startup time: transformers' cache module, only for hf_quantized
     import transformers.cache_utils
 
     return getattr(transformers.cache_utils, QUANTIZED_LAYERS[backend][0])
@@ -115,6 +116,7 @@ def quantized_layer_class(backend: str) -> type:
 
 def quantized_backend_available(backend: str) -> bool:
     """Whether transformers finds the backend's package (optimum-quanto, hqq) installed."""
+    # lazy for startup time: transformers, only for hf_quantized
     import transformers.utils
 
     return bool(getattr(transformers.utils, QUANTIZED_LAYERS[backend][1])())

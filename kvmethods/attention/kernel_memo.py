@@ -15,12 +15,12 @@ used it (`shares`), not charged to whichever came first.
 from __future__ import annotations
 
 import functools
-import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import torch
+from ..runtime.clock import now
 
 
 @dataclass
@@ -41,9 +41,9 @@ class KernelMemo:
     def get(self, key: Hashable, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
         entry = self._entries.get(key)
         if entry is None:
-            started = time.perf_counter()
+            started = now()
             value = compute()
-            entry = self._entries[key] = _Entry(value, time.perf_counter() - started)
+            entry = self._entries[key] = _Entry(value, now() - started)
             self._computing[self.user] += entry.seconds
         entry.users.add(self.user)
         return entry.value.clone()

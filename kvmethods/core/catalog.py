@@ -4,7 +4,7 @@ The plugin validates a grid at configure time and collects one item per case, an
 pytest run of its users: none of that may import torch. So the registry answers "which methods exist,
 what parameters do they take, is this spec valid" from this table, and imports a method's module only
 to build it (when an item runs, or when validating needs the method's own code: `checked_in_code`, a
-cross-parameter check or a base method to build). tests/test_method_catalog.py compares every entry with
+cross-parameter check or a base method to build). tests/kvmethods/test_method_catalog.py compares every entry with
 its class, so the table cannot drift from the implementations.
 
 The spec vocabulary that the registry reads before any implementation (composition `+`, the

@@ -2,10 +2,12 @@
 
 Third-party methods appear in the grid like built-in ones, either by an entry point
 (`[project.entry-points."kvbench.methods"] mymethod = "mypkg.module:MyMethod"`) or by calling
-`register_method` (usable as a decorator) from a conftest. `a+b` / `a+b+c` composes an eviction method
-with ThinK and/or a quantizer (composition.py). `kvpress:<PressName>` names any press of the
-optional kvpress package (kvpress_adapter.py). Entry points are read on every lookup, so a
-package installed into the running environment is visible without restarting anything.
+`register_method` (usable as a decorator) from a conftest. A spec (kvmethods/spec.py) is built here:
+`a+b` / `a+b+c` composes an eviction method with ThinK and/or a quantizer (composition.py),
+`kvpress:<PressName>` names any press of the optional kvpress package (kvpress_adapter.py), and a
+wrapper's base is built from the spec's base part and handed to the wrapper (wrapping.py). Entry points
+are read on every lookup, so a package installed into the running environment is visible without
+restarting anything.
 
 Built-in methods are known by their catalog entries (catalog.py), so listing them and validating a spec
 (`describe_method`) import no implementation, hence no torch; a method's module is imported when it is
@@ -15,14 +17,16 @@ built (`get_method`).
 from __future__ import annotations
 
 import importlib
+import reprlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from .capabilities import Capability
-from .catalog import BUILTINS, KVPRESS_PREFIX, PER_TURN, PREFILL_CHUNK, SEPARATOR
+from .catalog import BUILTINS, PER_TURN, PREFILL_CHUNK
 from .errors import MethodError
-from .params import validated
+from .params import declared_params, validated
+from ..spec import BASE, MethodSpec
 
 if TYPE_CHECKING:
     from .base import Method
@@ -91,7 +95,7 @@ def _load(name: str) -> type[Method]:
         return _registered[name]
     entry = _entry_point_methods().get(name)
     if entry is None:
-        raise MethodError(f"unknown method {name!r}; valid methods: {', '.join(available_methods())}")
+        raise MethodError(f"unknown method {reprlib.repr(name)}; valid methods: {', '.join(available_methods())}")
     origin = f"entry point {name!r} ({ENTRY_POINT_GROUP}: {entry.value})"
     try:
         loaded = entry.load()
@@ -107,25 +111,35 @@ def get_method(name: str, **params: Any) -> Method:
     """An instance of the named method with the given parameters (strings are coerced by field type)."""
     if not isinstance(name, str):
         raise MethodError(f"method name must be a string, got {name!r}")
-    name = name.strip()
+    return build(MethodSpec.of(name, params))
+
+
+def build(spec: MethodSpec) -> Method:
+    """The method a spec names: per_turn and prefill_chunk around any evicting method, a composition's parts,
+    a kvpress press, or one method; a wrapper gets its base built here from the spec's base part."""
     # lazy for startup time: these build on base.py, which imports torch; listing and validating must not
     from ..wrappers.chunked import chunked
     from ..wrappers.composition import compose
     from ..wrappers.per_turn import per_turn
+    from ..wrappers.wrapping import WrapperMethod
 
-    if PER_TURN in params:  # any evicting method: snapkv:per_turn=true re-compresses after each turn (per_turn.py)
-        rest = {key: value for key, value in params.items() if key != PER_TURN}
-        return per_turn(get_method(name, **rest), params[PER_TURN])
-    if PREFILL_CHUNK in params:  # any evicting method: snapkv:prefill_chunk=512 (chunked.py)
-        rest = {key: value for key, value in params.items() if key != PREFILL_CHUNK}
-        return chunked(get_method(name, **rest), params[PREFILL_CHUNK])
-    if SEPARATOR in name:  # snapkv+kivi, snapkv+think+kivi: eviction, ThinK and/or a quantizer
-        return compose(name, params, _load)
-    if name.startswith(KVPRESS_PREFIX):
-        from ..adapters.kvpress_adapter import kvpress_method  # imports kvpress only when a press is named
+    if PER_TURN in spec:  # any evicting method: snapkv:per_turn=true re-compresses after each turn (per_turn.py)
+        return per_turn(build(spec.without(PER_TURN)), spec[PER_TURN])
+    if PREFILL_CHUNK in spec:  # any evicting method: snapkv:prefill_chunk=512 (chunked.py)
+        return chunked(build(spec.without(PREFILL_CHUNK)), spec[PREFILL_CHUNK])
+    if spec.is_composition:  # snapkv+kivi, snapkv+think+kivi: eviction, ThinK and/or a quantizer
+        return compose(spec, _load, build)
+    if spec.is_kvpress:
+        from ..adapters.kvpress_adapter import kvpress_method  # lazy: kvpress, an optional extra, only when a press is named
 
-        return kvpress_method(name, params)
-    return _load(name).from_params(**params)
+        return kvpress_method(spec.name, spec.param_dict)
+    cls = _load(spec.name)
+    if issubclass(cls, WrapperMethod):  # adakv:base=snapkv:window=64: the base gets what adakv does not declare
+        declared = declared_params(cls)
+        default_base = next(param.default for param in declared if param.name == BASE)
+        own, base = spec.wrapping({param.name for param in declared}, default_base)
+        return cls.around(build(base), **own.param_dict)
+    return cls.from_params(**spec.param_dict)
 
 
 @dataclass(frozen=True)

@@ -82,11 +82,8 @@ class DecodingCompression(WrapperMethod):
     base: str = param("snapkv", "prefill-time scorer that also cuts the cache back while decoding")
     interval: int = param(128, "new tokens between two compressions while decoding (R-KV's buffer)", minimum=1)
 
-    @classmethod
-    def from_params(cls, **kwargs) -> Method:
-        method = super().from_params(**kwargs)  # the base gets its own parameters (window) here
-        check_decoding_scorer(method.name, method.inner, method.interval)
-        return method
+    def check_base(self) -> None:
+        check_decoding_scorer(self.name, self.inner, self.interval)
 
     def can_wrap(self, inner: Method) -> bool:
         """Any method that picks positions layer by layer (StreamingLLM included), but not one needing

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
@@ -36,6 +35,7 @@ from ..core.memory_budget import CacheGeometry, operating_point
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name, ragged_attention
 from ..adapters.transformers_compat import DynamicCache, cache_argument
+from .clock import now
 
 # GROUP_PROTOCOLS (catalog.py): samples sharing a context run as one group (kvmethods/runtime/protocols/); a single
 # prompt under them is compressed as query_agnostic does.
@@ -163,9 +163,9 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
                     logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
             elif Capability.SCORES_WHOLE_PROMPT in capabilities:
                 logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
-                started = time.perf_counter()
+                started = now()
                 kept_indices = _compress_from_whole_prompt(model, method, layer_budgets, cache, input_ids[:compressed_len])
-                scoring_s = time.perf_counter() - started
+                scoring_s = now() - started
             else:  # a chunked prefill (chunked.py) compresses after each chunk; otherwise one chunk
                 chunk = method.prefill_chunk or compressed_len
                 with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
@@ -227,9 +227,9 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     input_ids = [int(token) for token in input_ids]
     budget = None if budget is None and prefilled is not None else Budget.parse(budget)
     eos = {int(token) for token in (eos_token_ids or ())}
-    started = time.perf_counter()
+    started = now()
     state = prefilled or prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
-    prefill_s = time.perf_counter() - started
+    prefill_s = now() - started
     out = measured_prefill(model, method, state, len(input_ids), prefill_s)
     if budget is not None and budget.kind == "memory":  # a byte budget's allowance: its fraction of the full cache
         out.kv_bytes_budget = int(budget.value * out.kv_bytes_before)
@@ -237,10 +237,10 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     if teacher_targets is not None:
         target_logprobs = teacher_force_copy(model, state, teacher_targets)
 
-    started = time.perf_counter()
+    started = now()
     out.tokens, out.stop_token, steps, out.decode_cache_lengths = decode_greedy(model, state, max_new_tokens, eos,
                                                                                return_logprobs, method)
-    out.decode_s = time.perf_counter() - started
+    out.decode_s = now() - started
     out.logprobs = torch.stack(steps) if return_logprobs else None
     out.target_logprobs = target_logprobs
     return out

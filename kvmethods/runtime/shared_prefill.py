@@ -18,14 +18,13 @@ generation.prefill's bit for bit: the same layer inputs reach the same method co
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 from ..core.base import Method
-from ..core.budget import Budget
+from ..core.budget import FULL_CACHE, Budget
 from ..core.capabilities import Capability, prefills_alone
 from ..core.errors import MethodError
 from ..core.families import check_family, decoder_layers, rotary_embedding
@@ -35,6 +34,7 @@ from ..attention.kernel_memo import KernelMemo
 from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
 from ..storage.ragged import RaggedLayer
 from ..adapters.transformers_compat import DynamicCache, DynamicLayer
+from .clock import now
 
 
 def can_share_prefill(method: Method) -> bool:
@@ -101,7 +101,7 @@ def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
             if n_keep >= keys.shape[-2]:
                 _adopt(selection.cache, layer_idx, keys, values)
                 continue
-            started = time.perf_counter()
+            started = now()
             memo.user = number
             # its own copy of the layer: a method that writes into what it reads harms only itself
             own_keys, own_values = keys.clone(), values.clone()
@@ -113,7 +113,7 @@ def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
                                                             n_keep)
             except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
                 selection.error, selection.cache = exc, DynamicCache()
-            selection.seconds += time.perf_counter() - started - memo.computing_seconds(number)
+            selection.seconds += now() - started - memo.computing_seconds(number)
         for number, seconds in memo.shares().items():  # shared kernels: each user pays its share
             selections[number].seconds += seconds
 
@@ -131,6 +131,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
                    protocol: str, total_tokens: int | None = None) -> SharedPrefill:
     """The full-cache prefill of the prompt and, from the same forward, each request's compressed prefill
     (what generation.prefill(model, method, budget, ...) returns for it, bit for bit)."""
+    # lazy: the registry's wrappers import the generation modules (KNOWN_CIRCLES in tests/project/test_import_graph.py)
     from ..core.registry import get_method
 
     input_ids = [int(token) for token in input_ids]
@@ -143,24 +144,24 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
             check_family(model, method.name, total_tokens or len(input_ids))
     compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
     if compressed_len == 0:  # nothing to compress: every request is a plain prefill
-        started = time.perf_counter()
-        plain = [prefill(model, full_method, Budget("ratio", 0.0), input_ids, context_len, protocol)]
+        started = now()
+        plain = [prefill(model, full_method, FULL_CACHE, input_ids, context_len, protocol)]
         plain += [prefill(model, m, b, input_ids, context_len, protocol, total_tokens) for m, b in requests]
-        return SharedPrefill(plain[0], plain[1:], time.perf_counter() - started, [0.0] * len(requests),
+        return SharedPrefill(plain[0], plain[1:], now() - started, [0.0] * len(requests),
                              [None] * len(requests))
     n_layers = len(decoder_layers(model))
     selections = [_plan(model, method, budget, len(input_ids), compressed_len, n_layers)
                   for method, budget in requests]
     full = DynamicCache()
-    started = time.perf_counter()
+    started = now()
     with _selecting_hooks(model, full, selections):
         logits = _forward(model, full, input_ids[:compressed_len], 0, False, 1)
-    forward_s = time.perf_counter() - started - sum(s.seconds for s in selections)
+    forward_s = now() - started - sum(s.seconds for s in selections)
     reference_logits = logits
     if compressed_len < len(input_ids):
-        started = time.perf_counter()
+        started = now()
         reference_logits = _forward(model, full, input_ids[compressed_len:], compressed_len, False, 1)
-        forward_s += time.perf_counter() - started
+        forward_s += now() - started
     states = []
     for selection in selections:
         if selection.error is not None:
@@ -169,9 +170,9 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
         uneven = _is_uneven(selection.cache)
         next_logits = logits
         if compressed_len < len(input_ids):
-            started = time.perf_counter()
+            started = now()
             next_logits = _forward(model, selection.cache, input_ids[compressed_len:], compressed_len, uneven, 1)
-            selection.seconds += time.perf_counter() - started
+            selection.seconds += now() - started
         states.append(PrefilledPrompt(selection.cache, next_logits[-1], len(input_ids), uneven, selection.kept))
     reference = PrefilledPrompt(full, reference_logits[-1], len(input_ids), False, [None] * n_layers)
     return SharedPrefill(reference, states, forward_s, [s.seconds for s in selections],

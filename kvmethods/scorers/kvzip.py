@@ -50,6 +50,7 @@ def _instruction_ids(source: str) -> tuple[tuple[int, ...], tuple[int, ...], tup
     if not source:
         return (), (), ()
     try:
+        # lazy for startup time: transformers' tokenizer classes, only when KVzip builds its repeat prompt
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(source)

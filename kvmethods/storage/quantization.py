@@ -4,7 +4,7 @@ This is the arithmetic KIVI (Liu et al. 2024, arXiv 2402.02750) applies to the K
 of `group_size` consecutive values along the quantized axis gets its own zero point (the group's minimum)
 and scale ((max - min) / (2**bits - 1)); a value is stored as round((x - min) / scale), packed
 `8 // bits` consecutive codes per byte. Rounding to the nearest level bounds the error of every value by
-half a scale step, which tests/test_kivi.py checks against a brute-force reference. KIVI's choice
+half a scale step, which tests/kvmethods/test_kivi.py checks against a brute-force reference. KIVI's choice
 of axis (keys per channel: groups along the tokens, axis -2; values per token: groups along the channels,
 axis -1) is made by the caller (kivi_layer.py); both keep the [..., tokens, channels] layout, so reading
 back needs no transpose and writes straight into the caller's buffer (`dequantize(out=...)`).

@@ -61,7 +61,8 @@ class AdaKV(WrapperMethod):
     def check(self) -> None:
         if self.alpha > 1:
             raise MethodError(f"{self.name}: parameter 'alpha' must be in [0, 1], got {self.alpha}")
-        super().check()
+
+    def check_base(self) -> None:
         if self.across_layers and Capability.SCORES_WHOLE_PROMPT not in self.inner.capabilities:
             raise MethodError(f"{self.name}: across_layers needs a base that scores the whole prompt at once (kvzip), "
                               f"not {self.base!r}")

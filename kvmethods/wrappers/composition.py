@@ -19,8 +19,6 @@ which the grid turns into one-line usage errors before any model loads.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ..core.base import Method
@@ -28,6 +26,8 @@ from ..core.capabilities import Capability
 from ..core.catalog import SEPARATOR
 from .delegation import Delegating
 from ..core.errors import MethodError
+from ..core.params import declared_params
+from ..spec import MethodSpec
 
 THINK_WINDOW = "recent"  # ThinK's full-channel window, replaced by the quantizer's own under think+kivi
 STORAGE_ROLES = Capability.PRUNES_CHANNELS | Capability.TAKES_CHANNELS  # what a part is, not the composition
@@ -77,35 +77,6 @@ class Composition(Delegating):
                                            kept_channels=self.thinner.kept_channels(head_dim))
 
 
-def _routed(parts: list[type[Method]], params: dict[str, Any], spec: str) -> list[dict[str, Any]]:
-    """Each parameter to the one part that declares it (or that its `part.` prefix names)."""
-    routed: list[dict[str, Any]] = [{} for _ in parts]
-    names = [cls.name for cls in parts]
-
-    def route(part: int, bare: str, key: str, value: Any) -> None:
-        if bare in routed[part]:  # `window=32:snapkv.window=64`: one parameter given twice
-            raise MethodError(f"{spec}: parameter {names[part]}.{bare} is given twice ({routed[part][bare]} and "
-                              f"{key}={value}); give it once")
-        routed[part][bare] = value
-
-    for key, value in params.items():
-        prefix, dot, bare = key.partition(".")
-        if dot:
-            if prefix not in names:
-                raise MethodError(f"{spec}: parameter {key!r} names no part of the composition ({', '.join(names)})")
-            route(names.index(prefix), bare, key, value)
-            continue
-        owners = [i for i, cls in enumerate(parts) if key in cls.__dataclass_fields__]
-        if len(owners) > 1:
-            raise MethodError(f"{spec}: parameter {key!r} belongs to several parts; write it as "
-                              + " or ".join(f"{names[i]}.{key}" for i in owners))
-        if not owners:
-            valid = "; ".join(f"{cls.name}: {cls.describe_params()}" for cls in parts)
-            raise MethodError(f"{spec}: unknown parameter {key!r}; valid parameters: {valid}")
-        route(owners[0], key, key, value)
-    return routed
-
-
 def _at_most_one(role: str, methods: list[Method], spec: str, why: str) -> Method | None:
     if len(methods) > 1:
         raise MethodError(f"{spec}: a composition takes at most one {role}, got {len(methods)} "
@@ -125,17 +96,15 @@ def _one_per_role(classes: list[type[Method]], spec: str) -> None:
                               f"({', '.join(c.name for c in members)})")
 
 
-def compose(spec: str, params: dict[str, Any], load) -> Composition:
-    """The Composition named `a+b` or `a+b+c` (load: name -> Method class), parameters routed to its parts.
-    Two or three parts with at most one per role always include ThinK or a quantizer to store the tokens."""
-    names = [part.strip() for part in spec.split(SEPARATOR)]
-    if not 2 <= len(names) <= 3 or not all(names):
-        raise MethodError(f"{spec}: a composition is an eviction method, think and/or a quantizer, like "
-                          f"'snapkv+kivi' or 'snapkv+think+kivi'")
-    classes = [load(name) for name in names]
+def compose(named: MethodSpec, load, build) -> Composition:
+    """The Composition `named` names, `a+b` or `a+b+c` (load: name -> Method class; build: spec -> Method),
+    its parameters routed to its parts (spec.py). Two or three parts with at most one per role always
+    include ThinK or a quantizer to store the tokens."""
+    spec = named.name  # as written, in messages
+    classes = [load(name) for name in named.parts]
     _one_per_role(classes, spec)
-    routed = _routed(classes, params, spec)
-    methods = [cls.from_params(**kwargs) for cls, kwargs in zip(classes, routed)]
+    parts = named.routed([(cls.name, declared_params(cls)) for cls in classes])
+    methods = [build(part) for part in parts]
     evictor = _at_most_one("eviction method", [m for m in methods if _is_evictor(m)], spec,
                            "they would each choose the kept tokens")
     thinner = _at_most_one("think", [m for m in methods if _is_thinner(m)], spec, "keys are thinned once")
@@ -150,7 +119,7 @@ def compose(spec: str, params: dict[str, Any], load) -> Composition:
     if thinner is not None and quantizer is not None:
         if Capability.TAKES_CHANNELS not in quantizer.capabilities:
             raise MethodError(f"{spec}: {quantizer.name} cannot quantize think's thin keys; use kivi")
-        if THINK_WINDOW in routed[methods.index(thinner)]:
+        if THINK_WINDOW in parts[methods.index(thinner)]:
             raise MethodError(f"{spec}: think's {THINK_WINDOW!r} does not apply with {quantizer.name}, whose "
                               f"full-precision window keeps every key channel")
     # one name per composition whatever the order given (`kivi+snapkv` is `snapkv+kivi`): eviction, think, quantizer

@@ -55,7 +55,6 @@ class CriticalKV(WrapperMethod):
     def check(self) -> None:
         if self.first_stage_ratio > 1:
             raise MethodError(f"{self.name}: parameter 'first_stage_ratio' must be in [0, 1], got {self.first_stage_ratio}")
-        super().check()
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
         base = self.inner.score(layer, n_keep)

@@ -3,13 +3,14 @@
 A wrapper names its base method by a string parameter (`adakv:base=snapkv`, or `base = "snapkv"` in a TOML
 table), so grid files and the command line need no nested syntax. Parameters the wrapper does not declare
 go to the base method (`adakv:base=snapkv:window=64`), and the record shows the base's parameters under
-`base_params`. Only methods that score positions (`Method.score`) can be wrapped: StreamingLLM picks
-positions without scores, `full` keeps everything, and a wrapper is refused as a base of the same kind.
+`base_params`. The registry builds the base (kvmethods/spec.py splits the spec) and hands it to the wrapper,
+so this module needs no registry. Only methods that score positions (`Method.score`) can be wrapped:
+StreamingLLM picks positions without scores, `full` keeps everything, and a wrapper is refused as a base of
+the same kind.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
@@ -21,13 +22,16 @@ from ..runtime.layer_inputs import LayerInputs
 
 
 class WrapperMethod(Method):
-    """Base class of wrappers; subclasses are dataclasses declaring `base: str = param(...)`. An instance's
-    capabilities are its class's plus what its base needs (`inherited`), set whenever `inner` is."""
+    """Base class of wrappers; subclasses are dataclasses declaring `base: str = param(...)`. The registry
+    builds the base from the spec's base part (spec.py: `MethodSpec.wrapping`) and hands it to `around`,
+    so a wrapper never looks a method up by name. An instance's capabilities are its class's plus what its
+    base needs (`inherited`), set whenever `inner` is."""
 
     base: str
 
     @property
     def inner(self) -> Method:
+        """The built base, set by `around`."""
         return self._inner
 
     @inner.setter
@@ -39,18 +43,19 @@ class WrapperMethod(Method):
         """The capabilities the wrapper has because its base has them (whole-prompt scoring, every query)."""
         return inner.capabilities & INHERITED_FROM_BASE
 
-    def check(self) -> None:
-        self.inner = self._wrap(self.base, {})
+    @classmethod
+    def around(cls, inner: Method, **own: Any) -> Method:
+        """The wrapper of `inner` (the method its `base` names) with its own parameters; MethodError when
+        a parameter is unknown or the base cannot be wrapped."""
+        method = cls.from_params(**own)
+        method.inner = inner
+        if not method.can_wrap(inner):
+            raise MethodError(f"{method.name}: base {method.base!r} cannot be wrapped ({method.why_not(inner)})")
+        method.check_base()
+        return method
 
-    def _wrap(self, base: str, params: dict) -> Method:
-        from ..core.registry import get_method  # the registry imports the wrappers
-
-        if base == self.name:
-            raise MethodError(f"{self.name}: base {base!r} cannot wrap itself")
-        inner = get_method(base, **params)
-        if not self.can_wrap(inner):
-            raise MethodError(f"{self.name}: base {base!r} cannot be wrapped ({self.why_not(inner)})")
-        return inner
+    def check_base(self) -> None:
+        """Validation that needs the built base (`self.inner`); raise MethodError."""
 
     def can_wrap(self, inner: Method) -> bool:
         return (Capability.COMPRESSES | Capability.LAYER_SCORES) in inner.capabilities
@@ -59,15 +64,6 @@ class WrapperMethod(Method):
         if Capability.COMPRESSES not in inner.capabilities:
             return "it keeps everything"
         return "it selects positions without per-layer scores"
-
-    @classmethod
-    def from_params(cls, **kwargs: Any) -> Method:
-        own = {f.name for f in dataclasses.fields(cls)}
-        method = cls(**{k: v for k, v in kwargs.items() if k in own})
-        rest = {k: v for k, v in kwargs.items() if k not in own}
-        if rest:
-            method.inner = method._wrap(method.base, rest)
-        return method
 
     def params(self) -> dict:
         return {**super().params(), "base_params": self.inner.params()}

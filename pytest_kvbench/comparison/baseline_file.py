@@ -14,7 +14,10 @@ from datetime import datetime
 from pathlib import Path
 
 from pytest_kvbench import user_paths
-from pytest_kvbench.results.record import DEFAULT_PROTOCOL, is_number, is_scored
+from pytest_kvbench.atomic_files import atomic_write_json
+from pytest_kvbench.results.record import BudgetInfo, Device, Latency, Memory, MethodInfo, Record, TaskInfo, is_number
+from pytest_kvbench.results.record_json import OMITTED_AT_DEFAULT, RecordShapeError, from_json, to_json
+from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL
 from pytest_kvbench.results.storage import read_json
 
 FORMAT = "kvbench-baseline"
@@ -25,32 +28,57 @@ class BaselineError(ValueError):
     """A baseline or tolerance that cannot be used; one line, naming the file and what is wrong."""
 
 
-def baseline_entry(record: dict) -> dict:
-    """The part of a record a baseline needs: identity, settings, score, per-sample data, cost."""
-    model = record.get("model") or {}
-    gguf = model.get("gguf") if isinstance(model.get("gguf"), dict) else {}
-    return {
-        "key": record["key"],
-        "item_id": record.get("item_id"),
-        "model": {k: model.get(k) for k in ("name", "dtype", "attn_implementation") if k in model}
-        | ({"gguf_sha256": gguf["sha256"]} if gguf.get("sha256") else {}),
-        "method": record.get("method"),
-        "budget": record.get("budget"),
-        "protocol": record.get("protocol"),
-        "max_prompt_tokens": record.get("max_prompt_tokens"),
-        "seed": record.get("seed"),
-        "task": record.get("task"),
-        "metric": record.get("metric"),
-        "score": record["score"],
-        "n_samples": record.get("n_samples"),
-        "samples": [
-            {k: s.get(k) for k in ("id", "score", "prefill_ms", "decode_ms", "kl", "agreement")}
-            for s in record.get("samples") or []
-        ],
-        "latency": record.get("latency"),
-        "memory": record.get("memory"),
-        "device": record.get("device"),
-    }
+@dataclass(frozen=True, kw_only=True)
+class BaselineModel:
+    """What a baseline keeps of the model: the settings a comparison must match."""
+
+    name: str | None = None
+    dtype: str | None = None
+    attn_implementation: str | None = None
+    gguf_sha256: str | None = field(default=None, metadata=OMITTED_AT_DEFAULT)  # GGUF-derived weights only
+    extra: dict = field(default_factory=dict)
+
+
+_SAMPLE_FIELDS = ("id", "score", "prefill_ms", "decode_ms", "kl", "agreement")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaselineEntry:
+    """The part of a record a baseline needs: identity, settings, score, per-sample data, cost. Its parts
+    are the record's own, so verdicts.py reads an entry and a record alike."""
+
+    key: str
+    item_id: str | None = None
+    model: BaselineModel = field(default_factory=BaselineModel)
+    method: MethodInfo | None = None
+    budget: BudgetInfo | None = None
+    protocol: str | None = None
+    max_prompt_tokens: int | None = None
+    seed: int | None = None
+    task: TaskInfo | None = None
+    metric: str | None = None
+    score: float
+    n_samples: int | None = None
+    samples: list[dict]
+    latency: Latency = field(default_factory=Latency)
+    memory: Memory = field(default_factory=Memory)
+    device: Device = field(default_factory=Device)
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, record: Record) -> BaselineEntry:
+        model = record.model
+        return cls(key=record.key, item_id=record.item_id,
+                   model=BaselineModel(name=model.name, dtype=model.dtype, attn_implementation=model.attn_implementation,
+                                       gguf_sha256=model.gguf_sha256),
+                   method=record.method, budget=record.budget, protocol=record.protocol,
+                   max_prompt_tokens=record.max_prompt_tokens, seed=record.seed, task=record.task, metric=record.metric,
+                   score=record.score, n_samples=record.n_samples,
+                   samples=[{k: s.get(k) for k in _SAMPLE_FIELDS} for s in record.samples],
+                   latency=record.latency, memory=record.memory, device=record.device)
+
+    def to_json(self) -> dict:
+        return to_json(self)
 
 
 # -- the baseline -----------------------------------------------------------------------------
@@ -60,14 +88,14 @@ def baseline_entry(record: dict) -> dict:
 class Baseline:
     """Baseline entries by comparison key, with the environment they were measured in."""
 
-    entries: dict[str, dict]
+    entries: dict[str, BaselineEntry]
     environment: dict = field(default_factory=dict)
     source: str = ""
     created: str | None = None
     run_id: str | None = None
 
-    def entry(self, record: dict) -> dict | None:
-        return self.entries.get(record.get("key"))
+    def entry(self, record: Record) -> BaselineEntry | None:
+        return self.entries.get(record.key)
 
     def unrun(self, keys_seen: Iterable[str]) -> list[str]:
         """Baseline entries that this run did not produce (listed, not failed)."""
@@ -75,23 +103,23 @@ class Baseline:
         return sorted(k for k in self.entries if k not in seen)
 
     @classmethod
-    def from_records(cls, records: Iterable[dict], environment: dict | None = None, source: str = "") -> Baseline:
+    def from_records(cls, records: Iterable[Record], environment: dict | None = None, source: str = "") -> Baseline:
         """An in-memory baseline from a run's records (``kvbench compare A B`` uses run A)."""
-        entries: dict[str, dict] = {}
+        entries: dict[str, BaselineEntry] = {}
         run_ids = set()
         for record in records:
-            if not is_scored(record):
+            if not record.is_scored:
                 continue
-            if record["key"] in entries:
-                raise BaselineError(f"{source or 'records'}: item {record['key']} appears twice")
-            entries[record["key"]] = baseline_entry(record)
-            run_ids.add(record.get("run_id"))
+            if record.key in entries:
+                raise BaselineError(f"{source or 'records'}: item {record.key} appears twice")
+            entries[record.key] = BaselineEntry.of(record)
+            run_ids.add(record.run_id)
         return cls(entries=entries, environment=dict(environment or {}), source=source,
                    run_id=next(iter(run_ids)) if len(run_ids) == 1 else None)
 
     def to_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "created": self.created, "run_id": self.run_id,
-                "environment": self.environment, "entries": self.entries}
+                "environment": self.environment, "entries": {k: e.to_json() for k, e in self.entries.items()}}
 
 
 def check_save_target(path: str | os.PathLike, force: bool) -> None:
@@ -104,13 +132,11 @@ def check_save_target(path: str | os.PathLike, force: bool) -> None:
         raise BaselineError(f"baseline {user_paths.shown(target)} already exists; pass --kvbench-save-force to replace it")
 
 
-def write_baseline(path: str | os.PathLike, records: list[dict], environment: dict, force: bool) -> None:
+def write_baseline(path: str | os.PathLike, records: list[Record], environment: dict, force: bool) -> None:
     """Save the run's scored items as a baseline; refuses to replace a file unless ``force``."""
-    from pytest_kvbench.results.storage import atomic_write_json
-
     target = Path(path)
     check_save_target(target, force)
-    scored = [r for r in records if is_scored(r)]
+    scored = [r for r in records if r.is_scored]
     if not scored:
         raise BaselineError(f"nothing to save in baseline {target}: no item produced a score")
     baseline = Baseline.from_records(scored, environment, source=str(target))
@@ -121,7 +147,7 @@ def write_baseline(path: str | os.PathLike, records: list[dict], environment: di
         raise BaselineError(f"cannot write baseline {target}: {exc.strerror or exc}") from None
 
 
-def _check_entry(path: Path, key: object, entry: object) -> None:
+def _read_entry(path: Path, key: object, entry: object) -> BaselineEntry:
     where = f"{path}: entry {key!r}"
     if not isinstance(entry, dict):
         raise BaselineError(f"{where} is not an object")
@@ -140,15 +166,20 @@ def _check_entry(path: Path, key: object, entry: object) -> None:
     for name in ("method", "latency", "memory", "task"):
         if entry.get(name) is not None and not isinstance(entry.get(name), dict):
             raise BaselineError(f"{where}: {name!r} must be an object")
+    try:
+        return from_json(BaselineEntry, {"key": key} | entry, "entry")
+    except RecordShapeError as exc:
+        raise BaselineError(f"{where}: {exc}") from None
 
 
-def check_same_protocols(entries: Iterable[dict], records: Iterable[dict], baseline_name: str, run_id: str) -> None:
+def check_same_protocols(entries: Iterable[BaselineEntry], records: Iterable[Record], baseline_name: str,
+                         run_id: str) -> None:
     """BaselineError when a run and its reference ran different protocols: their scores measure
     different things (one question per prefill vs one compressed context for many), so no verdict."""
-    def protocols(items: Iterable[dict]) -> list[str]:
-        return sorted({item.get("protocol") or DEFAULT_PROTOCOL for item in items})
+    def protocols(items: Iterable[BaselineEntry | Record]) -> list[str]:
+        return sorted({item.protocol or DEFAULT_PROTOCOL for item in items})
 
-    theirs, ours = protocols(entries), protocols(r for r in records if is_scored(r))
+    theirs, ours = protocols(entries), protocols(r for r in records if r.is_scored)
     if ours and theirs != ours:
         raise BaselineError(f"cannot compare across protocols: {baseline_name} ran {', '.join(theirs)}, "
                             f"run {run_id} ran {', '.join(ours)} (settings mismatch)")
@@ -178,8 +209,7 @@ def load_baseline(path: str | os.PathLike) -> Baseline:
         raise BaselineError(f"baseline {source}: 'entries' must be an object keyed by item key")
     if not entries:
         raise BaselineError(f"baseline {source} has no entries: nothing to compare against")
-    for key, entry in entries.items():
-        _check_entry(source, key, entry)
+    typed = {key: _read_entry(source, key, entry) for key, entry in entries.items()}
     environment = data.get("environment")
-    return Baseline(entries=entries, environment=environment if isinstance(environment, dict) else {},
+    return Baseline(entries=typed, environment=environment if isinstance(environment, dict) else {},
                     source=str(source), created=data.get("created"), run_id=data.get("run_id"))

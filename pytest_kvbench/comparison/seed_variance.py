@@ -3,7 +3,7 @@
 A score that moves by a point between seeds cannot gate a change of half a point. For each
 configuration (an item's key without its seed) this gathers the scores over all seeds of the given
 runs and reports the coefficient of variation of the mean against the number of seeds
-(comparison/stats.variation_curve), and how many seeds bring it under a threshold.
+(stats.variation_curve), and how many seeds bring it under a threshold.
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
-from pytest_kvbench.comparison.stats import VariationCurve
 from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.results.export import config_key
-from pytest_kvbench.results.record import is_scored
 from pytest_kvbench.results.runs import Run
+from pytest_kvbench.stats import VariationCurve
 
 HEADERS = ["item", "seeds", "mean", "CV per seed", "CV of the mean (seeds: CV)", "seeds needed"]
 
@@ -42,8 +41,8 @@ def variance_groups(runs: Sequence[Run]) -> dict[str, list[float]]:
     groups: dict[str, list[tuple]] = defaultdict(list)
     for run in runs:
         for r in run.records:
-            if is_scored(r):
-                groups[config_key(r)].append((r.get("seed") if isinstance(r.get("seed"), int) else 0, run.run_id, float(r["score"])))
+            if r.is_scored:
+                groups[config_key(r)].append((r.seed if isinstance(r.seed, int) else 0, run.run_id, float(r.score)))
     return {key: [score for *_, score in sorted(values)] for key, values in sorted(groups.items())}
 
 

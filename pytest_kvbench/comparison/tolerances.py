@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_kvbench.comparison.baseline_file import BaselineError
-from pytest_kvbench.input_values import InputError, ascii_float, split_list
+from pytest_kvbench.input_values import InputError, ascii_float, shown, split_list
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Tolerances:
 
 
 def _parse_one(spec: str) -> tuple[str, Tolerance | None]:
-    usage = (f"invalid tolerance {spec!r}: expected METRIC:VALUE or METRIC:VALUE% (or METRIC:off) "
+    usage = (f"invalid tolerance {shown(spec)}: expected METRIC:VALUE or METRIC:VALUE% (or METRIC:off) "
              f"with METRIC one of {', '.join(METRICS)}")
     name, sep, raw = spec.partition(":")
     name = _ALIASES.get(name.strip().lower(), name.strip().lower())
@@ -91,7 +91,7 @@ def _parse_one(spec: str) -> tuple[str, Tolerance | None]:
     if value is None:
         raise BaselineError(usage)
     if not math.isfinite(value) or value < 0:
-        raise BaselineError(f"invalid tolerance {spec!r}: the value must be a finite number >= 0 in ASCII digits")
+        raise BaselineError(f"invalid tolerance {shown(spec)}: the value must be a finite number >= 0 in ASCII digits")
     return name, Tolerance(name, value, relative)
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from pytest_kvbench.comparison.stats import PairedResult, compare_paired
 from pytest_kvbench.comparison.tolerances import Tolerance, Tolerances
 from pytest_kvbench.comparison.verdict_format import (
     TABLE_HEADERS,
@@ -34,7 +34,11 @@ from pytest_kvbench.comparison.verdict_format import (
     fmt_value,
     relative,
 )
-from pytest_kvbench.results.record import is_number, is_scored
+from pytest_kvbench.results.record import Record, is_number
+from pytest_kvbench.stats import PairedResult, compare_paired
+
+if TYPE_CHECKING:
+    from pytest_kvbench.comparison.baseline_file import BaselineEntry
 
 SCORE_SCALE = 100.0  # record scores are 100 x the mean per-sample score (DEVELOPERS.md, tasks)
 STATUSES = ("ok", "regression", "improved", "new", "mismatch")
@@ -134,34 +138,33 @@ def _weights(gguf_sha256: str | None) -> str:
     return f"GGUF sha256 {gguf_sha256[:12]}..." if gguf_sha256 else "not from a GGUF file"
 
 
-def _settings_mismatch(record: dict, entry: dict) -> list[str]:
+def _settings_mismatch(record: Record, entry: BaselineEntry) -> list[str]:
     """Every reason why the record did not measure what the entry measured."""
     reasons = []
-    base_params = (entry.get("method") or {}).get("params") or {}
-    cur_params = (record.get("method") or {}).get("params") or {}
+    base_params = (entry.method.params if entry.method else None) or {}
+    cur_params = record.method.params or {}
     if base_params != cur_params:
         changed = sorted(k for k in set(base_params) | set(cur_params) if base_params.get(k) != cur_params.get(k))
         detail = ", ".join(f"{k}: {base_params.get(k)!r} -> {cur_params.get(k)!r}" for k in changed)
         reasons.append(f"method parameters differ ({detail})")
-    base_model, cur_model = entry.get("model") or {}, record.get("model") or {}
     for name in ("dtype", "attn_implementation"):
-        if base_model.get(name) is not None and cur_model.get(name) is not None and base_model[name] != cur_model[name]:
-            reasons.append(f"model {name.replace('_', ' ')} differs (baseline {base_model[name]!r}, this run {cur_model[name]!r})")
-    cur_gguf = (cur_model.get("gguf") or {}).get("sha256") if isinstance(cur_model.get("gguf"), dict) else None
-    if base_model.get("gguf_sha256") != cur_gguf:  # a name (smollm2-135m) may load a GGUF file or float weights
-        reasons.append(f"model weights differ (baseline {_weights(base_model.get('gguf_sha256'))}, "
-                       f"this run {_weights(cur_gguf)})")
+        base, cur = getattr(entry.model, name), getattr(record.model, name)
+        if base is not None and cur is not None and base != cur:
+            reasons.append(f"model {name.replace('_', ' ')} differs (baseline {base!r}, this run {cur!r})")
+    if entry.model.gguf_sha256 != record.model.gguf_sha256:  # a name (smollm2-135m) may load a GGUF file or floats
+        reasons.append(f"model weights differ (baseline {_weights(entry.model.gguf_sha256)}, "
+                       f"this run {_weights(record.model.gguf_sha256)})")
     for name, base, cur in (
-        ("protocol", entry.get("protocol"), record.get("protocol")),
+        ("protocol", entry.protocol, record.protocol),
         # None is the model's maximum; baselines from before the field was recorded used it
-        ("max prompt tokens", entry.get("max_prompt_tokens"), record.get("max_prompt_tokens")),
-        ("metric", entry.get("metric"), record.get("metric")),
-        ("context length", (entry.get("task") or {}).get("context_length"), (record.get("task") or {}).get("context_length")),
+        ("max prompt tokens", entry.max_prompt_tokens, record.max_prompt_tokens),
+        ("metric", entry.metric, record.metric),
+        ("context length", entry.task.context_length if entry.task else None, record.task.context_length),
     ):
         if base != cur:
             reasons.append(f"{name} differs (baseline {base!r}, this run {cur!r})")
-    base_samples, base_dupes = _samples_by_id(entry.get("samples") or [])
-    cur_samples, cur_dupes = _samples_by_id(record.get("samples") or [])
+    base_samples, base_dupes = _samples_by_id(entry.samples)
+    cur_samples, cur_dupes = _samples_by_id(record.samples)
     if base_dupes or cur_dupes:
         reasons.append(f"sample ids repeat ({_describe_ids(base_dupes + cur_dupes)}), so samples cannot be paired")
     elif not base_samples or not cur_samples:
@@ -182,13 +185,13 @@ def _settings_mismatch(record: dict, entry: dict) -> list[str]:
     return reasons
 
 
-def _check_score(record: dict, entry: dict, tolerance: Tolerance | None, seed: int) -> MetricCheck:
-    base, _ = _samples_by_id(entry["samples"])
-    cur, _ = _samples_by_id(record["samples"])
+def _check_score(record: Record, entry: BaselineEntry, tolerance: Tolerance | None, seed: int) -> MetricCheck:
+    base, _ = _samples_by_id(entry.samples)
+    cur, _ = _samples_by_id(record.samples)
     ids = list(base)  # baseline order: a stable pairing order keeps the bootstrap reproducible
     result = compare_paired([SCORE_SCALE * base[i]["score"] for i in ids],
                             [SCORE_SCALE * cur[i]["score"] for i in ids], seed=seed)
-    check = MetricCheck("score", float(entry["score"]), float(record["score"]), result.mean_diff,
+    check = MetricCheck("score", float(entry.score), float(record.score), result.mean_diff,
                         result.low, result.high, result.p, result.n, tolerance)
     if tolerance is None:
         check.note = "not gated"
@@ -203,13 +206,13 @@ def _check_score(record: dict, entry: dict, tolerance: Tolerance | None, seed: i
     return check
 
 
-def _fidelity_checks(record: dict, entry: dict, seed: int) -> list[MetricCheck]:
+def _fidelity_checks(record: Record, entry: BaselineEntry, seed: int) -> list[MetricCheck]:
     """KL to the full cache and greedy agreement, paired per sample: reported beside the score, never gated.
 
     They need no labels, so they move even where a task score is flat (a small model, few samples).
     """
-    base, _ = _samples_by_id(entry["samples"])
-    cur, _ = _samples_by_id(record["samples"])
+    base, _ = _samples_by_id(entry.samples)
+    cur, _ = _samples_by_id(record.samples)
     checks = []
     for metric in ("agreement", "kl"):
         ids = [i for i in base if is_number(base[i].get(metric)) and is_number(cur.get(i, {}).get(metric))]
@@ -230,9 +233,9 @@ def _sample_seconds(sample: dict) -> float | None:
     return None
 
 
-def _check_latency(record: dict, entry: dict, tolerance: Tolerance, seed: int) -> MetricCheck:
-    base, _ = _samples_by_id(entry["samples"])
-    cur, _ = _samples_by_id(record["samples"])
+def _check_latency(record: Record, entry: BaselineEntry, tolerance: Tolerance, seed: int) -> MetricCheck:
+    base, _ = _samples_by_id(entry.samples)
+    cur, _ = _samples_by_id(record.samples)
     ids = list(base)
     base_s = [_sample_seconds(base[i]) for i in ids]
     cur_s = [_sample_seconds(cur[i]) for i in ids]
@@ -243,8 +246,8 @@ def _check_latency(record: dict, entry: dict, tolerance: Tolerance, seed: int) -
                             n * result.low, n * result.high, result.p, n, tolerance)
         significant = result.significant_rise
     else:
-        base_total = (entry.get("latency") or {}).get("total_s")
-        cur_total = (record.get("latency") or {}).get("total_s")
+        base_total = entry.latency.total_s
+        cur_total = record.latency.total_s
         if not (is_number(base_total) and is_number(cur_total)):
             return MetricCheck("latency", None, None, None, tolerance=tolerance, note="not measured")
         check = MetricCheck("latency", base_total, cur_total, cur_total - base_total, tolerance=tolerance,
@@ -255,10 +258,10 @@ def _check_latency(record: dict, entry: dict, tolerance: Tolerance, seed: int) -
     return check
 
 
-def _check_memory(metric: str, record: dict, entry: dict, tolerance: Tolerance) -> MetricCheck:
+def _check_memory(metric: str, record: Record, entry: BaselineEntry, tolerance: Tolerance) -> MetricCheck:
     field_name = "kv_bytes_after" if metric == "kv_bytes" else "peak_bytes"
-    base = (entry.get("memory") or {}).get(field_name)
-    cur = (record.get("memory") or {}).get(field_name)
+    base = getattr(entry.memory, field_name)
+    cur = getattr(record.memory, field_name)
     if not (is_number(base) and is_number(cur)):
         return MetricCheck(metric, base if is_number(base) else None, cur if is_number(cur) else None,
                            None, tolerance=tolerance, note="not measured")
@@ -287,20 +290,20 @@ def _regression_text(check: MetricCheck) -> str:
             + f", beyond the tolerance {check.tolerance}")
 
 
-def compare_record(record: dict, entry: dict | None, tolerances: Tolerances, *, seed: int = 0) -> Verdict:
+def compare_record(record: Record, entry: BaselineEntry | None, tolerances: Tolerances, *, seed: int = 0) -> Verdict:
     """Compare one finished item with its baseline entry (None: the item is new)."""
-    key = str(record.get("key"))
-    current_score = record.get("score") if is_scored(record) else None
+    key = str(record.key)
+    current_score = record.score if record.is_scored else None
     if entry is None:
         return Verdict(key, "new", [MetricCheck("score", None, current_score, None)],
                        message=f"{key}: new item, not in the baseline (score {fmt_value('score', current_score)})")
     reasons = []
     if current_score is None:
-        reasons.append(f"no score in this run (status {record.get('status') or 'unknown'})")
+        reasons.append(f"no score in this run (status {record.status or 'unknown'})")
     else:
         reasons.extend(_settings_mismatch(record, entry))
     if reasons:
-        return Verdict(key, "mismatch", [MetricCheck("score", float(entry["score"]), current_score, None)], reasons,
+        return Verdict(key, "mismatch", [MetricCheck("score", float(entry.score), current_score, None)], reasons,
                        message=f"{key}: not compared with the baseline: " + "; ".join(reasons))
     checks = [_check_score(record, entry, tolerances.get("score"), seed)]
     checks += _fidelity_checks(record, entry, seed)

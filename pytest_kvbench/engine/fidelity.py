@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 import torch
+from pytest_kvbench.engine.finite_logits import check_logits_finite
 
 REFERENCE_TOP_K = 4096
 
@@ -39,8 +40,6 @@ class Reference:
 def reference_of(result: Any, what: str) -> Reference:
     """The reference made of a full-cache generation run with return_logprobs: methods are teacher-forced
     on its whole output, the stopping eos included; its per-step distributions leave the result."""
-    from pytest_kvbench.engine.finite_logits import check_logits_finite
-
     target = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
     logp, result.logprobs = result.logprobs, None
     check_logits_finite(logp, what)

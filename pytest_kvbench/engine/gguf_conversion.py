@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from pytest_kvbench.model_sources import gguf_cache
 from pytest_kvbench.model_sources.gguf_file import GgufInfo
 from pytest_kvbench.model_sources.gguf_index import gguf_info
@@ -17,6 +21,7 @@ from pytest_kvbench.model_sources.gguf_index import gguf_info
 
 def _dequantizing_config() -> dict:
     try:
+        # lazy: asked per call, since transformers before GgufConfig has none to import
         from transformers import GgufConfig
     except ImportError:  # older transformers always dequantize GGUF weights
         return {}
@@ -24,10 +29,6 @@ def _dequantizing_config() -> dict:
 
 
 def _save_float_model(gguf_path: Path, info: GgufInfo, folder: Path) -> dict:
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     where, name = str(gguf_path.parent), gguf_path.name
     model = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=torch.float32, **_dequantizing_config())
     tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)

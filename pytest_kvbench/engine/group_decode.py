@@ -15,14 +15,14 @@ item's timer is paused, the member's time left (its limit minus its decoding don
 
 from __future__ import annotations
 
-import time
 import traceback
 from collections.abc import Callable
 
+from kvmethods.runtime.clock import now
+from pytest_kvbench.cases import Case
 from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_of_memory
 from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
-from pytest_kvbench.wiring.grid import Case
 
 # decode(member, prefilled state) -> (GenerationOutput without log-probs, kl, agreement)
 Decode = Callable[[Case, object], tuple]
@@ -60,7 +60,7 @@ def decode_members(running: Case, members: list[Case], shared, sample_id: str, d
         if error is not None:
             outcomes.fail(member, sample_id, _detached(error, note))
             continue
-        started = time.perf_counter()
+        started = now()
         try:
             with limit.paused(time_left(member), f"{member.id} (sample {sample_id}, decoded in {running.id}'s run)"):
                 decoded = decode(member, state)
@@ -72,7 +72,7 @@ def decode_members(running: Case, members: list[Case], shared, sample_id: str, d
         else:
             outcomes.keep(member, sample_id, _outcome(decoded, shared.forward_s, own_s, running))
         finally:
-            outcomes.book(member, time.perf_counter() - started)
+            outcomes.book(member, now() - started)
 
 
 def _outcome(decoded: tuple, forward_s: float, own_s: float, running: Case) -> DecodedSample:

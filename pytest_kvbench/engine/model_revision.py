@@ -16,6 +16,7 @@ def hub_revision(source: str) -> str | None:
     """The commit sha of `source`'s cached config.json when `source` is a hub id; None for a local path."""
     if Path(source).exists():
         return None
+    # lazy for startup time: huggingface_hub, only for hub models
     from huggingface_hub import try_to_load_from_cache
 
     try:

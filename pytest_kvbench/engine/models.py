@@ -14,8 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pytest_kvbench.engine.gguf_conversion import converted_model
+from pytest_kvbench.engine.hardware.figures import model_size_on_disk
 from pytest_kvbench.engine.model_revision import hub_revision
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
+from pytest_kvbench.model_sources.reference import model_source
 
 
 class ModelLoadError(RuntimeError):
@@ -55,14 +61,10 @@ class LoadedModel:
 
 
 def pick_device() -> str:
-    import torch
-
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _torch_dtype(dtype: str, device: str):
-    import torch
-
     if dtype == "auto":
         return torch.bfloat16 if device == "cuda" else torch.float32
     return getattr(torch, dtype)
@@ -96,12 +98,6 @@ class ModelCache:
         return loaded, True
 
     def _load(self, name: str, dtype: str, attn_implementation: str) -> LoadedModel:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from pytest_kvbench.engine.hardware.figures import model_size_on_disk
-        from pytest_kvbench.model_sources.reference import model_source
-
         device = pick_device()
         torch_dtype = _torch_dtype(dtype, device)
         start = time.perf_counter()
@@ -143,7 +139,5 @@ class ModelCache:
 
 def _converted_gguf(path: Path) -> dict:
     """The GGUF file's record fields, its float conversion's folder and whether this load made it."""
-    from pytest_kvbench.engine.gguf_conversion import converted_model
-
     folder, info, built = converted_model(path)
     return info.as_record() | {"converted": str(folder), "converted_now": built}

@@ -1,4 +1,5 @@
-"""One item's generations under a group protocol (the runner dispatches: runner._run).
+"""One item's generations under a group protocol: the runner dispatches here (runner._run) with the
+samples' prompts and its reference cache; nothing here reaches back into the runner.
 
 question_in_window and query_agnostic run one prompt per sample in the runner, compared against the
 full-cache reference for fidelity, their prefills shared by the reference group. shared_context and
@@ -19,6 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import NamedTuple
+
+from kvmethods import FULL_CACHE, get_method
+from kvmethods.runtime import protocols
+from pytest_kvbench.engine.fidelity import ReferenceCache, compare, reference_of
+from pytest_kvbench.engine.finite_logits import check_logits_finite
 
 GROUP_RUNNERS = {"shared_context": "answer_questions", "multi_turn": "run_turns"}
 
@@ -41,19 +47,12 @@ def context_groups(samples: list, prompts: list) -> list[list[int]]:
     return [sorted(group, key=lambda i: (samples[i].fields.get("turn", 0), i)) for group in groups.values()]
 
 
-def generations(runner, case, task, method, budget, loaded, samples: list) -> Iterator[Generation]:
+def generations(case, task, method, budget, loaded, samples: list, prompts: list,
+                references: ReferenceCache) -> Iterator[Generation]:
     """Every sample's generation under a group protocol (shared_context, multi_turn), group by group,
-    with its kl and agreement against the group's full-cache reference; one-prompt protocols run in the
-    runner (runner._single_prompts), where prefills are shared."""
-    from kvmethods import get_method
-    from kvmethods.runtime import protocols
-    from pytest_kvbench.engine.fidelity import compare, reference_of
-    from pytest_kvbench.engine.finite_logits import check_logits_finite
-    from pytest_kvbench.engine.runner import NO_COMPRESSION
-    from pytest_kvbench.results.record import FULL_CACHE
-    from pytest_kvbench.wiring.grid import FULL_METHOD
-
-    prompts = [runner._prompt(case, task, sample, loaded) for sample in samples]
+    with its kl and agreement against the group's full-cache reference (made once per worker in
+    `references`); the runner gives the samples' prompts and dispatches here. One-prompt protocols run in
+    the runner (runner._single_prompts), where prefills are shared."""
     run_group = getattr(protocols, GROUP_RUNNERS[case.protocol])
     settings = {"keep_answers": task.turn_history != "gold"} if case.protocol == "multi_turn" else {}
     for context_index, group in enumerate(context_groups(samples, prompts)):
@@ -65,21 +64,21 @@ def generations(runner, case, task, method, budget, loaded, samples: list) -> It
             questions = [prompts[i].input_ids[prompts[i].context_len:] for i in group]
 
         def full_cache_reference():
-            outs = run_group(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, context, questions,
+            outs = run_group(loaded.model, get_method(FULL_CACHE.spec), FULL_CACHE, context, questions,
                              task.max_new_tokens, loaded.eos_token_ids, return_logprobs=True, **settings)
             return [reference_of(out, f"full-cache reference of {case.task} sample {samples[i].id}")
                     for i, out in zip(group, outs)]
 
         key = (case.model, case.task, case.seed, case.context_length, tuple(samples[i].id for i in group),
                case.protocol)
-        references = runner.references.get(key, full_cache_reference)
-        if case.budget == FULL_CACHE:  # the reference row: its outcomes are the references
-            for turn, (index, reference) in enumerate(zip(group, references)):
+        group_references = references.get(key, full_cache_reference)
+        if case.is_reference:
+            for turn, (index, reference) in enumerate(zip(group, group_references)):
                 yield Generation(samples[index], reference.result, 0.0, 1.0, context_index, turn)
             continue
         results = run_group(loaded.model, method, budget, context, questions, task.max_new_tokens,
-                            loaded.eos_token_ids, teacher_targets=[r.target_ids for r in references], **settings)
-        for turn, (index, result, reference) in enumerate(zip(group, results, references)):
+                            loaded.eos_token_ids, teacher_targets=[r.target_ids for r in group_references], **settings)
+        for turn, (index, result, reference) in enumerate(zip(group, results, group_references)):
             check_logits_finite(result.target_logprobs, f"{case.id} sample {samples[index].id}")
             yield Generation(samples[index], result, *compare(reference, result.target_logprobs), context_index, turn)
 

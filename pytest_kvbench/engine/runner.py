@@ -10,21 +10,29 @@ outcomes (shared_prefills.py) and scores them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from kvmethods import Budget
-from kvmethods.runtime.generation import GROUP_PROTOCOLS
+from kvmethods import FULL_CACHE, get_method
+from kvmethods.runtime.clock import now
+from kvmethods.runtime.generation import GROUP_PROTOCOLS, generate, record_fields
+from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
+from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid
 from pytest_kvbench.engine.fidelity import ReferenceCache, compare, reference_of
+from pytest_kvbench.engine.finite_logits import check_logits_finite
+from pytest_kvbench.engine.group_decode import decode_members
+from pytest_kvbench.engine.hardware.device_description import describe_device
+from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
+from pytest_kvbench.engine.hardware.item_meter import ItemMeter
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
+from pytest_kvbench.engine.out_of_memory import fail_on_out_of_memory
 from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn, generations, group_position
 from pytest_kvbench.engine.shared_prefills import SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
-from pytest_kvbench.wiring.grid import FULL_METHOD, Case, Grid
-
-NO_COMPRESSION = Budget("ratio", 0.0)  # the budget the full-cache reference runs with: remove nothing
+from pytest_kvbench.results.record_json import from_json
+from pytest_kvbench.tasks import get_task
 
 
 def _mean(values: list[float]) -> float | None:
@@ -75,7 +83,8 @@ class Runner:
             return loaded.max_positions - task.max_new_tokens
         return None
 
-    def _prompt(self, case: Case, task, sample, loaded: LoadedModel):
+    def prompt(self, case: Case, task, sample, loaded: LoadedModel):
+        """The sample's prompt, built once per worker (every method and budget of the case's group reads it)."""
         key = (case.model, case.task, case.seed, case.context_length, sample.id)
         if key not in self._prompts:
             self._prompts[key] = task.build_prompt(sample, loaded.tokenizer, self._max_prompt_tokens(task, loaded))
@@ -98,13 +107,10 @@ class Runner:
 
     def _decode_reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, shared=None):
         """The reference's generation; from the full cache of `shared` (a SharedPrefill), which it empties."""
-        from kvmethods import get_method
-        from kvmethods.runtime.generation import generate
-
         prefilled = None
         if shared is not None:  # the full cache is freed with this decoding, before any compressed one
             prefilled, shared.reference = shared.reference, None
-        result = generate(loaded.model, get_method(FULL_METHOD), NO_COMPRESSION, prompt.input_ids,
+        result = generate(loaded.model, get_method(FULL_CACHE.spec), FULL_CACHE, prompt.input_ids,
                           prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, case.protocol,
                           return_logprobs=True, prefilled=prefilled)
         if shared is not None:
@@ -113,8 +119,6 @@ class Runner:
 
     # -- the shared prefill --------------------------------------------------------------------
     def _method(self, case: Case):
-        from kvmethods import get_method
-
         params = dict(case.method.params)
         method = get_method(case.method.name, **params)
         if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
@@ -122,16 +126,12 @@ class Runner:
         return method
 
     def _shares(self, case: Case) -> bool:
-        from kvmethods.runtime.shared_prefill import can_share_prefill
-
-        return case.budget != records.FULL_CACHE and can_share_prefill(self._method(case))
+        return not case.is_reference and can_share_prefill(self._method(case))
 
     def _share_prefill(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
                        limit: item_time_limit) -> None:
         """One prefill of the sample for the reference (if not made yet) and every member (sharing items of
         the group still to run), each member's cache decoded at once and only its outcome kept."""
-        from pytest_kvbench.engine.group_decode import decode_members
-
         shared = self._prefill_for(members, task, prompt, loaded, case.protocol)
         reference = self.references.get(self._reference_key(case, sample),
                                         lambda: self._decode_reference(case, task, sample, prompt, loaded, shared))
@@ -144,8 +144,6 @@ class Runner:
         decode_members(case, members, shared, sample.id, decode, self.shared, limit, self._time_left)
 
     def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
-        from kvmethods.runtime.shared_prefill import shared_prefill
-
         return shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
                               prompt.context_len, protocol, len(prompt.input_ids) + task.max_new_tokens)
 
@@ -153,9 +151,6 @@ class Runner:
                     prefilled=None) -> tuple:
         """(generation, kl, agreement) of the sample under the case's method: teacher-forced on the reference's
         output and compared with it at once, so no vocabulary-sized log-probs outlive this call."""
-        from kvmethods.runtime.generation import generate
-        from pytest_kvbench.engine.finite_logits import check_logits_finite
-
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len, task.max_new_tokens,
                           loaded.eos_token_ids, case.protocol, teacher_targets=reference.target_ids,
                           prefilled=prefilled)
@@ -164,27 +159,20 @@ class Runner:
         return (result, *compare(reference, logprobs))
 
     # -- the item ------------------------------------------------------------------------------
-    def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> dict:
+    def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> records.Record:
         """The item's record; out of memory raises ItemOutOfMemory after the memory is freed.
         progress(samples done, samples in all) is called after each sample."""
-        from pytest_kvbench.engine.out_of_memory import fail_on_out_of_memory
-
         try:
             with fail_on_out_of_memory(case.id):
                 return self._run(case, progress or (lambda done, total: None))
         finally:
             self.shared.finish(case)  # outcomes left for this item (it failed mid-way) are freed
 
-    def _run(self, case: Case, progress: Callable[[int, int], None]) -> dict:
-        from kvmethods.runtime.generation import record_fields
-        from pytest_kvbench.engine.hardware.item_meter import ItemMeter
-        from pytest_kvbench.tasks import get_task
-
-        started = time.perf_counter()
+    def _run(self, case: Case, progress: Callable[[int, int], None]) -> records.Record:
+        started = now()
         task = get_task(case.task)
         method = self._method(case)
         sharing = self.shared.enabled and self._shares(case)
-        budget = NO_COMPRESSION if case.budget == records.FULL_CACHE else case.budget
         loaded, loaded_now = self.models.get(case.model, self.grid.dtype, self.grid.attn_implementation)
         samples = self._load_samples(case, task, loaded)
         rows: list[dict] = []
@@ -192,12 +180,14 @@ class Runner:
         limit = item_time_limit(self._time_left(case))
         with limit, ItemMeter(loaded.device) as meter:
             if case.protocol in GROUP_PROTOCOLS:  # several questions on one compressed context: no shared prefill
-                produced = ((made, {}) for made in generations(self, case, task, method, budget, loaded, samples))
+                prompts = [self.prompt(case, task, sample, loaded) for sample in samples]
+                produced = ((made, {}) for made in generations(case, task, method, case.budget, loaded, samples, prompts,
+                                                               self.references))
             else:
-                produced = self._single_prompts(case, task, method, budget, loaded, samples, sharing, limit)
+                produced = self._single_prompts(case, task, method, case.budget, loaded, samples, sharing, limit)
             for (sample, result, kl, agreement, context, turn), timing in produced:
                 prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
-                answer = self._follow_up(task, sample, prediction, method, budget, loaded, case.protocol)
+                answer = self._follow_up(task, sample, prediction, method, case.budget, loaded, case.protocol)
                 first_output = {} if answer is None else {"first_output": prediction}
                 prediction = prediction if answer is None else answer
                 score = float(task.score(prediction, sample))
@@ -227,7 +217,7 @@ class Runner:
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
         aggregate = by_context_and_turn(rows) | aggregate  # a task's own "turns" (SCBench's) win
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,
-                            meter.result, time.perf_counter() - started)
+                            meter.result, now() - started)
 
     def _time_left(self, case: Case) -> float | None:
         """The item's time limit less its decoding already done in other items' runs (group_decode.py);
@@ -241,9 +231,9 @@ class Runner:
         """One prompt per sample (question_in_window, query_agnostic): each sample's generation, compared
         with the full-cache reference, with its prefill split into the shared forward and its own part."""
         for sample in samples:
-            prompt = self._prompt(case, task, sample, loaded)
+            prompt = self.prompt(case, task, sample, loaded)
             reference = self._reference(case, task, sample, prompt, loaded, limit)
-            if case.budget == records.FULL_CACHE:  # the reference row: its outcome is the reference's
+            if case.is_reference:
                 yield Generation(sample, reference.result, 0.0, 1.0), _prefill_split(
                     reference.result if self.shared.enabled else None)
             elif sharing:  # decoded with the group's shared prefill of the sample (maybe in another item's run)
@@ -254,7 +244,7 @@ class Runner:
                 yield Generation(sample, *made), _prefill_split()
 
     def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel,
-                   protocol: str = records.DEFAULT_PROTOCOL) -> str | None:
+                   protocol: str = DEFAULT_PROTOCOL) -> str | None:
         """The answer to a task's second question about its first output (LongBench v2's CoT: the
         letter is asked for in a second, context-free query), through the same method and budget;
         None when the task asks none."""
@@ -262,46 +252,39 @@ class Runner:
         prompt = build(sample, output, loaded.tokenizer, self._max_prompt_tokens(task, loaded)) if build else None
         if prompt is None:
             return None
-        from kvmethods.runtime.generation import generate
-
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,
                           task.follow_up_max_new_tokens, loaded.eos_token_ids, protocol)
         return loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
 
-
     def device_description(self, device: str) -> dict:
         """What the items of this worker run on (GPU name and driver, or CPU model), described once."""
-        from pytest_kvbench.engine.hardware.device_description import describe_device
-
         if device not in self._devices:
             self._devices[device] = describe_device(device)
         return self._devices[device]
 
-    def _record(self, case, task, method, loaded, loaded_now, rows, aggregate, meter, total_s) -> dict:
-        from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
-
+    def _record(self, case, task, method, loaded, loaded_now, rows, aggregate, meter, total_s) -> records.Record:
         kv = kv_cache_figures([r["kv_bytes_before"] for r in rows], [r["kv_bytes_after"] for r in rows])
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
                                   [r["new_tokens"] for r in rows], total_s)
-        model_info = loaded.info() | {"loaded_by_this_item": loaded_now}
-        return records.identity(case, self.run_id, case.protocol) | {
-            "device": self.device_description(loaded.device),
-            "model": model_info,
-            "method": {"name": method.name, "params": method.params()},
-            "task": {"name": task.name, "suite": task.suite, "metric": task.metric_name,
-                     "context_length": case.context_length} | task.record_settings(),
-            "max_prompt_tokens": self.grid.max_prompt_tokens,
-            "metric": task.metric_name,
-            "score": aggregate.get("score"),
-            "aggregate": aggregate,
-            "n_samples": len(rows),
-            "samples": rows,
-            "latency": latency,
-            "memory": {"peak_bytes": meter.get("peak_bytes"), "kind": meter.get("memory_kind"),
-                       "peak_method": meter.get("peak_method"),
-                       "peak_reserved_bytes": meter.get("peak_reserved_bytes")} | kv,
-            "fidelity": {"kl": _mean([r["kl"] for r in rows]), "agreement": _mean([r["agreement"] for r in rows])},
-            "energy_j": meter.get("energy_j"),
-            "energy_source": meter.get("energy_source"),
-            "meter_scope": self.shared.meter_scope(case),
-        }
+        return replace(
+            records.Record.identity(case, self.run_id, case.protocol),
+            device=from_json(records.Device, self.device_description(loaded.device), "device"),
+            model=from_json(records.ModelInfo, loaded.info() | {"loaded_by_this_item": loaded_now}, "model"),
+            method=records.MethodInfo(name=method.name, params=method.params()),
+            task=from_json(records.TaskInfo, {"name": task.name, "suite": task.suite, "metric": task.metric_name,
+                                              "context_length": case.context_length} | task.record_settings(), "task"),
+            max_prompt_tokens=self.grid.max_prompt_tokens,
+            metric=task.metric_name,
+            score=aggregate.get("score"),
+            aggregate=aggregate,
+            n_samples=len(rows),
+            samples=rows,
+            latency=from_json(records.Latency, latency, "latency"),
+            memory=records.Memory(peak_bytes=meter.get("peak_bytes"), kind=meter.get("memory_kind"),
+                                  peak_method=meter.get("peak_method"),
+                                  peak_reserved_bytes=meter.get("peak_reserved_bytes"), **kv),
+            fidelity=records.Fidelity(kl=_mean([r["kl"] for r in rows]), agreement=_mean([r["agreement"] for r in rows])),
+            energy_j=meter.get("energy_j"),
+            energy_source=meter.get("energy_source"),
+            meter_scope=from_json(records.MeterScope, self.shared.meter_scope(case), "meter_scope"),
+        )

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_kvbench.wiring.grid import Case
+from pytest_kvbench.cases import Case
 
 
 @dataclass

@@ -25,6 +25,7 @@ from pathlib import Path
 import xxhash
 from filelock import FileLock
 
+from pytest_kvbench.atomic_files import atomic_write_json
 from pytest_kvbench.model_sources.gguf_file import file_digest
 
 CACHE_ENV = "KVBENCH_GGUF_CACHE"
@@ -72,8 +73,6 @@ def is_intact(entry: Path, sha256: str) -> bool:
 
 
 def _write_manifest(folder: Path, sha256: str, details: dict) -> None:
-    from pytest_kvbench.results.storage import atomic_write_json
-
     files = {p.name: {"size": p.stat().st_size, "xxh3_128": checksum_of(p)}
              for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
     atomic_write_json(folder / MANIFEST, {"format": MANIFEST_FORMAT, "source_sha256": sha256, **details, "files": files})

@@ -89,6 +89,7 @@ def _field(reader, key: str):
 
 
 def _quantization(reader) -> str:
+    # lazy for startup time: gguf imports numpy; only when a GGUF file is read
     from gguf import GGMLQuantizationType, LlamaFileType
 
     file_type = _field(reader, "general.file_type")
@@ -101,6 +102,7 @@ def _quantization(reader) -> str:
 
 def read_info(path: Path, sha256: str) -> GgufInfo:
     """The file's header, checked whole: every tensor's bytes lie inside the file."""
+    # lazy for startup time: gguf imports numpy
     from gguf import GGUFReader
 
     fix = "download or copy it again"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from pytest_kvbench.atomic_files import atomic_write_json
 from pytest_kvbench.model_sources import gguf_cache
 from pytest_kvbench.model_sources.gguf_file import GgufInfo, check_architecture, read_info, sha256_of
 
@@ -46,8 +47,6 @@ def _remembered(entry: object, identity: dict) -> GgufInfo | None:
 def gguf_info(path: Path) -> GgufInfo:
     """The file's header and sha256, from the index when the file is unchanged; GgufError when it is
     unusable (unreadable, truncated, or of an architecture transformers does not map: never indexed)."""
-    from pytest_kvbench.results.storage import atomic_write_json
-
     path = Path(os.path.realpath(path))
     identity = _identity(path)
     root = gguf_cache.cache_root()

@@ -21,6 +21,7 @@ def hub_offline() -> bool:
 
 def cached_file(repo_id: str, filename: str) -> str | None:
     """The cached copy of one file of a hub repo, or None (nothing is fetched)."""
+    # lazy for startup time: huggingface_hub, only when a hub id is resolved
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(repo_id, filename)

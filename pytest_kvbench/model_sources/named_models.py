@@ -15,6 +15,11 @@ from pathlib import Path
 
 from pytest_kvbench.model_sources import hub
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 HUB, GGUF = "hub", "gguf"
 
 
@@ -50,11 +55,6 @@ class Resolved:
 
 @functools.lru_cache(maxsize=1)
 def named_models() -> dict[str, NamedModel]:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-
     data = tomllib.loads((Path(__file__).parent / "named_models.toml").read_text(encoding="utf-8"))
     return {name: NamedModel(name=name, **fields) for name, fields in data.items()}
 

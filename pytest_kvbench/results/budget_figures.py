@@ -1,8 +1,8 @@
 """The report's plots against the KV budget: score with its confidence band, and fidelity to the full cache.
 
 Score against budget, one panel per task and one line per method, with a shaded 95% band: the Student-t
-interval over seeds when several seeds ran (comparison/stats.seed_summary), else the bootstrap interval of
-the mean over the item's samples (comparison/stats.bootstrap_mean), which is the uncertainty of a single
+interval over seeds when several seeds ran (stats.seed_summary), else the bootstrap interval of
+the mean over the item's samples (stats.bootstrap_mean), which is the uncertainty of a single
 run. The full cache is a dashed reference line. Fidelity against budget: KL(full || method) over the answer
 tokens and greedy-token agreement with the full cache, one line per method (mean over tasks): they separate
 methods even where scores tie. Budgets are token counts (log2 axis) or, for ratio budgets, the fraction kept.
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from statistics import fmean
 from typing import TYPE_CHECKING
 
-from pytest_kvbench.comparison.stats import bootstrap_mean, seed_summary
 from pytest_kvbench.results.figures import new_figure, palette, series_label
-from pytest_kvbench.results.record import is_scored, labels
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.stats import bootstrap_mean, seed_summary
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -27,24 +27,23 @@ if TYPE_CHECKING:
 BAND_RESAMPLES = 2_000  # per plotted point: enough for a drawn band, fast for a grid of hundreds of items
 
 
-def budget_x(record: dict) -> tuple[str, float] | None:
+def budget_x(record: Record) -> tuple[str, float] | None:
     """(axis kind, x value) of a record's budget: tokens kept, or fraction of the prompt kept; None for full."""
-    budget = record["budget"]
-    value = budget.get("value")
+    value = record.budget.value
     if not isinstance(value, (int, float)):
         return None
-    if budget.get("kind") == "ratio":
+    if record.budget.kind == "ratio":
         return "ratio", 1.0 - float(value)
     return "tokens", float(value)
 
 
-def score_interval(records: Sequence[dict]) -> tuple[float, float, float]:
+def score_interval(records: Sequence[Record]) -> tuple[float, float, float]:
     """(mean, low, high) of the score of one (task, method, budget): over seeds, else over samples (x 100).
     low and high are NaN when there is no spread to measure (one seed of one sample)."""
-    scores = [float(r["score"]) for r in records]
+    scores = [float(r.score) for r in records]
     if len(scores) > 1:
         return seed_summary(scores)
-    per_sample = [100 * float(s["score"]) for s in records[0].get("samples") or [] if isinstance(s.get("score"), (int, float))]
+    per_sample = records[0].sample_scores
     if len(per_sample) < 2:
         return scores[0], math.nan, math.nan
     _, low, high = bootstrap_mean(per_sample, n_resamples=BAND_RESAMPLES)
@@ -71,18 +70,18 @@ def _shared_legend(fig: Figure, axes) -> None:
                fontsize="small")
 
 
-def score_budget_figure(records: Sequence[dict], kind: str) -> Figure | None:
+def score_budget_figure(records: Sequence[Record], kind: str) -> Figure | None:
     """Score against budget, one panel per task, one line per method with its 95% band; full cache dashed."""
-    scored = [r for r in records if is_scored(r)]
-    several_models = len({r["model"]["name"] for r in scored}) > 1
-    points: dict[str, dict[str, dict[float, list[dict]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    scored = [r for r in records if r.is_scored]
+    several_models = len({r.model.name for r in scored}) > 1
+    points: dict[str, dict[str, dict[float, list[Record]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     references: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in scored:
         x = budget_x(r)
         if x is None:
-            references[labels(r).task][series_label(r, several_models)].append(float(r["score"]))
+            references[r.labels.task][series_label(r, several_models)].append(float(r.score))
         elif x[0] == kind:
-            points[labels(r).task][series_label(r, several_models)][x[1]].append(r)
+            points[r.labels.task][series_label(r, several_models)][x[1]].append(r)
     tasks = sorted(points)
     if not tasks:
         return None
@@ -112,23 +111,23 @@ def score_budget_figure(records: Sequence[dict], kind: str) -> Figure | None:
     return fig
 
 
-def fidelity_figure(records: Sequence[dict]) -> Figure | None:
+def fidelity_figure(records: Sequence[Record]) -> Figure | None:
     """KL to the full cache and greedy-token agreement against budget, one line per method (mean over tasks)."""
-    scored = [r for r in records if is_scored(r) and budget_x(r) is not None]
+    scored = [r for r in records if r.is_scored and budget_x(r) is not None]
     kinds = [budget_x(r)[0] for r in scored]
     kind = "tokens" if "tokens" in kinds else "ratio"
-    several_models = len({r["model"]["name"] for r in scored}) > 1
+    several_models = len({r.model.name for r in scored}) > 1
     values: dict[str, dict[str, dict[float, list[float]]]] = {"kl": defaultdict(lambda: defaultdict(list)),
                                                              "agreement": defaultdict(lambda: defaultdict(list))}
     for r in scored:
         x = budget_x(r)
         for metric, by_series in values.items():
-            value = (r.get("fidelity") or {}).get(metric)
+            value = getattr(r.fidelity, metric)
             if x[0] == kind and isinstance(value, (int, float)) and math.isfinite(value):
                 by_series[series_label(r, several_models)][x[1]].append(float(value))
     if not values["kl"] and not values["agreement"]:
         return None
-    colours = palette([r for r in records if is_scored(r)])  # the page's colours: full included
+    colours = palette([r for r in records if r.is_scored])  # the page's colours: full included
     fig = new_figure(9.0, 3.6)
     axes = fig.subplots(1, 2, squeeze=False)[0]
     budgets = sorted({x for by_series in values.values() for by_x in by_series.values() for x in by_x})

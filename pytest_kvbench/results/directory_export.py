@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_kvbench import user_paths
-from pytest_kvbench.results import storage
+from pytest_kvbench import atomic_files, user_paths
 from pytest_kvbench.results.export import ExportError
 
 
@@ -47,5 +46,5 @@ def write_export(export: DirectoryExport, output: str, what: str) -> list[Path]:
         raise ExportError(f"{user_paths.shown(existing[0])} exists already ({len(existing)} of the export's "
                           f"{len(targets)} files do); choose another --output directory")
     for path, text in zip(targets, export.files.values()):
-        storage.atomic_write_text(path, text)
+        atomic_files.atomic_write_text(path, text)
     return targets

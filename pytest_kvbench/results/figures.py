@@ -19,9 +19,10 @@ from pathlib import Path
 from statistics import fmean
 from typing import TYPE_CHECKING
 
-from pytest_kvbench.comparison.stats import VariationCurve
+from kvmethods import FULL_CACHE
 from pytest_kvbench.results.needle_grid import needle_grids
-from pytest_kvbench.results.record import FULL, is_scored, labels
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.stats import VariationCurve
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -34,6 +35,7 @@ class ReportError(ValueError):
 
 
 def new_figure(width: float, height: float) -> Figure:
+    # lazy for startup time: matplotlib, only when a figure is drawn
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
@@ -41,6 +43,7 @@ def new_figure(width: float, height: float) -> Figure:
 
 def figure_svg(fig: Figure, salt: str) -> str:
     """The figure as an inline ``<svg>`` element; ``salt`` keeps ids unique across figures of a page."""
+    # lazy for startup time: matplotlib
     import matplotlib
 
     buffer = io.StringIO()
@@ -50,12 +53,18 @@ def figure_svg(fig: Figure, salt: str) -> str:
     return text[text.index("<svg"):]
 
 
+def plot_format(path: str | os.PathLike) -> str:
+    """The file format a plot path asks for by its extension (none: png); ReportError for another one."""
+    suffix = Path(path).suffix.lower().lstrip(".") or "png"
+    if suffix not in ("png", "svg", "pdf"):
+        raise ReportError(f"cannot write plot {path}: use a .png, .svg or .pdf file name")
+    return suffix
+
+
 def save_figure(fig: Figure, path: str | os.PathLike) -> None:
     """Write a figure to a file whose extension picks the format (png, svg, pdf)."""
     target = Path(path)
-    suffix = target.suffix.lower().lstrip(".") or "png"
-    if suffix not in ("png", "svg", "pdf"):
-        raise ReportError(f"cannot write plot {target}: use a .png, .svg or .pdf file name")
+    suffix = plot_format(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp")
@@ -65,67 +74,69 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> None:
         raise ReportError(f"cannot write plot {target}: {exc.strerror or exc}") from None
 
 
-def series_label(record: dict, several_models: bool) -> str:
-    label = labels(record).method
-    return f"{record['model']['name']}: {label}" if several_models else label
+def series_label(record: Record, several_models: bool) -> str:
+    label = record.labels.method
+    return f"{record.model.name}: {label}" if several_models else label
 
 
-def palette(records: Sequence[dict]) -> dict[str, str]:
+def palette(records: Sequence[Record]) -> dict[str, str]:
     """One colour per series for the whole page, so a method looks the same in every plot."""
+    # lazy for startup time: matplotlib
     from matplotlib import colormaps
 
-    several_models = len({r["model"]["name"] for r in records}) > 1
+    several_models = len({r.model.name for r in records}) > 1
     labels = sorted({series_label(r, several_models) for r in records})
     colours = colormaps["tab10"].colors + colormaps["Dark2"].colors
     return {label: colours[i % len(colours)] for i, label in enumerate(labels)}
 
 
-def _silent_tasks(records: Sequence[dict]) -> set[tuple[str, str]]:
+def _silent_tasks(records: Sequence[Record]) -> set[tuple[str, str]]:
     """(model, task label) pairs whose full cache scored 0 in every record: every method scores 0 there
     too, so a plot of them is a flat line that says nothing about the methods."""
     full: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in records:
-        if is_scored(r) and labels(r).budget == FULL:
-            full[(r["model"]["name"], labels(r).task)].append(float(r["score"]))
+        if r.is_scored and r.labels.budget == FULL_CACHE.spec:
+            full[(r.model.name, r.labels.task)].append(float(r.score))
     return {pair for pair, scores in full.items() if not any(scores)}
 
 
-def tasks_without_signal(records: Sequence[dict]) -> list[str]:
+def tasks_without_signal(records: Sequence[Record]) -> list[str]:
     """The tasks whose full cache scores 0, as the report names them ("model: task" when several models)."""
-    several_models = len({r["model"]["name"] for r in records}) > 1
+    several_models = len({r.model.name for r in records}) > 1
     return sorted(f"{model}: {task}" if several_models else task for model, task in _silent_tasks(records))
 
 
-def with_signal(records: Sequence[dict]) -> list[dict]:
+def with_signal(records: Sequence[Record]) -> list[Record]:
     """The records of tasks that have something to show (tasks_without_signal left out)."""
     silent = _silent_tasks(records)
-    return [r for r in records if (r["model"]["name"], labels(r).task) not in silent]
+    return [r for r in records if (r.model.name, r.labels.task) not in silent]
 
 
-def memory_figure(records: Sequence[dict]) -> Figure | None:
+def memory_figure(records: Sequence[Record]) -> Figure | None:
     """Average score over tasks against mean KV memory kept, one line per method across budgets."""
-    several_models = len({r["model"]["name"] for r in records if is_scored(r)}) > 1
-    by_config: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    several_models = len({r.model.name for r in records if r.is_scored}) > 1
+    by_config: dict[tuple[str, str], list[Record]] = defaultdict(list)
     for r in records:
-        kv = (r.get("memory") or {}).get("kv_bytes_after")
-        if is_scored(r) and isinstance(kv, (int, float)) and kv > 0:
-            by_config[(series_label(r, several_models), labels(r).budget)].append(r)
+        kv = r.memory.kv_bytes_after
+        if r.is_scored and isinstance(kv, (int, float)) and kv > 0:
+            by_config[(series_label(r, several_models), r.labels.budget)].append(r)
     if not by_config:
         return None
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for (label, _budget), group in by_config.items():
         per_task: dict[str, list[float]] = defaultdict(list)
         for r in group:
-            per_task[labels(r).task].append(float(r["score"]))
+            per_task[r.labels.task].append(float(r.score))
         average = fmean(fmean(v) for v in per_task.values())
-        memory = fmean(float(r["memory"]["kv_bytes_after"]) for r in group) / MiB
+        memory = fmean(float(r.memory.kv_bytes_after) for r in group) / MiB
         series[label].append((memory, average))
-    colours = palette([r for r in records if is_scored(r)])
+    colours = palette([r for r in records if r.is_scored])
     fig = new_figure(7.0, 4.5)
     ax = fig.subplots()
     for label, xy in sorted(series.items()):
         xy.sort()
         ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=label, color=colours[label])
+    # lazy for startup time: matplotlib
     from matplotlib.ticker import FormatStrFormatter
 
     ax.set_xscale("log")
@@ -139,22 +150,22 @@ def memory_figure(records: Sequence[dict]) -> Figure | None:
     return fig
 
 
-def heatmap_figure(records: Sequence[dict]) -> Figure | None:
+def heatmap_figure(records: Sequence[Record]) -> Figure | None:
     """Task x method (at each budget) mean score, annotated, one panel per model."""
-    scored = [r for r in records if is_scored(r)]
+    scored = [r for r in records if r.is_scored]
     if not scored:
         return None
-    models = list(dict.fromkeys(r["model"]["name"] for r in scored))
+    models = list(dict.fromkeys(r.model.name for r in scored))
     fig = None
     grids = []
     for model in models:
-        mine = [r for r in scored if r["model"]["name"] == model]
+        mine = [r for r in scored if r.model.name == model]
         cells: dict[tuple[str, str], list[float]] = defaultdict(list)
         for r in mine:
-            column = labels(r).method if labels(r).budget == FULL else f"{labels(r).method} @{labels(r).budget}"
-            cells[(labels(r).task, column)].append(float(r["score"]))
+            column = r.labels.method if r.labels.budget == FULL_CACHE.spec else f"{r.labels.method} @{r.labels.budget}"
+            cells[(r.labels.task, column)].append(float(r.score))
         tasks = sorted({t for t, _ in cells})
-        columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith(FULL), c))
+        columns = sorted({c for _, c in cells}, key=lambda c: (not c.startswith(FULL_CACHE.spec), c))
         grids.append((model, tasks, columns, cells))
     width = max(len(g[2]) for g in grids)
     height = sum(len(g[1]) for g in grids)
@@ -175,7 +186,7 @@ def heatmap_figure(records: Sequence[dict]) -> Figure | None:
     return fig
 
 
-def needle_figures(records: Sequence[dict]) -> list[tuple[str, Figure]]:
+def needle_figures(records: Sequence[Record]) -> list[tuple[str, Figure]]:
     """Depth x context length retrieval heatmap per model, task, method and budget (niah_grid records)."""
     figures = []
     for grid in needle_grids(records):

@@ -21,13 +21,14 @@ import json
 import statistics
 from collections import defaultdict
 
+from kvmethods import FULL_CACHE
 from pytest_kvbench.results.directory_export import DirectoryExport
-from pytest_kvbench.results.record import FULL, is_scored, labels
+from pytest_kvbench.results.record import Record
 
 DATASETS = ("narrativeqa", "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "musique", "gov_report", "qmsum",
             "multi_news", "trec", "triviaqa", "samsum", "passage_count", "passage_retrieval_en", "lcc", "repobench-p")
 # Our method -> KVCache-Factory's --method name (eval.py's rows first, in its order).
-METHOD_NAMES = {FULL: "FullKV", "random": "random", "snapkv": "SnapKV", "streamingllm": "StreamingLLM",
+METHOD_NAMES = {FULL_CACHE.spec: "FullKV", "random": "random", "snapkv": "SnapKV", "streamingllm": "StreamingLLM",
                 "h2o": "H2O", "pyramidkv": "PyramidKV", "knorm": "L2Norm", "think": "ThinK", "adakv": "AdaKV"}
 PROTOCOL = "question_in_window"  # run_longbench.py compresses the whole prompt, question included
 MISSING = -1  # eval.py's value for a dataset without predictions
@@ -38,29 +39,29 @@ def model_folder_name(model: str) -> str:
     return str(model).lower().rstrip("/").split("/")[-1]
 
 
-def _why_left_out(record: dict) -> str | None:
-    if not is_scored(record):
+def _why_left_out(record: Record) -> str | None:
+    if not record.is_scored:
         return "not scored"
-    if record["task"].get("suite") != "longbench" or record["task"].get("name") not in DATASETS:
+    if record.task.suite != "longbench" or record.task.name not in DATASETS:
         return "not one of KVCache-Factory's 16 LongBench datasets"
-    if record.get("protocol") != PROTOCOL:
-        return (f"protocol {record.get('protocol')}: KVCache-Factory compresses the question with the context "
+    if record.protocol != PROTOCOL:
+        return (f"protocol {record.protocol}: KVCache-Factory compresses the question with the context "
                 f"({PROTOCOL})")
-    if record["budget"].get("kind") not in ("tokens", "none"):
+    if record.budget.kind not in ("tokens", "none"):
         return "KVCache-Factory's budgets are KV tokens per layer and head (max_capacity_prompts)"
     return None
 
 
-def _method_name(record: dict) -> str:
-    label = labels(record).method
-    name = record["method"]["name"]
+def _method_name(record: Record) -> str:
+    label = record.labels.method
+    name = record.method.name
     return METHOD_NAMES.get(name, label) if label == name else label
 
 
-def _predictions(record: dict) -> str:
-    dataset = record["task"]["name"]
+def _predictions(record: Record) -> str:
+    dataset = record.task.name
     lines = []
-    for sample in record["samples"]:
+    for sample in record.samples:
         fields = sample.get("fields") or {}
         lines.append(json.dumps({"pred": sample.get("prediction") or "", "answers": list(sample["references"]),
                                  "all_classes": fields.get("all_classes"), "length": fields.get("length"),
@@ -82,31 +83,31 @@ def _results_csv(scores: dict[str, dict[str, float]]) -> str:
     return buffer.getvalue()
 
 
-def kvcache_factory_export(records: list[dict], run_id: str | None = None) -> DirectoryExport:
+def kvcache_factory_export(records: list[Record], run_id: str | None = None) -> DirectoryExport:
     """The run's LongBench records as KVCache-Factory's results folders (files not written yet)."""
     export = DirectoryExport()
     kept = []
     for record in records:
         why = _why_left_out(record)
         if why:
-            export.left_out[str(record.get("key"))] = why
+            export.left_out[str(record.key)] = why
         else:
             kept.append(record)
     budgets = defaultdict(set)  # model -> token budgets it ran
     for record in kept:
-        if record["budget"]["kind"] == "tokens":
-            budgets[record["model"]["name"]].add(int(record["budget"]["value"]))
+        if record.budget.kind == "tokens":
+            budgets[record.model.name].add(int(record.budget.value))
     tables: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for record in kept:
-        model = record["model"]["name"]
-        own = [int(record["budget"]["value"])] if record["budget"]["kind"] == "tokens" else sorted(budgets[model])
+        model = record.model.name
+        own = [int(record.budget.value)] if record.budget.kind == "tokens" else sorted(budgets[model])
         if not own:
-            export.left_out[str(record.get("key"))] = "the full cache's row goes into a budget folder: run a budget too"
+            export.left_out[str(record.key)] = "the full cache's row goes into a budget folder: run a budget too"
         for budget in own:
             folder = f"{model_folder_name(model)}_{budget}"
-            method, dataset = _method_name(record), record["task"]["name"]
+            method, dataset = _method_name(record), record.task.name
             export.add(f"{folder}/{dataset}/{method}.json", _predictions(record))
-            tables[folder][method][dataset] = record["score"]
+            tables[folder][method][dataset] = record.score
     for folder, scores in tables.items():
         export.add(f"{folder}/results.csv", _results_csv(scores))
     return export

@@ -26,14 +26,17 @@ import json
 import re
 from collections import defaultdict
 
+from kvmethods import FULL_CACHE
 from pytest_kvbench.results.directory_export import DirectoryExport
-from pytest_kvbench.results.record import FULL, is_scored, labels
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.tasks import get_task
+from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_part
 
 DATASET = "ruler"
 LEADERBOARD_SAMPLES = 500  # per task in simonjegou/ruler (generate.sh --num_samples 500)
 PROTOCOL_COMPONENT = {"query_agnostic": None, "question_in_window": "query_aware"}
 # Our method -> kvpress's PRESS_REGISTRY name, where the registry's press runs the same algorithm.
-PRESS_NAMES = {FULL: "no_press", "knorm": "knorm", "snapkv": "snapkv", "streamingllm": "streaming_llm",
+PRESS_NAMES = {FULL_CACHE.spec: "no_press", "knorm": "knorm", "snapkv": "snapkv", "streamingllm": "streaming_llm",
                "tova": "tova", "random": "random", "pyramidkv": "pyramidkv", "kvzip": "kvzip"}
 PREDICTION_COLUMNS = ("task", "answer", "predicted_answer", "max_new_tokens", "compression_ratio")
 _CONTROL = re.compile(r"[\x00-\x1f]")
@@ -46,8 +49,6 @@ def kvpress_clean(prediction: str) -> str:
 
 def string_match(task: str, predictions: list[str], references: list[list[str]]) -> float:
     """kvpress's per-task string_match: string_match_part for qa_* tasks, string_match_all otherwise."""
-    from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_part
-
     metric = string_match_part if task.split("_")[0] == "qa" else string_match_all
     scores = [metric(kvpress_clean(p), refs) for p, refs in zip(predictions, references)]
     return round(sum(scores) / len(scores) * 100, 2)
@@ -57,90 +58,88 @@ def _press_name(method: str, label: str) -> str:
     return PRESS_NAMES.get(method, label) if method == label else label
 
 
-def _why_left_out(record: dict) -> str | None:
-    task = record["task"]
-    if not is_scored(record):
+def _why_left_out(record: Record) -> str | None:
+    if not record.is_scored:
         return "not scored"
-    if task.get("suite") != "ruler" or ":" in str(task.get("name")):
+    if record.task.suite != "ruler" or ":" in str(record.task.name):
         return "not one of RULER's tasks"
-    if record.get("protocol") not in PROTOCOL_COMPONENT:
-        return (f"protocol {record.get('protocol')} is not kvpress's "
+    if record.protocol not in PROTOCOL_COMPONENT:
+        return (f"protocol {record.protocol} is not kvpress's "
                 "(query_agnostic, or question_in_window as query_aware)")
-    if record["budget"].get("kind") not in ("ratio", "none"):
+    if record.budget.kind not in ("ratio", "none"):
         return "kvpress's compression_ratio is a fraction removed: token and byte budgets have none"
     return None
 
 
-def _folder(record: dict, several_seeds: bool) -> str:
-    label = labels(record)
-    model = str(record["model"]["name"])
-    ratio = record["budget"]["value"] or 0.0
-    components = [DATASET, str(record["task"]["context_length"]), model.replace("/", "--"),
-                  _press_name(record["method"]["name"], label.method), f"{ratio:.2f}"]
-    if record.get("n_samples", 0) < LEADERBOARD_SAMPLES:
-        components.append(f"fraction{record['n_samples'] / LEADERBOARD_SAMPLES:.3f}")
-    if PROTOCOL_COMPONENT[record["protocol"]]:
-        components.append(PROTOCOL_COMPONENT[record["protocol"]])
+def _folder(record: Record, several_seeds: bool) -> str:
+    label = record.labels
+    model = str(record.model.name)
+    ratio = record.budget.value or 0.0
+    components = [DATASET, str(record.task.context_length), model.replace("/", "--"),
+                  _press_name(record.method.name, label.method), f"{ratio:.2f}"]
+    if (record.n_samples or 0) < LEADERBOARD_SAMPLES:
+        components.append(f"fraction{record.n_samples / LEADERBOARD_SAMPLES:.3f}")
+    if PROTOCOL_COMPONENT[record.protocol]:
+        components.append(PROTOCOL_COMPONENT[record.protocol])
     if several_seeds:  # kvpress always runs seed 42; one folder per seed of ours
         components.append(label.seed)
     return "__".join(components)
 
 
-def _config_yaml(record: dict, run_id: str | None) -> str:
+def _config_yaml(record: Record, run_id: str | None) -> str:
     """evaluate.py's EvaluationConfig as save_config writes it (head_compression_ratio and threshold left out
     when unset, as it does)."""
+    # lazy: PyYAML is not a dependency of its own (it comes with transformers); only kvpress exports need it
     import yaml
 
-    label = labels(record)
-    params = json.dumps(record["method"].get("params") or {}, sort_keys=True)
+    label = record.labels
+    params = json.dumps(record.method.params or {}, sort_keys=True)
     config = {
-        "dataset": DATASET, "data_dir": str(record["task"]["context_length"]), "model": record["model"]["name"],
-        "device": record.get("device", {}).get("type"),
-        "press_name": _press_name(record["method"]["name"], label.method),
-        "compression_ratio": record["budget"]["value"] or 0.0, "key_channel_compression_ratio": None,
-        "fraction": min(1.0, record["n_samples"] / LEADERBOARD_SAMPLES), "max_new_tokens": None,
-        "max_context_length": None, "query_aware": record["protocol"] == "question_in_window", "needle_depth": None,
+        "dataset": DATASET, "data_dir": str(record.task.context_length), "model": record.model.name,
+        "device": record.device.type,
+        "press_name": _press_name(record.method.name, label.method),
+        "compression_ratio": record.budget.value or 0.0, "key_channel_compression_ratio": None,
+        "fraction": min(1.0, record.n_samples / LEADERBOARD_SAMPLES), "max_new_tokens": None,
+        "max_context_length": None, "query_aware": record.protocol == "question_in_window", "needle_depth": None,
         "compression_interval": None, "target_size": None, "hidden_states_buffer_size": None,
         "output_dir": ".", "log_level": "INFO",
-        "model_kwargs": {"attn_implementation": record["model"].get("attn_implementation"),
-                         "dtype": record["model"].get("dtype")},
+        "model_kwargs": {"attn_implementation": record.model.attn_implementation,
+                         "dtype": record.model.dtype},
         "press_init_command": f"pytest-kvbench {label.method} {params} (run {run_id})",
-        "seed": record.get("seed"), "fp8": False,
+        "seed": record.seed, "fp8": False,
     }
     return yaml.safe_dump(config, default_flow_style=False, indent=2, sort_keys=False)
 
 
-def _predictions_csv(records: list[dict]) -> str:
-    from pytest_kvbench.tasks import get_task
-
+def _predictions_csv(records: list[Record]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(PREDICTION_COLUMNS)
     for record in records:
-        task = record["task"]["name"]
-        ratio = record["budget"]["value"] or 0.0
-        for sample in record["samples"]:
+        task = record.task.name
+        ratio = record.budget.value or 0.0
+        for sample in record.samples:
             writer.writerow([task, repr(list(sample["references"])), sample.get("prediction") or "",
                              get_task(task).max_new_tokens, ratio])
     return buffer.getvalue()
 
 
-def kvpress_export(records: list[dict], run_id: str | None = None) -> DirectoryExport:
+def kvpress_export(records: list[Record], run_id: str | None = None) -> DirectoryExport:
     """The run's RULER records as kvpress's evaluation folders (files not written yet)."""
     export = DirectoryExport()
-    groups: dict[str, list[dict]] = defaultdict(list)
-    several_seeds = len({r.get("seed") for r in records}) > 1
+    groups: dict[str, list[Record]] = defaultdict(list)
+    several_seeds = len({r.seed for r in records}) > 1
     for record in records:
         why = _why_left_out(record)
         if why:
-            export.left_out[str(record.get("key"))] = why
+            export.left_out[str(record.key)] = why
         else:
             groups[_folder(record, several_seeds)].append(record)
     for folder, members in groups.items():
-        members.sort(key=lambda r: r["task"]["name"])
-        metrics = {r["task"]["name"]: {"string_match": string_match(r["task"]["name"],
-                                                                    [s.get("prediction") or "" for s in r["samples"]],
-                                                                    [s["references"] for s in r["samples"]])}
+        members.sort(key=lambda r: r.task.name)
+        metrics = {r.task.name: {"string_match": string_match(r.task.name,
+                                                                    [s.get("prediction") or "" for s in r.samples],
+                                                                    [s["references"] for s in r.samples])}
                    for r in members}
         export.add(f"{folder}/predictions.csv", _predictions_csv(members))
         export.add(f"{folder}/metrics.json", json.dumps(metrics, indent=4))

@@ -10,10 +10,11 @@ import json
 import os
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_kvbench.results import run_writer, storage
+from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.record_names import RecordNameError, check_record_names
 from pytest_kvbench.results.runs import Run, RunError, load_run, runs_dir
 
@@ -26,7 +27,7 @@ _MERGE_UNION = ("models", "methods", "budgets", "tasks", "context_lengths", "see
 @dataclass
 class _MergePlan:
     runs: list[Run]
-    records: list[dict] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     grid: dict = field(default_factory=dict)
 
 
@@ -65,7 +66,7 @@ def _plan_merge(runs: list[Run]) -> _MergePlan:
                 check_record_names(record, f"run {run.run_id}")
             except RecordNameError as exc:
                 raise RunError(str(exc)) from None
-            key = record["key"]
+            key = record.key
             if key in owner:
                 raise RunError(f"cannot merge: item {key} is in both {owner[key]} and {run.run_id}")
             owner[key] = run.run_id
@@ -75,7 +76,7 @@ def _plan_merge(runs: list[Run]) -> _MergePlan:
     return plan
 
 
-def _merged_run_json(run_id: str, plan: _MergePlan, records: list[dict]) -> dict:
+def _merged_run_json(run_id: str, plan: _MergePlan, records: list[Record]) -> dict:
     starts = [r.info.get("start_ts") for r in plan.runs if isinstance(r.info.get("start_ts"), (int, float))]
     ends = [r.info.get("end") for r in plan.runs if isinstance(r.info.get("end"), str)]
     first_start = min(plan.runs, key=lambda r: r.info.get("start_ts") or float("inf"))
@@ -100,7 +101,8 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
 
     ``paths`` are run directories or ids (looked up in ``results_dir``, default the output
     directory). Refused with a RunError, before anything is written, when an item appears in two
-    runs or the runs differ in a setting that is not part of the item key (protocol, dtype, ...).
+    runs, the runs differ in a setting that is not part of the item key (protocol, dtype, ...) or one
+    of them is damaged (run_state.py).
     Records keep their content; ``run_id`` becomes the merged id and ``merged_from_run`` names
     the run each came from. Returns the new run id.
     """
@@ -108,12 +110,16 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
     runs = [load_run(p, lookup) for p in paths]
     if len(runs) < 2:
         raise RunError("merge needs at least two runs")
+    damaged = next((run for run in runs if run.state.damaged), None)
+    if damaged is not None:  # a merged run would look whole: its sources' damage must be seen first
+        raise RunError(f"run {damaged.run_id} is {damaged.state.label()}; merge takes intact runs only "
+                       f"(see what it holds with `kvbench show {damaged.run_id}`)")
     plan = _plan_merge(runs)
     run_id = storage.new_run_id()
     records = []
     for run in runs:
         for record in run.records:
-            records.append(record | {"run_id": run_id, "merged_from_run": run.run_id})
+            records.append(replace(record, run_id=run_id, merged_from_run=run.run_id))
     run = _merged_run_json(run_id, plan, records)
 
     parent = runs_dir(out_results_dir)
@@ -124,8 +130,8 @@ def merge_runs(paths: Iterable[str | os.PathLike], out_results_dir: str | os.Pat
     except OSError as exc:
         raise RunError(f"cannot create the merged run under {parent}: {exc.strerror or exc}") from None
     try:
-        storage.write_jsonl(staging / storage.RECORDS_FILE, records)
-        run_writer.write_run(staging, run)
+        storage.write_jsonl(staging / storage.RECORDS_FILE, [r.to_json() for r in records])
+        run_writer.write_run(staging, run, records)
         os.rename(staging, parent / run_id)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)

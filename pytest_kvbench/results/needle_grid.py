@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import fmean
 
-from pytest_kvbench.results.record import FULL, budget_sort_key, is_number, labels, model_title
+from kvmethods import FULL_CACHE
+from pytest_kvbench.results.record import Record, budget_sort_key, is_number
 
 NEEDLE_FAMILY = "niah_grid"
 
@@ -35,12 +36,11 @@ class NeedleGrid:
     @property
     def title(self) -> str:
         """``model — task — method`` and ``@ budget`` for compressed rows."""
-        return f"{self.model} — {self.task} — {self.method}" + ("" if self.budget == FULL else f" @ {self.budget}")
+        return f"{self.model} — {self.task} — {self.method}" + ("" if self.budget == FULL_CACHE.spec else f" @ {self.budget}")
 
 
-def is_needle_record(record: dict) -> bool:
-    task = record.get("task") or {}
-    return task.get("family") == NEEDLE_FAMILY or str(task.get("name", "")).startswith(NEEDLE_FAMILY)
+def is_needle_record(record: Record) -> bool:
+    return record.task.extra.get("family") == NEEDLE_FAMILY or str(record.task.name).startswith(NEEDLE_FAMILY)
 
 
 def _sample_field(sample: dict, name: str):
@@ -48,17 +48,17 @@ def _sample_field(sample: dict, name: str):
     return sample.get(name, fields.get(name))
 
 
-def needle_grids(records: Iterable[dict]) -> list[NeedleGrid]:
+def needle_grids(records: Iterable[Record]) -> list[NeedleGrid]:
     """Every needle grid of the records, ordered by model, task, method and budget."""
     cells: dict[tuple[str, str, str, str], dict[tuple[float, int], list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
         if not is_needle_record(record):
             continue
-        label = labels(record)
-        group = (model_title(record), record["task"]["name"], label.method, label.budget)
-        for sample in record.get("samples") or []:
+        label = record.labels
+        group = (record.model_title, record.task.name, label.method, label.budget)
+        for sample in record.samples:
             depth = _sample_field(sample, "depth")
-            length = _sample_field(sample, "context_length") or record["task"].get("context_length")
+            length = _sample_field(sample, "context_length") or record.task.context_length
             if is_number(depth) and is_number(length) and is_number(sample.get("score")):
                 cells[group][(float(depth), int(length))].append(100.0 * float(sample["score"]))
     grids = []

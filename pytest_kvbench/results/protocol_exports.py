@@ -12,9 +12,10 @@ from pytest_kvbench.results.directory_export import write_export
 from pytest_kvbench.results.export import ExportError
 from pytest_kvbench.results.kvcache_factory_export import kvcache_factory_export
 from pytest_kvbench.results.kvpress_export import kvpress_export
+from pytest_kvbench.results.record import Record
 
 
-def export_directory(records: list[dict], run_id: str | None, fmt: str, output: str | None) -> list[str]:
+def export_directory(records: list[Record], run_id: str | None, fmt: str, output: str | None) -> list[str]:
     """Build and write the ``fmt`` layout under ``output``; the lines that tell what was written and left out."""
     if not output:
         raise ExportError(f"--format {fmt} writes a directory of files: give --output DIR")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-from pytest_kvbench.results.record import labels
+from kvmethods import Budget, MethodError
+from pytest_kvbench.results.record import Record
 
 _METHOD = re.compile(r"(kvpress:)?[A-Za-z0-9_-]+(\+(kvpress:)?[A-Za-z0-9_-]+)*(\([^()/\\]*\))?", re.ASCII)
 _TASK = re.compile(r"[A-Za-z0-9_]+(:[A-Za-z0-9_]+=[A-Za-z0-9_.-]+)*(@[0-9]+)?", re.ASCII)
@@ -31,8 +32,6 @@ def _model_ok(name: str) -> bool:
 
 
 def _budget_ok(spec: str) -> bool:
-    from kvmethods import Budget, MethodError
-
     if spec == "full":
         return True
     try:
@@ -41,20 +40,20 @@ def _budget_ok(spec: str) -> bool:
         return False
 
 
-def check_record_names(record: dict, where: str) -> None:
+def check_record_names(record: Record, where: str) -> None:
     """RecordNameError unless the record's key labels and name fields are valid method, task, model and
     budget names (``where``: the run it came from, for the message)."""
-    label = labels(record)
+    label = record.labels
     fields = {
-        "method": [label.method, str((record.get("method") or {}).get("name"))],
-        "task": [label.task, str((record.get("task") or {}).get("name"))],
-        "model": [label.model, str((record.get("model") or {}).get("name"))],
-        "budget": [label.budget, str((record.get("budget") or {}).get("spec"))],
+        "method": [label.method, str(record.method.name)],
+        "task": [label.task, str(record.task.name)],
+        "model": [label.model, str(record.model.name)],
+        "budget": [label.budget, str(record.budget.spec)],
     }
     checks = {"method": lambda v: bool(_METHOD.fullmatch(v)) and ".." not in v,
               "task": lambda v: bool(_TASK.fullmatch(v)), "model": _model_ok, "budget": _budget_ok}
     for field, values in fields.items():
         for value in values:
             if not checks[field](value):
-                raise RecordNameError(f"{where}: record {str(record.get('key'))[:200]!r} has an invalid {field} "
+                raise RecordNameError(f"{where}: record {str(record.key)[:200]!r} has an invalid {field} "
                                       f"name {value[:100]!r}; refusing to merge it")

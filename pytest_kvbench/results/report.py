@@ -18,16 +18,18 @@ import html
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from string import Template
 from typing import TYPE_CHECKING
 
+from pytest_kvbench.atomic_files import atomic_write_text
 from pytest_kvbench.results.budget_figures import fidelity_figure, score_budget_figure
 from pytest_kvbench.results.figures import (ReportError, figure_svg, heatmap_figure, memory_figure, needle_figures,
                                             tasks_without_signal, with_signal)
-from pytest_kvbench.results.record import is_scored, labels
+from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.runs import Run
 from pytest_kvbench.results.table_model import ScoreTable, cell_text, score_tables
 
@@ -85,21 +87,21 @@ def _flatten(data: dict, prefix: str = "") -> list[tuple[str, str]]:
     return out
 
 
-def _tag_runs(runs: Sequence[Run]) -> list[dict]:
+def _tag_runs(runs: Sequence[Run]) -> list[Record]:
     """All records; when the same item appears in several runs, method labels name the run."""
     owners: dict[str, set[str]] = defaultdict(set)
     for run in runs:
         for r in run.records:
-            owners[r["key"]].add(run.run_id)
+            owners[r.key].add(run.run_id)
     clash = any(len(ids) > 1 for ids in owners.values())
     records = []
     for run in runs:
         for r in run.records:
             if clash:
-                label = labels(r)
+                label = r.labels
                 short = run.run_id.split("_")[1] if run.run_id.count("_") >= 2 else run.run_id
                 method = f"{label.method} [{short}]"
-                r = r | {"key": "|".join([label.model, method, label.budget, label.task, label.seed]), "item_id": method}
+                r = replace(r, key=label._replace(method=method).text, item_id=method)
             records.append(r)
     return records
 
@@ -107,15 +109,15 @@ def _tag_runs(runs: Sequence[Run]) -> list[dict]:
 def build_report(runs: Sequence[Run], title: str | None = None) -> str:
     """The whole HTML page for one or more runs."""
     records = _tag_runs(runs)
-    if not any(is_scored(r) for r in records):
+    if not any(r.is_scored for r in records):
         raise ReportError("nothing to report: no item of " + ", ".join(r.run_id for r in runs) + " has a score")
     title = title or "kvbench report: " + ", ".join(r.run_id for r in runs)
     sections: list[tuple[str, str, str]] = []  # (anchor, heading, html)
 
     overview_rows = [[_e(r.run_id), _e(r.started.strftime("%Y-%m-%d %H:%M") if r.started else "-"),
-                      _e(r.commit or "-") + (" (dirty)" if r.dirty else ""), _e("yes" if r.complete else "no"),
+                      _e(r.commit or "-") + (" (dirty)" if r.dirty else ""), _e(r.state.label()),
                       _e(len(r.records)), _e(r.command or "-")] for r in runs]
-    sections.append(("runs", "Runs", _table_html(["run", "date", "commit", "complete", "items", "command"],
+    sections.append(("runs", "Runs", _table_html(["run", "date", "commit", "state", "items", "command"],
                                                   overview_rows, "kv")))
     sections.append(("scores", "Scores", "".join(_score_table_html(t) for t in score_tables(records))))
 
@@ -165,8 +167,6 @@ def build_report(runs: Sequence[Run], title: str | None = None) -> str:
 
 def write_report(runs: Sequence[Run], output: str | os.PathLike, title: str | None = None) -> Path:
     """Build the page and write it atomically (an existing report is replaced only when complete)."""
-    from pytest_kvbench.results.storage import atomic_write_text
-
     page = build_report(runs, title)
     target = Path(output)
     try:

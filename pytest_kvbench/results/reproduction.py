@@ -44,9 +44,9 @@ def model_lines(run: Run) -> list[str]:
     """One line per distinct model identity the run's items loaded (from their records), else the grid's."""
     seen: list[dict] = []
     for record in run.records:
-        model = record.get("model")
-        if isinstance(model, dict) and model.get("name"):
-            identity = {k: model.get(k) for k in ("name", *MODEL_FIELDS)}
+        model = record.model
+        if model.name:
+            identity = {k: getattr(model, k) for k in ("name", *MODEL_FIELDS)}
             if identity not in seen:
                 seen.append(identity)
     if not seen:

@@ -18,15 +18,14 @@ from pathlib import Path
 
 from pytest_kvbench import user_paths
 from pytest_kvbench.results import storage
-from pytest_kvbench.results.record import is_scored
+from pytest_kvbench.results.record import Record, RecordError
+from pytest_kvbench.results.run_state import RunError, RunState, read_run_files
+
+__all__ = ["Run", "RunError", "RunInfo", "RunState", "list_runs", "load_run", "parse_records", "resolve_run_dir", "runs_dir"]
 
 RUNS_SUBDIR = "runs"
 LATEST = "latest"
 _RUN_ID_TIME = re.compile(r"_(\d{8}_\d{6})$")
-
-
-class RunError(ValueError):
-    """A run that cannot be found or read; the message is one line naming the file or id."""
 
 
 @dataclass
@@ -36,7 +35,8 @@ class Run:
     run_id: str
     path: Path
     info: dict
-    records: list[dict]
+    records: list[Record]
+    state: RunState
 
     @property
     def environment(self) -> dict:
@@ -57,17 +57,18 @@ class Run:
 
     @property
     def complete(self) -> bool:
-        """False for a run without run.json (it crashed or is still running) or one marked incomplete."""
-        return bool(self.info) and bool(self.info.get("complete", False))
+        """False for a run without run.json (it crashed or is still running), one marked incomplete, or
+        a damaged one (run_state.py)."""
+        return self.state.complete
 
     @property
     def started(self) -> datetime | None:
         return _start_time(self.info, self.run_id, self.path)
 
     @property
-    def scored_records(self) -> list[dict]:
+    def scored_records(self) -> list[Record]:
         """Records that carry a numeric score (errored and skipped items have none)."""
-        return [r for r in self.records if is_scored(r)]
+        return [r for r in self.records if r.is_scored]
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class RunInfo:
     n_records: int = 0
     complete: bool = False
     problem: str | None = None
+    state: str = ""  # RunState.label(): complete, incomplete: ..., damaged, recovered from ...
 
 
 # -- finding a run --------------------------------------------------------------------------------
@@ -144,54 +146,28 @@ def resolve_run_dir(run_id_or_path: str | os.PathLike, results_dir: str | os.Pat
 # -- reading a run --------------------------------------------------------------------------------
 
 
-def _read_json_object(path: Path, what: str) -> dict:
-    data = storage.read_json(path, str(path), RunError)
-    if not isinstance(data, dict):
-        raise RunError(f"{path}: {what} must be a JSON object, found {type(data).__name__}")
-    return data
-
-
-def _check_records(records: object, where: str) -> list[dict]:
+def parse_records(records: object, where: str) -> list[Record]:
+    """Typed records (older schema versions migrated) from their JSON list; RunError naming ``where``
+    and the record's number (and key) when one is not a record."""
     if not isinstance(records, list):
         raise RunError(f"{where}: 'records' must be a list")
+    parsed = []
     for number, record in enumerate(records, start=1):
-        if not isinstance(record, dict):
-            raise RunError(f"{where}: record {number} is not a JSON object")
-        if not isinstance(record.get("key"), str):
-            raise RunError(f"{where}: record {number} has no 'key' string")
-        for name, inner in (("model", "name"), ("method", "name"), ("budget", "spec"), ("task", "name")):
-            if not isinstance(record.get(name), dict) or not isinstance(record[name].get(inner), str):
-                raise RunError(f"{where}: record {number} ({record['key']}) has no '{name}' object with a '{inner}'")
-        samples = record.get("samples", [])
-        if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):
-            raise RunError(f"{where}: record {number} ({record['key']}) has malformed 'samples' (a list of objects)")
-    return records
-
-
-def _read_records_file(path: Path) -> list[dict]:
-    try:
-        records = storage.read_records(path)
-    except storage.RecordsError as exc:
-        raise RunError(str(exc)) from None
-    except UnicodeDecodeError:
-        raise RunError(f"{path}: records file is not UTF-8 text") from None
-    except OSError as exc:
-        raise RunError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return _check_records(records, str(path))
+        try:
+            parsed.append(Record.from_json(record))
+        except RecordError as exc:
+            key = record.get("key") if isinstance(record, dict) and isinstance(record.get("key"), str) else None
+            raise RunError(f"{where}: record {number}{f' ({key})' if key else ''}: {exc}") from None
+    return parsed
 
 
 def load_run(run_id_or_path: str | os.PathLike, results_dir: str | os.PathLike = "results") -> Run:
-    """Read a run back; records come from records.jsonl (the live log), else from run.json."""
+    """Read a run back: its records (records.jsonl, the live log, else run.json) and what was found
+    (``Run.state``: complete, incomplete, or damaged with its records recovered; run_state.py)."""
     path = resolve_run_dir(run_id_or_path, results_dir)
-    run_file = path / storage.RUN_FILE
-    records_file = path / storage.RECORDS_FILE
-    info = _read_json_object(run_file, "run.json") if run_file.exists() else {}
-    if records_file.exists():
-        records = _read_records_file(records_file)
-    else:
-        records = _check_records(info.get("records", []), str(run_file))
+    info, records, state = read_run_files(path)
     run_id = info.get("run_id") if isinstance(info.get("run_id"), str) else path.name
-    return Run(run_id=run_id, path=path, info=info, records=storage.latest_per_key(records))
+    return Run(run_id=run_id, path=path, info=info, records=records, state=state)
 
 
 def _start_time(info: dict, run_id: str, path: Path) -> datetime | None:
@@ -228,13 +204,14 @@ def run_info(run: Run) -> RunInfo:
         run_id=run.run_id,
         path=run.path,
         date=run.started,
-        models=_distinct(r["model"].get("name") for r in records),
-        methods=_distinct(r["method"].get("name") for r in records),
-        budgets=_distinct(r["budget"].get("spec") for r in records),
-        tasks=_distinct(r["task"].get("name") for r in records),
+        models=_distinct(r.model.name for r in records),
+        methods=_distinct(r.method.name for r in records),
+        budgets=_distinct(r.budget.spec for r in records),
+        tasks=_distinct(r.task.name for r in records),
         commit=run.commit,
         n_records=len(records),
         complete=run.complete,
+        state=run.state.label(),
     )
 
 

@@ -11,47 +11,26 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from pytest_kvbench.atomic_files import atomic_write_text, json_text
+
 if TYPE_CHECKING:
     from filelock import FileLock
 
+    from pytest_kvbench.results.record import Record
+
 RECORDS_FILE = "records.jsonl"
 RUN_FILE = "run.json"
+RESULTS_FILE = "RESULTS.md"  # a run's table, in its directory and (the latest run's) in the results directory
 SETTINGS_FILE = "settings.json"  # the grid a run was made with; --kvbench-resume checks against it
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def _dumps(obj: Any, indent: int | None = 2) -> str:
-    return json.dumps(obj, indent=indent, ensure_ascii=False, default=str)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are shared files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, _dumps(obj) + "\n")
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
-    atomic_write_text(path, "".join(_dumps(row, indent=None) + "\n" for row in rows))
+    atomic_write_text(path, "".join(json_text(row, indent=None) + "\n" for row in rows))
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -70,7 +49,7 @@ def append_record(records_path: str | os.PathLike, record: dict) -> None:
     """Append one record as one JSON line, under a lock, flushed and fsynced before returning."""
     records_path = Path(records_path)
     records_path.parent.mkdir(parents=True, exist_ok=True)
-    line = _dumps(record, indent=None) + "\n"
+    line = json_text(record, indent=None) + "\n"
     with _lock_for(records_path):
         with open(records_path, "a+b") as handle:
             if handle.tell() > 0:
@@ -101,39 +80,72 @@ class RecordsError(ValueError):
     """A records file that cannot be read back (named, with the line that is wrong)."""
 
 
-def read_records(records_path: str | os.PathLike, *, tolerate_torn: bool = True) -> list[dict]:
-    """Read every record of a records file.
+@dataclass
+class RecordsScan:
+    """Every line of a records file: the records, and the lines that are not records with what is wrong.
 
-    A process killed in the middle of a write leaves a torn line: a prefix of a record, which never
-    ends in the record's closing brace (later appends start on a fresh line, see append_record).
-    The item it belonged to did not finish, so torn lines are skipped when ``tolerate_torn``. Any
-    other line that is not a JSON record is corruption: an error naming the file and line.
+    A process killed in the middle of a write leaves a torn line: a prefix of a record, which starts
+    with ``{`` and never ends in the record's closing brace (later appends start on a fresh line, see
+    append_record). Any other line that is not a JSON object is damage (an edit, a disk error, ...).
     """
+
+    records: list[dict] = field(default_factory=list)
+    torn: list[int] = field(default_factory=list)  # line numbers of torn writes
+    bad: list[tuple[int, str]] = field(default_factory=list)  # (line number, what is wrong) of the other lines
+    record_lines: list[int] = field(default_factory=list)  # the line number of each record
+
+
+def scan_records(records_path: str | os.PathLike) -> RecordsScan:
+    """Read a records file line by line without stopping at a bad line (see RecordsScan); OSError and
+    UnicodeDecodeError propagate."""
     records_path = Path(records_path)
+    scan = RecordsScan()
     if not records_path.exists():
-        return []
+        return scan
     with _lock_for(records_path):
         lines = records_path.read_text(encoding="utf-8").splitlines()
-    records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as exc:
-            if tolerate_torn and not line.rstrip().endswith("}"):
-                continue
-            raise RecordsError(f"{records_path}:{number}: not a JSON record ({exc.msg})") from None
-    return records
+            stripped = line.strip()
+            if stripped.startswith("{") and not stripped.endswith("}"):
+                scan.torn.append(number)
+            else:
+                scan.bad.append((number, f"not a JSON record ({exc.msg})"))
+            continue
+        if not isinstance(record, dict):
+            scan.bad.append((number, f"not a JSON object ({type(record).__name__})"))
+            continue
+        scan.records.append(record)
+        scan.record_lines.append(number)
+    return scan
 
 
-def latest_per_key(records: Iterable[dict]) -> list[dict]:
+def read_records(records_path: str | os.PathLike, *, tolerate_torn: bool = True) -> list[dict]:
+    """Read every record of a records file.
+
+    Torn lines of a killed writer (RecordsScan) belonged to items that did not finish: skipped when
+    ``tolerate_torn``. Any other line that is not a JSON record is corruption: an error naming the
+    file and line.
+    """
+    scan = scan_records(records_path)
+    bad = sorted(scan.bad + ([] if tolerate_torn else [(n, "not a JSON record (a torn write)") for n in scan.torn]))
+    if bad:
+        number, problem = bad[0]
+        raise RecordsError(f"{records_path}:{number}: {problem}")
+    return scan.records
+
+
+def latest_per_key(records: Iterable[Record]) -> list[Record]:
     """One record per case key, the last appended winning (a resumed or retried item appends again).
 
     Keyed by the comparison key, not the node id: node ids move with the rootdir, and runs merged
     from machines that each ran one seed share node ids.
     """
-    latest: dict[str, dict] = {}
+    latest: dict[str, Record] = {}
     for record in records:
-        latest[record["key"]] = record
+        latest[record.key] = record
     return list(latest.values())

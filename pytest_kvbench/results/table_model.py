@@ -16,8 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from pytest_kvbench.results.record import (DEFAULT_PROTOCOL, FULL, budget_sort_key, is_number, is_scored, labels,
-                                           model_title)
+from kvmethods import FULL_CACHE
+from pytest_kvbench.results.record import Record, budget_sort_key, is_number
+from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL
+from pytest_kvbench.tasks.summaries import suite_summaries
 
 AVG = "Avg"
 MiB = 2**20
@@ -40,7 +42,7 @@ class Cell:
     def half_width(self) -> float | None:
         if len(self.values) < 2:
             return None
-        from pytest_kvbench.comparison.stats import seed_summary  # scipy: only where seeds repeat
+        from pytest_kvbench.stats import seed_summary  # lazy for startup time: scipy, only where seeds repeat
 
         _, low, high = seed_summary(self.values)
         return (high - low) / 2
@@ -50,7 +52,7 @@ class Cell:
         """Half-width of the 95% bootstrap interval of the mean over samples (one seed's spread)."""
         if len(self.sample_scores) < 2:
             return None
-        from pytest_kvbench.comparison.stats import bootstrap_mean  # scipy: only where an interval is shown
+        from pytest_kvbench.stats import bootstrap_mean  # lazy for startup time: scipy, only where an interval is shown
 
         _, low, high = bootstrap_mean(self.sample_scores, n_resamples=TABLE_RESAMPLES)
         return (high - low) / 2 if math.isfinite(low) and math.isfinite(high) else None
@@ -70,7 +72,7 @@ class ScoreTable:
     tasks: list[str]
     methods: list[str]
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
-    records: dict[str, list[dict]] = field(default_factory=dict)  # per method, every record of its row
+    records: dict[str, list[Record]] = field(default_factory=dict)  # per method, every record of its row
     protocol: str = DEFAULT_PROTOCOL
 
     def value(self, method: str, column: str) -> float | None:
@@ -88,7 +90,7 @@ class ScoreTable:
     def best(self, column: str) -> float | None:
         """Best compressed value of a column; None when there is no contest (fewer than two
         compressed methods, or all of them equal: bold on every row would say nothing)."""
-        compressed = [m for m in self.methods if m != FULL]
+        compressed = [m for m in self.methods if m != FULL_CACHE.spec]
         values = [v for m in compressed if (v := self.value(m, column)) is not None]
         if len(values) < 2 or max(values) == min(values):
             return None
@@ -96,7 +98,7 @@ class ScoreTable:
 
     def is_best(self, method: str, column: str) -> bool:
         value, best = self.value(method, column), self.best(column)
-        return method != FULL and value is not None and best is not None and math.isclose(value, best)
+        return method != FULL_CACHE.spec and value is not None and best is not None and math.isclose(value, best)
 
     @property
     def seeds_per_cell(self) -> int:
@@ -104,19 +106,19 @@ class ScoreTable:
 
     def mean_kl(self, method: str) -> float | None:
         """Mean KL(full || method) over the row's records (nats)."""
-        return _mean_of((r.get("fidelity") or {}).get("kl") for r in self.records[method])
+        return _mean_of(r.fidelity.kl for r in self.records[method])
 
     def mean_agreement(self, method: str) -> float | None:
-        return _mean_of((r.get("fidelity") or {}).get("agreement") for r in self.records[method])
+        return _mean_of(r.fidelity.agreement for r in self.records[method])
 
     def mean_kv_mib(self, method: str) -> float | None:
         """Mean KV cache kept after compression, MiB; None when not measured (or zero)."""
-        kv = _mean_of((r.get("memory") or {}).get("kv_bytes_after") for r in self.records[method])
+        kv = _mean_of(r.memory.kv_bytes_after for r in self.records[method])
         return kv / MiB if kv else None
 
     def mean_peak_mib(self, method: str) -> float | None:
         """Mean peak memory of the row's items (CPU resident or CUDA allocated, reset per item), MiB."""
-        peak = _mean_of((r.get("memory") or {}).get("peak_bytes") for r in self.records[method])
+        peak = _mean_of(r.memory.peak_bytes for r in self.records[method])
         return peak / MiB if peak else None
 
     @property
@@ -126,26 +128,24 @@ class ScoreTable:
     def budget_use(self, method: str) -> float | None:
         """Mean over samples of the bytes stored / the bytes a byte budget allows (above 1: over budget)."""
         return _mean_of(s["kv_bytes_physical"] / s["kv_bytes_budget"] for r in self.records[method]
-                        for s in r.get("samples") or () if s.get("kv_bytes_budget") and s.get("kv_bytes_physical"))
+                        for s in r.samples if s.get("kv_bytes_budget") and s.get("kv_bytes_physical"))
 
-    def records_by_task(self) -> dict[str, dict[str, list[dict]]]:
+    def records_by_task(self) -> dict[str, dict[str, list[Record]]]:
         """The table's records as ``{method: {task label: [records]}}``: what a suite's summary
         (tasks/summaries.py) reads."""
-        grouped: dict[str, dict[str, list[dict]]] = {}
+        grouped: dict[str, dict[str, list[Record]]] = {}
         for method, records in self.records.items():
             for r in records:
-                grouped.setdefault(method, {}).setdefault(labels(r).task, []).append(r)
+                grouped.setdefault(method, {}).setdefault(r.labels.task, []).append(r)
         return grouped
 
     def summaries(self) -> list:
         """The suite summaries (LongBench v2 splits, InfiniteBench columns) of this table's records."""
-        from pytest_kvbench.tasks.summaries import suite_summaries
-
         return suite_summaries(self.records_by_task())
 
     @property
     def heading(self) -> str:
-        heading = f"{self.model} — " + ("full cache" if self.budget == FULL else f"budget {self.budget}")
+        heading = f"{self.model} — " + ("full cache" if self.budget == FULL_CACHE.spec else f"budget {self.budget}")
         return heading if self.protocol == DEFAULT_PROTOCOL else f"{heading} — protocol {self.protocol}"
 
 
@@ -171,28 +171,23 @@ def _task_order(label: str) -> tuple[str, int]:
     return (name, int(ctx) if ctx.isdigit() else 0)
 
 
-def _sample_scores(record: dict) -> list[float]:
-    """The record's per-sample scores on the table's scale (x 100)."""
-    return [100 * float(s["score"]) for s in record.get("samples") or () if is_number(s.get("score"))]
-
-
-def score_tables(records: Iterable[dict]) -> list[ScoreTable]:
+def score_tables(records: Iterable[Record]) -> list[ScoreTable]:
     """One table per (model, protocol, budget) from the scored records; ``full`` rows join every budget."""
-    scored = [(labels(r), model_title(r), r) for r in records if is_scored(r)]
+    scored = [(r.labels, r.model_title, r) for r in records if r.is_scored]
     settings = list(dict.fromkeys((title, label.protocol) for label, title, _ in scored))
     tables = []
     for model, protocol in settings:
         mine = [(label, r) for label, title, r in scored if (title, label.protocol) == (model, protocol)]
-        budgets = sorted({label.budget for label, _ in mine if label.budget != FULL}, key=budget_sort_key) or [FULL]
+        budgets = sorted({label.budget for label, _ in mine if label.budget != FULL_CACHE.spec}, key=budget_sort_key) or [FULL_CACHE.spec]
         for budget in budgets:
-            rows = [(label, r) for label, r in mine if label.budget in (budget, FULL)]
-            methods = sorted({label.method for label, _ in rows}, key=lambda m: (m != FULL, m))
+            rows = [(label, r) for label, r in mine if label.budget in (budget, FULL_CACHE.spec)]
+            methods = sorted({label.method for label, _ in rows}, key=lambda m: (m != FULL_CACHE.spec, m))
             tasks = sorted({label.task for label, _ in rows}, key=_task_order)
             table = ScoreTable(model, budget, tasks, methods, protocol=protocol)
             for label, r in rows:
                 cell = table.cells.setdefault((label.method, label.task), Cell([]))
-                cell.values.append(float(r["score"]))
-                cell.sample_scores += _sample_scores(r)
+                cell.values.append(float(r.score))
+                cell.sample_scores += r.sample_scores
                 table.records.setdefault(label.method, []).append(r)
             tables.append(table)
     return tables

@@ -11,7 +11,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from pytest_kvbench.results.needle_grid import needle_grids
-from pytest_kvbench.results.record import model_title
+from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.table_model import ScoreTable, cell_text, score_tables
 
 HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Peak MiB"]
@@ -37,7 +37,7 @@ def _rows(table: ScoreTable, bold: bool) -> list[list[str]]:
     return rows
 
 
-def budget_tables(records: list[dict], fmt: str = "github", bold: bool = True) -> list[tuple[str, str]]:
+def budget_tables(records: list[Record], fmt: str = "github", bold: bool = True) -> list[tuple[str, str]]:
     """[(heading, table text)] for every model and budget, each followed by its suite summaries."""
     tables = []
     for table in score_tables(records):
@@ -54,7 +54,7 @@ def summary_table(summary, methods: list[str], fmt: str) -> str:
     return tabulate(rows, headers=["Method"] + summary.columns, tablefmt=fmt, disable_numparse=True)
 
 
-def needle_heatmaps(records: list[dict], fmt: str = "github") -> list[tuple[str, str]]:
+def needle_heatmaps(records: list[Record], fmt: str = "github") -> list[tuple[str, str]]:
     """Depth x context length tables of the needle-grid tasks, one per model/task/method/budget."""
     tables = []
     for grid in needle_grids(records):
@@ -65,24 +65,23 @@ def needle_heatmaps(records: list[dict], fmt: str = "github") -> list[tuple[str,
     return tables
 
 
-def gguf_models(records: list[dict]) -> list[str]:
+def gguf_models(records: list[Record]) -> list[str]:
     """One line per GGUF-derived model: the file, its sha256, quantization and architecture."""
     seen: dict[str, dict] = {}
     for r in records:
-        gguf = (r.get("model") or {}).get("gguf")
-        if isinstance(gguf, dict):
-            seen.setdefault(model_title(r), gguf)
+        if isinstance(r.model.gguf, dict):
+            seen.setdefault(r.model_title, r.model.gguf)
     return [f"- {title}: `{g.get('file')}`, sha256 `{g.get('sha256')}`, {g.get('quantization')}, "
             f"architecture {g.get('architecture')} (dequantized to float weights by transformers)"
             for title, g in seen.items()]
 
 
-def zero_scores(records: list[dict]) -> list[str]:
+def zero_scores(records: list[Record]) -> list[str]:
     """Item ids of the records that scored exactly 0: worth a look (a broken prompt, a method bug)."""
-    return sorted(r["item_id"] for r in records if r.get("score") == 0)
+    return sorted(str(r.item_id) for r in records if r.score == 0)
 
 
-def results_markdown(run: dict, records: list[dict]) -> str:
+def results_markdown(run: dict, records: list[Record]) -> str:
     """The whole RESULTS.md of a run."""
     lines = [
         "# Results",
@@ -118,9 +117,9 @@ def results_markdown(run: dict, records: list[dict]) -> str:
                   f"The run is incomplete. Finish it with `{run.get('resume_command')}`.", ""]
         lines += [f"- `{u['item_id']}`: {u.get('reason')}" for u in unfinished]
         lines.append("")
-    problems = [r for r in records if r.get("status") in ("failed", "error") and not r.get("crashed")]
+    problems = [r for r in records if r.status in ("failed", "error") and not r.crashed]
     if problems:
         lines += ["## Failed items", ""]
-        lines += [f"- `{r['item_id']}`: {r.get('message') or r.get('status')}" for r in problems]
+        lines += [f"- `{r.item_id}`: {r.message or r.status}" for r in problems]
         lines.append("")
     return "\n".join(lines)

@@ -57,6 +57,7 @@ def token_f1(predicted: list[str], reference: list[str]) -> float:
 
 
 def jieba_words(text: str) -> list[str]:
+    # lazy for startup time: jieba loads its dictionary; only for Chinese tasks
     import jieba
 
     return list(jieba.cut(text, cut_all=False))
@@ -74,6 +75,7 @@ def qa_f1_zh(prediction: str, reference: str, **_) -> float:
 
 
 def rouge_l(prediction: str, reference: str, **_) -> float:
+    # lazy for startup time: rouge, only when a ROUGE task is scored
     from rouge import Rouge
 
     try:
@@ -142,6 +144,7 @@ def fuzzywuzzy_ratio(a: str, b: str) -> int:
         return 100
     if not a or not b:
         return 0
+    # lazy for startup time: rapidfuzz, only for code tasks
     from rapidfuzz.distance import Indel
 
     total = len(a) + len(b)

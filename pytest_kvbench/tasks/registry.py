@@ -17,6 +17,8 @@ import importlib
 import importlib.util
 from typing import NamedTuple
 
+from pytest_kvbench.input_values import shown
+
 from .base import Task
 from .errors import TaskError
 
@@ -136,7 +138,7 @@ def _lookup(base: str) -> tuple[str, object]:
         names = list(_specs())
         close = difflib.get_close_matches(base, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise TaskError(f"unknown task {base!r}{hint}; valid tasks: {', '.join(names)}")
+        raise TaskError(f"unknown task {shown(base)}{hint}; valid tasks: {', '.join(names)}")
     return entry
 
 
@@ -191,6 +193,7 @@ def check_context_length(task, model_max, context_length: int | None) -> None:
     ``task`` is a Task or a task name; ``model_max`` an int (maximum tokens), a tokenizer
     (``model_max_length``), a model (``config.max_position_embeddings``) or None (unknown).
     """
+    # lazy: a suite's modules load when one of its tasks is used (its optional extra may be missing)
     from .ruler.task import check_fits, tokenizer_max_length
 
     if isinstance(task, str):

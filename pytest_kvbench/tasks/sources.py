@@ -104,6 +104,7 @@ def hub_rows(hub: dict, validate: Validator, how_to_get: str) -> Iterator[tuple[
     ``load_dataset`` (path, name, split, data_files). TaskUnavailable when it cannot load."""
     label = "/".join(str(hub[key]) for key in ("path", "name", "data_files") if hub.get(key))
     try:
+        # lazy for startup time: datasets (pyarrow, pandas)
         from datasets import load_dataset
 
         rows = load_dataset(**hub)

@@ -19,11 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import fmean
+from typing import TYPE_CHECKING
 
 from .infinitebench.specs import PAPER_NAMES
 from .longbench_v2.task import DIFFICULTIES, LENGTHS
 
-Cells = dict[str, dict[str, list[dict]]]
+if TYPE_CHECKING:  # tasks sit below results: the record type only, for the annotations
+    from pytest_kvbench.results.record import Record
+
+Cells = dict[str, dict[str, list["Record"]]]
 
 
 @dataclass
@@ -39,24 +43,24 @@ def _mean(values) -> float | None:
     return fmean(values) if values else None
 
 
-def _records_of(cells: Cells, method: str, task: str) -> list[dict]:
+def _records_of(cells: Cells, method: str, task: str) -> list[Record]:
     return [r for label, records in cells[method].items() if label.split("@")[0] == task for r in records]
 
 
 def _suite_tasks(cells: Cells, suite: str) -> list[str]:
-    return sorted({r["task"]["name"] for by_task in cells.values() for records in by_task.values()
-                   for r in records if r["task"].get("suite") == suite})
+    return sorted({r.task.name for by_task in cells.values() for records in by_task.values()
+                   for r in records if r.task.suite == suite})
 
 
 def _turn_columns(turns: dict[str, list[float]]) -> list[str]:
     return sorted(turns, key=lambda column: int(column.split()[-1]))
 
 
-def _scores_by_turn(records: list[dict]) -> dict[str, list[float]]:
+def _scores_by_turn(records: list[Record]) -> dict[str, list[float]]:
     """{"Turn k": [each record's score of turn k]} from the records' aggregate "turns"."""
     by_turn: dict[str, list[float]] = {}
     for r in records:
-        for turn, score in ((r.get("aggregate") or {}).get("turns") or {}).items():
+        for turn, score in (r.aggregate.get("turns") or {}).items():
             by_turn.setdefault(f"Turn {turn}", []).append(score)
     return by_turn
 
@@ -69,7 +73,7 @@ def longbench_v2_summaries(cells: Cells) -> list[Summary]:
         for method in cells:
             records = _records_of(cells, method, task)
             if records:
-                values[method] = {column: _mean((r.get("aggregate") or {}).get("splits", {}).get(column)
+                values[method] = {column: _mean(r.aggregate.get("splits", {}).get(column)
                                                 for r in records) for column in columns}
         summaries.append(Summary(f"LongBench v2 ({task})", [c.capitalize() for c in columns],
                                  {m: {c.capitalize(): v[c] for c in columns} for m, v in values.items()}))
@@ -83,7 +87,7 @@ def infinitebench_summary(cells: Cells) -> list[Summary]:
         return []
     values = {}
     for method in cells:
-        scores = {PAPER_NAMES[task]: _mean(r["score"] for r in _records_of(cells, method, task)) for task in present}
+        scores = {PAPER_NAMES[task]: _mean(r.score for r in _records_of(cells, method, task)) for task in present}
         complete = all(v is not None for v in scores.values())
         values[method] = scores | {"Avg": fmean(scores.values()) if complete else None}
     return [Summary("InfiniteBench", [PAPER_NAMES[t] for t in present] + ["Avg"], values)]
@@ -98,8 +102,8 @@ def scbench_summaries(cells: Cells) -> list[Summary]:
         turns = {method: _scores_by_turn(records) for method, records in by_method.items()}
         columns = _turn_columns({column: [] for by_turn in turns.values() for column in by_turn})
         values = {method: {c: _mean(turns[method].get(c, [])) for c in columns}
-                  | {"Pooled": _mean(r["score"] for r in records)} for method, records in by_method.items()}
-        histories = sorted({r["task"].get("history", "model") for records in by_method.values() for r in records})
+                  | {"Pooled": _mean(r.score for r in records)} for method, records in by_method.items()}
+        histories = sorted({r.task.history or "model" for records in by_method.values() for r in records})
         summaries.append(Summary(f"SCBench {task} by turn ({', '.join(histories)} history)", columns + ["Pooled"],
                                  values, by_turn=True))
     return summaries
@@ -111,7 +115,7 @@ def turn_summary(cells: Cells) -> list[Summary]:
     by_method = {}
     for method, by_task in cells.items():
         records = [r for records in by_task.values() for r in records
-                   if r.get("protocol") == "multi_turn" and r["task"].get("suite") != "scbench"]
+                   if r.protocol == "multi_turn" and r.task.suite != "scbench"]
         turns = _scores_by_turn(records)
         if turns:
             by_method[method] = turns

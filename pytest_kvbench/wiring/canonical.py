@@ -2,9 +2,10 @@
 
 ``--kvbench-methods snapkv,snapkv`` or budgets ``128,0128`` used to make identical items with
 suffixed ids, run twice and tabulated twice. Every value is brought to its canonical spelling
-(options.py keeps parsed Budgets, whose ``spec`` is canonical; here method parameters as the
-method coerces them) and repeats are dropped, the first spelling winning. Models whose item-id
-labels would collide are refused instead: they are different models that ids could not tell apart.
+(options.py keeps parsed Budgets, whose ``spec`` is canonical; kvmethods.spec respells method specs
+with the parameters as the method coerces them) and repeats are dropped, the first spelling winning.
+Models whose item-id labels would collide are refused instead: they are different models that ids
+could not tell apart.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import os
 from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
-from pytest_kvbench.wiring.grid import GridError, MethodSpec, model_label
+from pytest_kvbench.cases import GridError, MethodSpec, model_label
+from pytest_kvbench.wiring.model_refs import is_local_reference
 
 T = TypeVar("T")
 
@@ -30,36 +32,21 @@ def unique(values: Iterable[T], key: Callable[[T], Hashable] = lambda v: v) -> l
     return out
 
 
-def method(spec: MethodSpec, params: dict, name: str) -> tuple[MethodSpec, Hashable]:
-    """The spec with the method's own name (a composition's parts in role order: ``kivi+snapkv`` is
-    ``snapkv+kivi``) and its parameter values as the method coerced them, and the key of what it measures.
+def method(spec: MethodSpec, name: str, params: dict) -> tuple[MethodSpec, Hashable]:
+    """The spec in its canonical spelling (kvmethods.spec: `name` is the method's own, a composition's parts
+    in role order, ``kivi+snapkv`` is ``snapkv+kivi``; values as the method coerced them, `params`) and the
+    key of what it measures.
 
     Two specs measure the same thing when every parameter ends up equal (``snapkv`` and
     ``snapkv:window=32`` when 32 is the default), unless one pins the seed that the other
     takes from the run.
     """
-    canonical = MethodSpec(name, tuple(sorted((k, _spelling(_coerced(params, k, v))) for k, v in spec.params)))
-    pins_seed = any(k == "seed" for k, _ in spec.params)
-    return canonical, (name, tuple(sorted((k, repr(v)) for k, v in params.items())), pins_seed)
-
-
-def _coerced(params: dict, name: str, given: object) -> object:
-    """The method's own value of a parameter the grid set: at the top, or a wrapper's base parameter
-    (``adakv:base=snapkv:window=16`` -> ``base_params``); parameters a method passes on unparsed
-    (a kvpress press's ``press.window_size``) keep the grid's spelling."""
-    if name in params:
-        return params[name]
-    return (params.get("base_params") or {}).get(name, given)
-
-
-def _spelling(value: object) -> str:
-    return f"{value:.15g}" if isinstance(value, float) else str(value)
+    pins_seed = "seed" in spec
+    return spec.respelled(name, params), (name, tuple(sorted((k, repr(v)) for k, v in params.items())), pins_seed)
 
 
 def model_key(model: str) -> str:
     """The same local directory however it is spelled; hub ids as given."""
-    from pytest_kvbench.wiring.model_refs import is_local_reference
-
     if is_local_reference(model):
         return os.path.normpath(os.path.abspath(os.path.expanduser(model)))
     return model

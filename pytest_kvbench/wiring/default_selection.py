@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kvbench.results.record import DEFAULT_PROTOCOL
-from pytest_kvbench.wiring.grid import DEFAULT_MODEL, Case, Grid
+from pytest_kvbench.cases import DEFAULT_MODEL, DEFAULT_PROTOCOL, Case, Grid
+from pytest_kvbench.wiring.items import case_of
 from pytest_kvbench.wiring.options import tomllib  # the standard library's, or tomli before Python 3.11
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
 
@@ -62,8 +62,6 @@ def outside_default_selection(case: Case) -> bool:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    from pytest_kvbench.wiring.items import case_of
-
     if not left_out_tasks(config, config.stash[SESSION_KEY].grid):
         return
     kept, dropped = [], []

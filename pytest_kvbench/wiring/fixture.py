@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_kvbench.results.record import Record
 from pytest_kvbench.wiring.runner_settings import runner_of
 from pytest_kvbench.wiring.stash_keys import GATE_KEY, PROGRESS_KEY, RECORD_KEY, VERDICT_KEY
 
@@ -21,6 +22,7 @@ class KvbenchFixture:
         self.config = item.config
 
     def run(self, case) -> dict:
+        # lazy for startup time: the engine imports torch (an item is running now)
         from pytest_kvbench.engine.models import ModelLoadError
         from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
         from pytest_kvbench.tasks import DataError, TaskError, TaskUnavailable
@@ -41,15 +43,13 @@ class KvbenchFixture:
         finally:
             progress.finish(record)
         self.item.stash[RECORD_KEY] = record
-        for key in ("score", "metric"):
-            self.item.user_properties.append((f"kvbench_{key}", record[key]))
-        self.item.user_properties.append(("kvbench_kl", record["fidelity"]["kl"]))
-        self.item.user_properties.append(("kvbench_agreement", record["fidelity"]["agreement"]))
-        self.item.user_properties.append(("kvbench_total_s", record["latency"]["total_s"]))
-        self.item.user_properties.append(("kvbench_peak_bytes", record["memory"]["peak_bytes"]))
+        self.item.user_properties += [
+            ("kvbench_score", record.score), ("kvbench_metric", record.metric), ("kvbench_kl", record.fidelity.kl),
+            ("kvbench_agreement", record.fidelity.agreement), ("kvbench_total_s", record.latency.total_s),
+            ("kvbench_peak_bytes", record.memory.peak_bytes)]
         return record
 
-    def check(self, record: dict) -> None:
+    def check(self, record: Record) -> None:
         """Fail on a significant regression against the baseline (--kvbench-compare).
 
         The verdict goes into the item's record (once: the controller's summary reads it back)."""

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kvbench.results.record import is_finished
-from pytest_kvbench.wiring.grid import GridError
+from pytest_kvbench.cases import GridError
+from pytest_kvbench.comparison.baseline_file import BaselineError, check_save_target, load_baseline, write_baseline
+from pytest_kvbench.comparison.tolerances import parse_tolerances
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.wiring.final_writes import WriteFailure
 
 
 class Gate:
@@ -23,6 +26,7 @@ class Gate:
         self._verdicts: list = []
         self._unrun: list[str] = []
         self._saved: str | None = None
+        self.write_failures: list = []  # the baseline not saved (wiring/final_writes.py)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Gate":
@@ -31,8 +35,6 @@ class Gate:
         force = config.getoption("kvbench_save_force")
         if not (compare or save or config.getoption("kvbench_compare_fail")):
             return cls()  # no gate: keep scipy (statistics) out of plain runs and collection
-        from pytest_kvbench.comparison.baseline_file import BaselineError, check_save_target, load_baseline
-        from pytest_kvbench.comparison.tolerances import parse_tolerances
 
         try:
             tolerances = parse_tolerances(config.getoption("kvbench_compare_fail") or [])
@@ -43,35 +45,41 @@ class Gate:
             raise GridError(str(exc)) from None
         return cls(baseline, tolerances, save, force)
 
-    def judge(self, record: dict):
+    def judge(self, record: Record):
         """The item's Verdict against its baseline entry; None without --kvbench-compare."""
         if self.baseline is None:
             return None
+        # lazy for startup time: verdicts import numpy and scipy, only with --kvbench-compare
         from pytest_kvbench.comparison.verdicts import compare_record
 
         return compare_record(record, self.baseline.entry(record), self.tolerances)
 
-    def finish(self, records: list[dict], environment: dict) -> None:
+    def finish(self, records: list[Record], environment: dict) -> None:
         """Controller, end of run: comparison over all records and the optional new baseline."""
         if self.baseline is None and not self.save_path:
             return
-        from pytest_kvbench.comparison.baseline_file import write_baseline
+        # lazy for startup time: verdicts import numpy and scipy (see above)
         from pytest_kvbench.comparison.verdicts import Verdict
 
-        finished = [r for r in records if is_finished(r) and r.get("samples")]
+        finished = [r for r in records if r.is_finished and r.samples]
         if self.baseline is not None:
             # each item attached its verdict when it ran (KvbenchFixture.check); an item whose test
             # never asked is judged now
-            self._verdicts = [Verdict.from_dict(r["verdict"]) if r.get("verdict") else self.judge(r)
-                              for r in finished]
-            self._unrun = self.baseline.unrun({r["key"] for r in records})
+            self._verdicts = [Verdict.from_dict(r.verdict) if r.verdict else self.judge(r) for r in finished]
+            self._unrun = self.baseline.unrun({r.key for r in records})
         if self.save_path:
-            write_baseline(self.save_path, finished, environment, force=self.save_force)
-            self._saved = self.save_path
+
+            try:
+                write_baseline(self.save_path, finished, environment, force=self.save_force)
+            except BaselineError as exc:  # unwritable since configure, replaced meanwhile, or no score to save
+                self.write_failures = [WriteFailure("baseline", str(exc))]
+            else:
+                self._saved = self.save_path
 
     def summary_lines(self) -> list[str]:
         lines = []
         if self._verdicts:
+            # lazy for startup time: numpy and scipy (see above)
             from pytest_kvbench.comparison.verdicts import comparison_table
 
             lines += ["comparison with baseline:", comparison_table(self._verdicts)]

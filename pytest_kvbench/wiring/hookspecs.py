@@ -11,6 +11,7 @@ import pytest
 def pytest_kvbench_record(record: dict, item: pytest.Item) -> None:
     """Called once per finished benchmark item, in the process that ran it.
 
-    ``record`` is the JSON-serialisable result of the item (fields in DEVELOPERS.md), with its
-    final ``status`` already set. It is called for passed, failed, skipped and errored items.
+    ``record`` is the JSON object of the item's result (``Record.to_json()``: fields in DEVELOPERS.md,
+    ``schema_version`` included), with its final ``status`` already set; ``Record.from_json(record)`` types
+    it (docs/records.md). It is called for passed, failed, skipped and errored items.
     """

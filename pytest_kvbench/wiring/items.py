@@ -12,8 +12,11 @@ from collections.abc import Iterable
 
 import pytest
 
+from pytest_kvbench.cases import Case
+from pytest_kvbench.results.run_lock import RunInUse
+from pytest_kvbench.tasks import get_task
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
-from pytest_kvbench.wiring.grid import Case
+from pytest_kvbench.wiring.interrupts import honour_sigint
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
 
 SUITES = tuple(SUITE_DESCRIPTIONS)  # one marker and one bench/test_<suite>.py per task suite
@@ -25,8 +28,6 @@ def is_worker(config: pytest.Config) -> bool:
 
 @functools.cache
 def suite_of(task: str) -> str:
-    from pytest_kvbench.tasks import get_task
-
     return get_task(task).suite
 
 
@@ -52,7 +53,25 @@ def case_of_nodeid(config: pytest.Config, nodeid: str) -> Case | None:
 
 
 def expect(config: pytest.Config, nodeids: Iterable[str]) -> None:
-    """Controller: these items are what the run must finish (a run missing any is incomplete)."""
+    """Controller: these items are what the run must finish (a run missing any is incomplete). Before the
+    first of them runs, the run directory is locked and Ctrl-C honoured (wiring/interrupts.py)."""
     run = config.stash.get(SESSION_KEY, None)
     if run is not None and run.is_controller:
         run.expect((case, nodeid) for nodeid in nodeids if (case := case_of_nodeid(config, nodeid)) is not None)
+        if run.expected and not config.option.collectonly:
+            honour_sigint()
+            lock_run(config)
+
+
+def lock_run(config: pytest.Config, what: str = "") -> None:
+    """Controller: hold the run directory's lock until pytest unconfigures; a usage error naming the holder
+    when another process has it (results/run_lock.py)."""
+
+    run = config.stash[SESSION_KEY]
+    if run.lock is not None:
+        return
+    try:
+        run.hold_lock()
+    except RunInUse as exc:
+        raise pytest.UsageError(f"{what}{exc}") from None
+    config.add_cleanup(run.release_lock)

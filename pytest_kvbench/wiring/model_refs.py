@@ -17,8 +17,15 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+from kvmethods.adapters.transformers_compat import attention_implementations
 from pytest_kvbench import user_paths
-from pytest_kvbench.wiring.grid import DEFAULT_MODEL, GridError
+from pytest_kvbench.cases import DEFAULT_MODEL, GridError
+from pytest_kvbench.model_sources import gguf_file, named_models
+from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
+from pytest_kvbench.model_sources.gguf_index import gguf_info
+from pytest_kvbench.model_sources.hub import cached_file, hub_offline
+from pytest_kvbench.model_sources.reference import is_named, model_source
+from pytest_kvbench.input_values import shown
 
 EAGER = "eager"
 
@@ -43,27 +50,31 @@ def _max_positions(config: object) -> int | None:
 
 
 def _check_config(model: str, location: str) -> int | None:
-    """transformers can read the model's config.json (no weights, no download); its maximum length."""
+    """transformers can read the model's config.json (no weights, no download), and the folder holds
+    weights and a tokenizer (model_sources/folder_contents.py); the model's maximum length."""
+    # lazy for startup time: transformers, only when configure reads a local model's config.json
     from transformers import AutoConfig
+
+    from pytest_kvbench.model_sources.folder_contents import missing_parts
 
     try:
         config = AutoConfig.from_pretrained(location, local_files_only=True)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, JSONDecodeError ...
         raise GridError(f"model {user_paths.shown(model)}: config.json cannot be read ({_first_line(exc)})") from None
+    missing = missing_parts(Path(location))
+    if missing:
+        raise GridError(f"model {user_paths.shown(model)}: {user_paths.shown(location)} has a config.json but "
+                        f"{' and '.join(missing)}; from_pretrained could not load it")
     return _max_positions(config)
 
 
 def _default_model_max_positions() -> int | None:
     """The embedded model's maximum length, from its config.json (without importing transformers)."""
-    from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
-
     data = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text(encoding="utf-8"))
     return _max_positions(SimpleNamespace(**data))
 
 
 def cached_config(model: str) -> str | None:
-    from pytest_kvbench.model_sources.hub import cached_file
-
     return cached_file(model, "config.json")
 
 
@@ -72,10 +83,6 @@ def check_model_reference(model: str) -> int | None:
 
     Returns the model's maximum number of positions when its config is at hand (None: unknown).
     """
-    from pytest_kvbench.model_sources import gguf_file, named_models
-    from pytest_kvbench.model_sources.hub import hub_offline
-    from pytest_kvbench.model_sources.reference import is_named
-
     if model == DEFAULT_MODEL:
         return _default_model_max_positions()
     if not model.strip():
@@ -92,13 +99,15 @@ def check_model_reference(model: str) -> int | None:
             raise GridError(f"{exc} (expected a Hugging Face model directory with a config.json, "
                             f"or a .gguf file)") from None
         return _check_config(model, str(path))
+    # lazy for startup time: huggingface_hub, only when a hub id is given
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(model)
     except HFValidationError as exc:
+        reason = _first_line(exc).replace(model, user_paths.shown(model))  # huggingface_hub quotes it in full
         raise GridError(f"model {user_paths.shown(model)}: not a local directory and not a valid hub id "
-                        f"({_first_line(exc)})") from None
+                        f"({reason})") from None
     if "/" not in model and cached_config(model) is None:  # a bare word: a mistyped name, not an old hub id
         raise GridError(named_models.unknown_name_message(model))
     if hub_offline():
@@ -112,9 +121,6 @@ def check_model_reference(model: str) -> int | None:
 
 def _check_named(model: str) -> int | None:
     """The name has a source here (hub or GGUF file), and that source is checked like any other."""
-    from pytest_kvbench.model_sources import named_models
-    from pytest_kvbench.model_sources.reference import model_source
-
     try:
         source = model_source(model)
     except named_models.NamedModelError as exc:
@@ -124,9 +130,6 @@ def _check_named(model: str) -> int | None:
 
 def _check_gguf(model: str, location: str | None = None) -> int | None:
     """The packages are there, the file is whole and transformers maps its architecture; its length."""
-    from pytest_kvbench.model_sources import gguf_file
-    from pytest_kvbench.model_sources.gguf_index import gguf_info
-
     missing = gguf_file.missing_packages()
     if missing:
         raise GridError(f"model {user_paths.shown(model)}: loading a GGUF file needs the {' and '.join(missing)} "
@@ -140,16 +143,35 @@ def _check_gguf(model: str, location: str | None = None) -> int | None:
 
 
 def known_attention_implementations() -> list[str]:
-    from kvmethods.adapters.transformers_compat import attention_implementations
-
     return [EAGER, *attention_implementations()]
 
 
+# implementation -> (transformers.utils function saying whether it can run here, what it needs)
+_NEEDS = {
+    "flash_attention_2": ("is_flash_attn_2_available", "the flash-attn package and a CUDA GPU"),
+    "flash_attention_3": ("is_flash_attn_3_available", "the flash-attn 3 package (flash_attn_interface) and a GPU"),
+    "flash_attention_4": ("is_flash_attn_4_available", "the flash-attn 4 package and a GPU"),
+    "flex_attention": ("is_torch_flex_attn_available", "a torch with flex attention"),
+}
+_HUB_KERNEL_NEEDS = ("is_kernels_available", "the kernels package (pip install kernels)")
+
+
 def check_attention_implementation(name: str) -> None:
-    """One transformers knows, or a hub kernel (``org/repo``), which transformers resolves itself."""
-    if name in ("sdpa", EAGER) or ("/" in name.strip("/") and not name.startswith("/")):
+    """One transformers knows, or a hub kernel (``org/repo``), which transformers resolves itself; and
+    installed here: flash attention without its package (or without a GPU) used to fail every item."""
+    hub_kernel = "/" in name.strip("/") and not name.startswith("/")
+    if name in ("sdpa", EAGER):
         return  # the defaults need no transformers import at configure time
-    known = known_attention_implementations()
-    if name not in known:
-        raise GridError(f"unknown attention implementation {name!r}; valid: {', '.join(known)} "
-                        f"(or a hub kernel such as kernels-community/flash-attn)")
+    if not hub_kernel:
+        known = known_attention_implementations()
+        if name not in known:
+            raise GridError(f"unknown attention implementation {shown(name)}; valid: {', '.join(known)} "
+                            f"(or a hub kernel such as kernels-community/flash-attn)")
+    available, needs = _HUB_KERNEL_NEEDS if hub_kernel else _NEEDS.get(name.rpartition("|")[2], (None, None))
+    if available is None:
+        return
+    import transformers.utils  # lazy: transformers is heavy, read only when such an implementation is asked for
+
+    if not getattr(transformers.utils, available, lambda: True)():
+        raise GridError(f"--kvbench-attn-implementation {name}: not available here (transformers.utils.{available}() "
+                        f"is False); it needs {needs}")

@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kvmethods import MethodError
 
-from pytest_kvbench import user_paths
-from pytest_kvbench.input_values import MAX_TOKENS, split_list
+from kvmethods import FULL_CACHE, Budget, MethodError, describe_method
+from pytest_kvbench import tasks as task_registry, user_paths
+from pytest_kvbench.input_values import MAX_TOKENS, shown, shown_list, split_list
 from pytest_kvbench.wiring import canonical, model_refs, presets
 from pytest_kvbench.wiring.protocols import (check_decoding_intervals, check_per_turn, check_tasks_serve_protocols,
                                              parse_protocols)
-from pytest_kvbench.wiring.grid import (
+from pytest_kvbench.cases import (
     DEFAULT_MODEL,
     Grid,
     GridError,
@@ -26,6 +28,8 @@ from pytest_kvbench.wiring.grid import (
     parse_positive_int,
     parse_seed,
 )
+from pytest_kvbench.tasks import TaskError, check_context_length, get_task
+from pytest_kvbench.wiring.shards import parse_shard
 
 try:  # Python >= 3.11
     import tomllib
@@ -116,8 +120,6 @@ def check_given_options(config: pytest.Config) -> None:
                 raise GridError(f"{option} is empty; give a value or leave the option out")
     shard = config.getoption("kvbench_shard")
     if shard is not None:
-        from pytest_kvbench.wiring.shards import parse_shard
-
         try:
             parse_shard(shard)
         except ValueError as exc:
@@ -167,27 +169,12 @@ def load_grid_file(path: str) -> dict:
     return data
 
 
-def _flat_params(params: dict, prefix: str = "") -> dict:
-    """Nested tables (a kvpress wrapper's inner press) as the CLI's dotted keys: press = {name = "X", w = 1}
-    -> press=X, press.w=1."""
-    flat: dict = {}
-    for key, value in params.items():
-        if isinstance(value, dict):
-            if "name" not in value:
-                raise GridError(f"grid file: nested method table {prefix}{key} has no name")
-            flat[prefix + key] = value["name"]
-            flat.update(_flat_params({k: v for k, v in value.items() if k != "name"}, f"{prefix}{key}."))
-        else:
-            flat[prefix + key] = value
-    return flat
-
-
 def _toml_type(value: Any) -> str:
     if isinstance(value, dict):
         return "a table"
     if isinstance(value, list):
         return "an array"
-    return f"{type(value).__name__} {value!r}"
+    return f"{type(value).__name__} {shown(value)}"
 
 
 def _is_toml_scalar(value: Any) -> bool:
@@ -216,17 +203,24 @@ def _check_toml_value(path: str, key: str, value: Any) -> None:
 
 
 def _toml_methods(value: Any, where: str) -> list[Any]:
-    """TOML methods: strings, or tables like {name = "snapkv", window = 64}."""
+    """TOML methods: strings, or tables like {name = "snapkv", window = 64} (kvmethods.spec reads them)."""
     out: list[Any] = []
     for entry in value if isinstance(value, list) else [value]:
         if isinstance(entry, dict):
-            params = _flat_params({k: v for k, v in entry.items() if k != "name"})
-            if not isinstance(entry.get("name"), str):
-                raise GridError(f"grid file: method table {entry} has no name")
-            out.append(MethodSpec(entry["name"], tuple(sorted((k, str(v)) for k, v in params.items()))))
+            try:
+                out.append(MethodSpec.from_table(entry))
+            except MethodError as exc:
+                raise GridError(f"grid file: {exc}") from None
         else:
             out.extend(split_list(entry, where))
     return out
+
+
+def _method_spec(value: MethodSpec | str) -> MethodSpec:
+    try:
+        return value if isinstance(value, MethodSpec) else MethodSpec.parse(str(value))
+    except MethodError as exc:
+        raise GridError(str(exc)) from None
 
 
 class _Sources:
@@ -301,7 +295,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid = Grid()
     grid.models = [str(m).strip() for m in sources.listed("model") or [DEFAULT_MODEL]]
     methods = sources.listed("methods") or DEFAULT_METHODS
-    grid.methods = [m if isinstance(m, MethodSpec) else MethodSpec.parse(str(m)) for m in methods]
+    grid.methods = [_method_spec(m) for m in methods]
     grid.budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]
     grid.tasks = [str(t).strip() for t in sources.listed("tasks") or []]
     samples, where = sources.scalar("samples")
@@ -317,7 +311,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
     dtype, where = sources.scalar("dtype")
     grid.dtype = str(dtype or "auto")
     if grid.dtype not in DTYPES:
-        raise GridError(f"{where}: unknown dtype {grid.dtype!r}; valid: {', '.join(DTYPES)}")
+        raise GridError(f"{where}: unknown dtype {shown(grid.dtype)}; valid: {', '.join(DTYPES)}")
     attn, _ = sources.scalar("attn-implementation")
     grid.attn_implementation = str(attn or "sdpa").strip()
     data, _ = sources.scalar("data")
@@ -351,43 +345,37 @@ def _seeds(sources: _Sources) -> list[int]:
     seeds_value, seeds_where = sources.raw("seeds")
     seed_value, seed_where = sources.scalar("seed")
     if seeds_value is not None and seed_value is not None and _precedence(seeds_where) == _precedence(seed_where):
-        raise GridError(f"{seed_where} {seed_value} contradicts {seeds_where} {_shown_list(seeds_value)}; "
+        raise GridError(f"{seed_where} {shown_list(seed_value)} contradicts {seeds_where} {shown_list(seeds_value)}; "
                         f"give one of them")
     if seeds_value is not None and (seed_value is None or _precedence(seeds_where) < _precedence(seed_where)):
         return sources.listed("seeds", parse_seed)
     return [parse_seed(seed_value, seed_where)] if seed_value is not None else [0]
 
 
-def _shown_list(value: Any) -> str:
-    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
-
-
 def _validate(grid: Grid) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py)."""
-    from kvmethods import Budget, MethodError, describe_method
-
-    from pytest_kvbench import tasks as task_registry
-
     methods = []
     for spec in grid.methods:  # describe_method names the valid methods for an unknown one
         try:
-            built = describe_method(spec.name, **dict(spec.params))
-            params = built.params
+            described = describe_method(spec.name, **spec.param_dict)
         except MethodError as exc:
             raise GridError(str(exc)) from None
-        for name, value in params.items():
+        for name, value in described.params.items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise GridError(f"{spec.name}: parameter {name!r} must be a finite number, got {value!r}")
-        methods.append(canonical.method(spec, params, built.name if "+" in spec.name else spec.name))
+        methods.append(canonical.method(spec, described.name, described.params))
     grid.methods = [spec for spec, _ in canonical.unique(methods, key=lambda pair: pair[1])]
     try:
         grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
+    if FULL_CACHE in grid.budgets:
+        raise GridError(f"--kvbench-budgets: {FULL_CACHE.spec!r} is not a compression budget; the full cache runs "
+                        f"once per task as the method {FULL_CACHE.spec!r}")
     too_large = [budget.spec for budget in grid.budgets if budget.kind == "tokens" and budget.value > MAX_TOKENS]
     if too_large:
-        raise GridError(f"--kvbench-budgets: {too_large[0]} tokens is more than any context ({MAX_TOKENS:,} at most)")
+        raise GridError(f"--kvbench-budgets: {shown(too_large[0])} tokens is more than any context ({MAX_TOKENS:,} at most)")
     tasks_named = grid.tasks_named = bool(grid.tasks)
     grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
     try:
@@ -416,8 +404,6 @@ def _validate(grid: Grid) -> None:
 def _check_context_lengths(grid: Grid, limits: dict[str, int | None]) -> None:
     """Each RULER context length leaves room for the task's answer and fits every model, where the
     model's maximum is known from its config (a model's own check at load time covers the rest)."""
-    from pytest_kvbench.tasks import TaskError, check_context_length, get_task
-
     for name in grid.tasks:
         task = get_task(name)
         if task.suite != "ruler":

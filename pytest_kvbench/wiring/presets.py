@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from pytest_kvbench.wiring.grid import Grid, GridError
+from kvmethods import Budget
+from pytest_kvbench.cases import Grid, GridError
+from pytest_kvbench.input_values import shown, shown_list
+from pytest_kvbench.tasks import get_task
 
 try:  # Python >= 3.11
     import tomllib
@@ -74,7 +77,7 @@ def load_preset(name: str) -> Preset:
     """The shipped preset ``name``; GridError (one line listing the presets) for any other name."""
     name = str(name).strip()
     if name not in available_presets():
-        raise GridError(f"unknown preset {name!r}; valid presets: {', '.join(available_presets())}")
+        raise GridError(f"unknown preset {shown(name)}; valid presets: {', '.join(available_presets())}")
     data = tomllib.loads(_preset_files().joinpath(f"{name}.toml").read_text(encoding="utf-8"))
     settings = {}
     for key, table in data.get("settings", {}).items():
@@ -99,17 +102,9 @@ def _by_model_name(setting: Setting, models: list[str]) -> Any:
     return next(iter(found.values()), None)
 
 
-def _shown(value: Any) -> str:
-    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
-
-
 def _canonical(key: str, values: list) -> list:
     """One spelling per value (``r0.50`` is ``r0.5``); a value that does not parse stays as given, so it
     disagrees with the preset here and, had it agreed, validation would name what is wrong with it."""
-    from kvmethods import Budget
-
-    from pytest_kvbench.tasks import get_task
-
     spell = {"tasks": lambda v: get_task(str(v)).name, "budgets": lambda v: Budget.parse(str(v)).spec}.get(key, str)
     out = []
     for value in values:
@@ -134,17 +129,17 @@ def check_grid(grid: Grid, preset: Preset, preset_where: str, given: dict[str, s
         if setting.rule == "exact":
             wanted = _canonical(key, setting.values)
             agrees = sorted(_canonical(key, value)) == sorted(wanted)
-            fixed = f"fixes {key} = {_shown(wanted)}"
+            fixed = f"fixes {key} = {shown_list(wanted)}"
         elif setting.rule == "subset":
             wanted = _canonical(key, setting.allowed or setting.values)
             agrees = set(_canonical(key, value)) <= set(wanted)
-            fixed = f"allows {key} from {_shown(wanted)}"
+            fixed = f"allows {key} from {shown_list(wanted)}"
         elif setting.rule == "at_most":
             agrees = setting.values == ALL_SAMPLES or value <= setting.values
             fixed = f"runs at most {setting.values} {key}"
         else:
             wanted = _by_model_name(setting, grid.models)
             agrees = wanted is None or value == wanted
-            fixed = f"sets {key} = {wanted} for {_shown(grid.models)}"
+            fixed = f"sets {key} = {wanted} for {shown_list(grid.models)}"
         if not agrees:
-            raise GridError(f"{where} {_shown(value)} contradicts {preset_where}, which {fixed}")
+            raise GridError(f"{where} {shown_list(value)} contradicts {preset_where}, which {fixed}")

@@ -29,6 +29,8 @@ from statistics import fmean
 import pytest
 
 from pytest_kvbench.input_values import ascii_float
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.wiring.progress_board import WorkersBoard
 from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
 from pytest_kvbench.wiring.progress_text import PREFIX, duration, session_part, start_own_line
 
@@ -128,12 +130,12 @@ class ItemProgress:
         session.show(f"{PREFIX} {self.item_id}: {done}/{total} samples, {per_sample:.1f} s/sample, "
                      f"item ETA {duration(per_sample * (total - done))}; {session.session_part(self, done, total)}")
 
-    def finish(self, record: dict | None = None) -> None:
+    def finish(self, record: Record | None = None) -> None:
         """The item ended; its record (None when it raised) says how many samples of how many tokens it ran."""
         session = self.session
         seconds = session.clock() - self.started
         session.item_seconds.append(seconds)
-        samples = [s for s in (record or {}).get("samples") or [] if s.get("prompt_tokens")]
+        samples = [s for s in (record.samples if record is not None else []) if s.get("prompt_tokens")]
         session.estimate.finish(self.key, seconds, len(samples),
                                 fmean(s["prompt_tokens"] for s in samples) if samples else 0.0)
         if session.channel:
@@ -182,8 +184,6 @@ class ProgressPlugin:
         if not _shows_progress(self.config):
             return
         if self.board is None:
-            from pytest_kvbench.wiring.progress_board import WorkersBoard
-
             self.board = WorkersBoard(self.config.pluginmanager.get_plugin("terminalreporter"), self.interval)
         worker, board = node.gateway.id, self.board
         channel = node.gateway.newchannel()

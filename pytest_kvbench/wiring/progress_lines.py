@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_kvbench.wiring.items import case_of_nodeid, is_worker
+from pytest_kvbench.wiring.progress import plain_lines
 from pytest_kvbench.wiring.progress_text import PREFIX, session_part, start_own_line
+from pytest_kvbench.wiring.stash_keys import PROGRESS_KEY
 
 
 class FinishedItemLines:
@@ -32,17 +35,12 @@ class FinishedItemLines:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        from pytest_kvbench.wiring.items import is_worker
-        from pytest_kvbench.wiring.progress import plain_lines
-
         self.session = session
         self.enabled = not is_worker(self.config) and plain_lines(self.config)
         if self.enabled:
             self.config.pluginmanager.get_plugin("terminalreporter").showfspath = False
 
     def _is_final_case_report(self, report: pytest.TestReport) -> bool:
-        from pytest_kvbench.wiring.items import case_of_nodeid
-
         final = report.when == "call" or (report.when == "setup" and not report.passed)
         return self.enabled and final and case_of_nodeid(self.config, report.nodeid) is not None
 
@@ -69,8 +67,6 @@ class FinishedItemLines:
         reporter.write_line(f"{line}; {self._session_part()}")
 
     def _session_part(self) -> str:
-        from pytest_kvbench.wiring.stash_keys import PROGRESS_KEY
-
         progress = self.config.stash.get(PROGRESS_KEY, None)
         if progress is not None and progress.items_total:
             return progress.session_part()

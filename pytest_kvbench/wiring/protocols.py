@@ -14,15 +14,16 @@ from __future__ import annotations
 from kvmethods import Capability, describe_method
 from kvmethods.core.catalog import PROTOCOLS
 
-from pytest_kvbench.input_values import split_list
-from pytest_kvbench.wiring.grid import Grid, GridError
+from pytest_kvbench.cases import Grid, GridError
+from pytest_kvbench.input_values import shown, split_list
+from pytest_kvbench.tasks import get_task
 
 
 def parse_protocols(value, where: str = "--kvbench-protocol") -> list[str]:
     protocols = list(dict.fromkeys(str(p) for p in split_list(value, where)))
     for protocol in protocols:
         if protocol not in PROTOCOLS:
-            raise GridError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+            raise GridError(f"unknown protocol {shown(protocol)}; valid: {', '.join(PROTOCOLS)}")
     if not protocols:
         raise GridError(f"--kvbench-protocol is empty; valid: {', '.join(PROTOCOLS)}")
     return protocols
@@ -43,8 +44,6 @@ def _why_not(task_name: str, protocol: str) -> str:
 def check_tasks_serve_protocols(grid: Grid, tasks_named: bool) -> None:
     """GridError for a named task that cannot serve a protocol of the grid; default tasks that cannot
     are recorded in grid.unserved (and so make no case)."""
-    from pytest_kvbench.tasks import get_task
-
     for task_name in grid.tasks:
         task = get_task(task_name)
         for protocol in grid.protocols:
@@ -58,8 +57,6 @@ def check_tasks_serve_protocols(grid: Grid, tasks_named: bool) -> None:
 def check_decoding_intervals(grid: Grid) -> None:
     """GridError for a method that compresses every `interval` new tokens on a task generating fewer:
     it would never compress while decoding, so its numbers would not be what its name says."""
-    from pytest_kvbench.tasks import get_task
-
     for spec in grid.methods:
         interval = describe_method(spec.name, **dict(spec.params)).params.get("interval")
         if not isinstance(interval, int):

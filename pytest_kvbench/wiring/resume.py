@@ -15,8 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from pytest_kvbench.cases import Grid, GridError
 from pytest_kvbench.results import storage
-from pytest_kvbench.wiring.grid import Grid, GridError
 from pytest_kvbench.results.runs import RunError, resolve_run_dir, runs_dir
 from pytest_kvbench.user_paths import inside, shown
 

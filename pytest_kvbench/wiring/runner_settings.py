@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pytest_kvbench.wiring.grid import Grid
+from pytest_kvbench.cases import Grid
 from pytest_kvbench.wiring.stash_keys import PLANNED_CASES_KEY, RUNNER_KEY, RUNNER_SETTINGS_KEY
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-from pytest_kvbench.input_values import MAX_SHARDS
+from pytest_kvbench.input_values import MAX_SHARDS, shown
 
 SHARD_OPTION = "--kvbench-shard"
 
@@ -22,7 +22,7 @@ def parse_shard(spec: str) -> tuple[int, int]:
         if 1 <= n <= MAX_SHARDS and 1 <= k <= n:
             return k, n
     raise ValueError(f"{SHARD_OPTION} expects K/N with 1 <= K <= N <= {MAX_SHARDS:,} in ASCII digits (e.g. 2/3), "
-                     f"got {spec!r}")
+                     f"got {shown(spec)}")
 
 
 def shard_cuts(group_sizes: Sequence[int], n: int, slack: float = 0.1) -> list[int]:

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.gpu_slots import DeviceSlots
+from pytest_kvbench.wiring.interrupts import InterruptShield
 from pytest_kvbench.wiring.progress import SessionProgress
 from pytest_kvbench.wiring.session import RunSession
 
@@ -23,3 +24,5 @@ SLOTS_KEY = pytest.StashKey[DeviceSlots]()
 PROGRESS_KEY = pytest.StashKey[SessionProgress]()
 RECORD_KEY = pytest.StashKey[dict]()  # item stash: the item's measured record
 VERDICT_KEY = pytest.StashKey[dict]()  # item stash: the gate's verdict on it
+SHIELD_KEY = pytest.StashKey[InterruptShield]()  # holds a Ctrl-C off while the controller writes the run
+INTERRUPTED_WORKERS_KEY = pytest.StashKey[set]()  # xdist workers stopped by Ctrl-C (not crashed)

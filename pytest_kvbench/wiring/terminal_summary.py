@@ -8,9 +8,11 @@ how to finish it, and where the run directory and RESULTS.md are.
 from __future__ import annotations
 
 from pathlib import Path
+from pytest_kvbench.wiring.final_writes import failure_line
 
 
 def write_summary(terminalreporter, run, gate) -> None:
+    # lazy for startup time: tables import tabulate and the task summaries; only at the end of a benchmark run
     from pytest_kvbench.results.tables import budget_tables, zero_scores
 
     records = run.final_records if run.final_records is not None else run.all_records()
@@ -30,3 +32,7 @@ def write_summary(terminalreporter, run, gate) -> None:
         terminalreporter.write_line(f"run {run.run_id} is incomplete: {len(run.unfinished)} item(s) not finished "
                                     f"({shown}); finish them with: {run.resume_command()}", red=True)
     terminalreporter.write_line(f"run {run.run_id}: {run.run_dir} ; table: {Path(run.results_dir) / 'RESULTS.md'}")
+    failures = run.write_failures + gate.write_failures
+    if failures:
+
+        terminalreporter.write_line(failure_line(failures, run.kept()), red=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from kvmethods.adapters.transformers_compat import ALLOW_UNTESTED_ENV, installed_version, range_problem, untested_allowed
 
 CHECKED_KEY = pytest.StashKey[bool]()
 
@@ -29,7 +30,6 @@ def check_transformers(config: pytest.Config) -> None:
     if config.stash.get(CHECKED_KEY, False):
         return
     config.stash[CHECKED_KEY] = True
-    from kvmethods.adapters.transformers_compat import ALLOW_UNTESTED_ENV, installed_version, range_problem, untested_allowed
 
     problem = range_problem(installed_version())
     if problem is None:

@@ -46,6 +46,7 @@ def reference_group_scheduler(config, log, groups: Mapping[str, str]):
     knows the grid, so it maps each item's parametrize id to its group (``groups``) instead;
     items that are not kvbench cases keep xdist's own rule.
     """
+    # lazy: xdist is optional; only with --dist loadgroup
     from xdist.scheduler import LoadGroupScheduling
 
     class ReferenceGroupScheduling(LoadGroupScheduling):

@@ -11,20 +11,19 @@ never fire.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
 from pytest_kvbench.results import record as records
-from pytest_kvbench.wiring.gpu_slots import DeviceSlots
+from pytest_kvbench.wiring.gpu_slots import DeviceSlots, apply_environment, assign_device, cuda_device_count
 from pytest_kvbench.wiring.items import SUITES, case_of_nodeid, expect, suite_of
-from pytest_kvbench.wiring.stash_keys import SESSION_KEY, SLOTS_KEY
+from pytest_kvbench.wiring.stash_keys import INTERRUPTED_WORKERS_KEY, SESSION_KEY, SLOTS_KEY
 from pytest_kvbench.wiring.xdist_groups import reference_group_scheduler, xdist_group_name
 
 
 def check_worker_count(config: pytest.Config) -> None:
     """Controller: more workers than GPUs is a usage error unless explicitly allowed."""
-    from pytest_kvbench.wiring.gpu_slots import assign_device, cuda_device_count
-
     workers = getattr(config.option, "numprocesses", None)
     if not isinstance(workers, int) or workers < 2:
         return
@@ -42,8 +41,6 @@ def pin_worker_device(config: pytest.Config) -> None:
 
     torch.cuda.device_count() counts through NVML without starting CUDA (gpu_slots.cuda_device_count).
     """
-    from pytest_kvbench.wiring.gpu_slots import apply_environment, assign_device, cuda_device_count
-
     try:
         changes = assign_device(os.environ.get("PYTEST_XDIST_WORKER"), os.environ, cuda_device_count(),
                                 allow_oversubscribe=config.getoption("kvbench_allow_oversubscribe"),
@@ -66,7 +63,10 @@ def pytest_configure_node(node) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
-    """A worker that died frees its GPU slot for the replacement xdist starts."""
+    """A worker that died frees its GPU slot for the replacement xdist starts. One stopped by Ctrl-C did not
+    crash: its running item gets no record (it is missing, as in a serial run), not a crash record."""
+    if error == "keyboard-interrupt":
+        node.config.stash.setdefault(INTERRUPTED_WORKERS_KEY, set()).add(node.gateway.id)
     slots = node.config.stash.get(SLOTS_KEY, None)
     if slots is not None:
         slots.release(node.gateway.id)
@@ -94,12 +94,12 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
     """xdist controller: a worker died inside an item. Its record says so, and the run is incomplete."""
     config = getattr(sched, "config", None) or report.node.config
     case = case_of_nodeid(config, crashitem)
-    if case is None:
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
+    if case is None or worker in config.stash.get(INTERRUPTED_WORKERS_KEY, set()):
         return
     run = config.stash[SESSION_KEY]
-    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
     message = (f"worker {worker} crashed while running this item (the process died: killed, out of host "
                f"memory or a hard crash); run it again with --kvbench-resume {run.run_id}")
-    record = records.with_outcome(records.identity(case, run.run_id, case.protocol), status="error",
-                                  nodeid=crashitem, message=message)
-    run.add(record | {"crashed": True})
+    record = records.Record.identity(case, run.run_id, case.protocol).finished(status="error", nodeid=crashitem,
+                                                                               message=message)
+    run.add(replace(record, crashed=True))

@@ -21,7 +21,6 @@ import contextlib
 import copy
 import dataclasses
 import sys
-import time
 
 import torch
 
@@ -32,6 +31,7 @@ from .cache_snapshot import CacheSnapshot
 from ...decoding.decoding_compression import compressing_decode
 from ..generation import GenerationOutput, PrefilledPrompt, _teacher_force_prefilled, _uneven, measured_prefill, prefill
 from .shared_context import ask, decode_answer
+from ..clock import now
 
 
 @torch.inference_mode()
@@ -48,24 +48,24 @@ def run_turns(model, method: Method, budget: Budget | str, context: list[int], t
     context = [int(token) for token in context]
     eos = {int(token) for token in (eos_token_ids or ())}
     total = len(context) + sum(len(q) for q in turns) + len(turns) * max_new_tokens
-    started = time.perf_counter()
+    started = now()
     state = prefill(model, method, budget, context, len(context), "query_agnostic", total)
-    context_s = time.perf_counter() - started
+    context_s = now() - started
     forced = None if teacher_targets is None else dataclasses.replace(state, cache=copy.deepcopy(state.cache))
     outputs = []
     pending: list[int] = []  # the previous answer's last token when decoding did not feed it back
     forced_pending: list[int] = []
     for index, question in enumerate(turns):
         fed = pending + [int(token) for token in question]
-        started = time.perf_counter()
+        started = now()
         with turn_scope(model, method, state, len(fed)):
             state = ask(model, state, fed)
             out = measured_prefill(model, method, state, state.next_position,
-                                   context_s + time.perf_counter() - started)
+                                   context_s + now() - started)
             with answering(state, method, keep_answers) as answered:
                 decode_answer(model, method, answered, out, max_new_tokens, eos, return_logprobs)
-            cut_started = time.perf_counter()
-        out.decode_s += time.perf_counter() - cut_started  # per_turn's cut back at the scope's exit: the turn's work
+            cut_started = now()
+        out.decode_s += now() - cut_started  # per_turn's cut back at the scope's exit: the turn's work
         state.uneven = state.uneven or _uneven(state.cache)
         context_s = 0.0
         pending = out.tokens[-1:] if out.stop_token is None and keep_answers else []  # an eos stop fed every token

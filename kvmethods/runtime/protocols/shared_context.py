@@ -11,7 +11,6 @@ cut back to its compressed state (cache_snapshot.py), so no question sees anothe
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import torch
 
@@ -20,6 +19,7 @@ from ...core.budget import Budget
 from ..generation import (GenerationOutput, PrefilledPrompt, _forward, decode_greedy, measured_prefill, prefill,
                           teacher_force_copy)
 from .cache_snapshot import CacheSnapshot
+from ..clock import now
 
 
 def ask(model, context: PrefilledPrompt, question: list[int]) -> PrefilledPrompt:
@@ -41,17 +41,17 @@ def answer_questions(model, method: Method, budget: Budget | str, context: list[
     context = [int(token) for token in context]
     eos = {int(token) for token in (eos_token_ids or ())}
     longest = max((len(q) for q in questions), default=0)
-    started = time.perf_counter()
+    started = now()
     state = prefill(model, method, budget, context, len(context), "query_agnostic",
                     len(context) + longest + max_new_tokens)
-    context_share = (time.perf_counter() - started) / max(1, len(questions))
+    context_share = (now() - started) / max(1, len(questions))
     compressed = CacheSnapshot.take(state.cache)
     outputs = []
     for index, question in enumerate(questions):
-        started = time.perf_counter()
+        started = now()
         asked = ask(model, state, [int(token) for token in question])
         out = measured_prefill(model, method, asked, len(context) + len(question),
-                               context_share + time.perf_counter() - started)
+                               context_share + now() - started)
         if teacher_targets is not None:
             out.target_logprobs = teacher_force_copy(model, asked, teacher_targets[index])
         decode_answer(model, method, asked, out, max_new_tokens, eos, return_logprobs)
@@ -63,8 +63,8 @@ def answer_questions(model, method: Method, budget: Budget | str, context: list[
 def decode_answer(model, method: Method, state: PrefilledPrompt, out: GenerationOutput, max_new_tokens: int,
                   eos: set[int], return_logprobs: bool) -> None:
     """Greedy decoding on a question's cache into `out`: tokens, stop token, cache lengths, decode_s, logprobs."""
-    started = time.perf_counter()
+    started = now()
     out.tokens, out.stop_token, steps, out.decode_cache_lengths = decode_greedy(model, state, max_new_tokens, eos,
                                                                              return_logprobs, method)
-    out.decode_s = time.perf_counter() - started
+    out.decode_s = now() - started
     out.logprobs = torch.stack(steps) if return_logprobs else None

@@ -23,6 +23,7 @@ def _weight_files(directory: Path) -> list[Path]:
 def _hub_snapshot(repo_id: str) -> Path | None:
     """The local HF cache snapshot of ``repo_id``, without touching the network."""
     try:
+        # lazy for startup time: huggingface_hub, only for a hub model's size
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(repo_id, local_files_only=True))

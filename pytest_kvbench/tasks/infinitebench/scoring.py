@@ -169,6 +169,7 @@ def longbook_qa_chn(prediction: str, label) -> float:
 
 
 def longbook_sum_eng(prediction: str, label) -> float:
+    # lazy for startup time: rouge_score, only when a ROUGE task is scored
     from rouge_score import rouge_scorer
 
     scorer = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=False)

@@ -16,13 +16,13 @@ Every record is validated; a malformed one is a DataError naming the file and li
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, TaskUnavailable
-from ..sources import DATA_ROOT, is_fixture_dir, parse_line, require_fields, take
-from ..sources import read_jsonl as _read_jsonl
+from ..sources import DATA_ROOT, is_fixture_dir, parse_line, read_jsonl as _read_jsonl, require_fields, take
 
 FIXTURE_DIR = DATA_ROOT / "longbench"
 HUB_REPO = "THUDM/LongBench"
@@ -112,6 +112,7 @@ def _hub_records(task: str) -> Iterator[tuple[str, dict]]:
 
 def _load_with_datasets(task: str):
     try:
+        # lazy for startup time: datasets (pyarrow, pandas)
         from datasets import load_dataset
 
         return load_dataset(HUB_REPO, task, split="test")
@@ -121,6 +122,7 @@ def _load_with_datasets(task: str):
 
 def _download_data_zip() -> Path:
     try:
+        # lazy for startup time: huggingface_hub, only when data comes from the hub
         from huggingface_hub import hf_hub_download
 
         return Path(hf_hub_download(HUB_REPO, "data.zip", repo_type="dataset", local_files_only=_hub_offline()))
@@ -129,8 +131,6 @@ def _download_data_zip() -> Path:
 
 
 def _read_zip_member(path: Path, task: str) -> Iterator[tuple[str, dict]]:
-    import zipfile
-
     member = f"data/{task}.jsonl"
     with zipfile.ZipFile(path) as archive:
         if member not in archive.namelist():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..base import Sample, percent_mean
+from ..metrics import METRICS, best_over_references, first_line
 from ..prompting import TemplateTask
 from .config import LENGTH_BUCKETS
 from .data import load_records
@@ -31,8 +32,6 @@ class LongBenchTask(TemplateTask):
         return self.spec.use_chat_template
 
     def score(self, prediction: str, sample: Sample) -> float:
-        from ..metrics import METRICS, best_over_references, first_line
-
         prediction = prediction or ""
         if self.spec.first_line_only:
             prediction = first_line(prediction)

@@ -26,6 +26,7 @@ from ..errors import DataError
 from ..prompting import build_truncated_prompt
 from ..sources import SuiteData, require_fields, sample_id
 from .specs import INSTRUCTION
+from .verification import is_equivalent, parse_answer
 
 DATA = SuiteData(
     "reasoning",
@@ -38,11 +39,8 @@ DATA = SuiteData(
 class ReasoningTask(Task):
     suite = "reasoning"
 
-
     def _validate(self, record, where: str) -> dict:
         require_fields(record, where, {"problem": str, "answer": (str, int)})
-        from .verification import parse_answer
-
         if not parse_answer(str(record["answer"])):
             raise DataError(f"{where}: math-verify cannot parse the reference answer {record['answer']!r}")
         return record
@@ -65,6 +63,4 @@ class ReasoningTask(Task):
         return build_truncated_prompt(tokenizer, self.prompt_text(sample), INSTRUCTION, None, use_chat=True)
 
     def score(self, prediction: str, sample: Sample) -> float:
-        from .verification import is_equivalent
-
         return float(is_equivalent(prediction or "", sample.answers[0]))

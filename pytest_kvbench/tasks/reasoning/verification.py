@@ -17,6 +17,7 @@ from .answer_extraction import extract_answer, strip_reasoning
 
 @functools.cache
 def _configs():
+    # lazy: math_verify is the reasoning suite's optional extra
     from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
     return [LatexExtractionConfig(), ExprExtractionConfig()]
@@ -24,6 +25,7 @@ def _configs():
 
 def parse_answer(answer: str) -> list:
     """A bare answer parsed; an empty list when math-verify finds nothing in it."""
+    # lazy: math_verify is an optional extra
     from math_verify import parse
 
     return parse(f"${answer}$", extraction_config=_configs(), parsing_timeout=None)
@@ -36,6 +38,7 @@ def predicted_answer(prediction: str) -> str:
 
 
 def is_equivalent(prediction: str, answer: str) -> bool:
+    # lazy: math_verify is an optional extra
     from math_verify import verify
 
     extracted = predicted_answer(prediction)

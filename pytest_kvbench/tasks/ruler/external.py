@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError, TaskUnavailable
+from ..longbench.data import is_fixture_dir
 
 ESSAY_FILES = ("essays.txt", "paul_graham_essays.json", "PaulGrahamEssays.json")
 FIXTURE_ESSAY = Path(__file__).resolve().parent / "fixture_essay.txt"
@@ -52,8 +53,6 @@ class QaCorpus:
 
 
 def is_fixtures(data_dir) -> bool:
-    from ..longbench.data import is_fixture_dir
-
     return is_fixture_dir(data_dir)
 
 
@@ -107,6 +106,7 @@ def load_qa_corpus(dataset: str, data_dir) -> QaCorpus:
 @functools.lru_cache(maxsize=2)
 def _qa_from_hub(dataset: str) -> QaCorpus:
     """The same corpus from the hub's converted copies, rebuilt into the official file layout."""
+    # lazy for startup time: datasets (pyarrow, pandas)
     from datasets import load_dataset
 
     repo, config, split = HUB_SOURCES[dataset]

@@ -20,6 +20,7 @@ from .templates import FREQ_WORDS
 def generate_fwe(tokenizer, *, context_length: int, rng: random.Random, alpha: float = 2.0,
                  coded_wordlen: int = 6, vocab_size: int | None = None,
                  max_new_tokens: int = FREQ_WORDS.tokens_to_generate, size_hint: int | None = None) -> RulerExample:
+    # lazy for startup time: scipy, only for the fwe task
     from scipy.special import zeta
 
     vocab_size = vocab_size or max(context_length // 50, 4)

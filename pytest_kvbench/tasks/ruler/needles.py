@@ -19,6 +19,7 @@ NEEDLE_TYPES = ("words", "numbers", "uuids")
 @functools.cache
 def wonderwords_list(filename: str) -> tuple[str, ...]:
     """Sorted, de-duplicated word list shipped with wonderwords (e.g. "nounlist.txt")."""
+    # lazy: wonderwords is the RULER suite's optional extra
     from importlib.resources import files
 
     import wonderwords.assets

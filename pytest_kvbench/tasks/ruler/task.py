@@ -15,6 +15,13 @@ from dataclasses import dataclass
 from ..base import Prompt, Sample, Task, percent_mean
 from ..errors import TaskError
 from ..prompting import build_token_prompt, has_chat_template, middle_truncate, render_chat
+from .common_words import generate_cwe
+from .external import load_essay_text, load_qa_corpus
+from .freq_words import generate_fwe
+from .niah import NIAH_CONFIGS, generate_niah_questions
+from .qa import generate_qa_questions
+from .scoring import RULER_METRICS
+from .variable_tracking import generate_vt_questions
 
 DEFAULT_CONTEXT_LENGTH = 2048
 DEFAULT_NUM_SAMPLES = 100  # when the harness asks for "all" of an unbounded synthetic task
@@ -92,32 +99,21 @@ class RulerTask(Task):
         on the haystack; external data loaded once."""
         spec = self.spec
         if spec.family == "niah":
-            from .external import load_essay_text
-            from .niah import NIAH_CONFIGS, generate_niah_questions
-
             config = NIAH_CONFIGS[spec.niah_config]
             essay = load_essay_text(data_dir) if config.haystack == "essay" else None
             return lambda tok, length, reserved, rng, depth, hint: generate_niah_questions(
                 config, tok, context_length=length, rng=rng, max_new_tokens=reserved, depth=depth, essay_text=essay,
                 size_hint=hint, questions=spec.questions)
         if spec.family == "vt":
-            from .variable_tracking import generate_vt_questions
-
             return lambda tok, length, reserved, rng, depth, hint: generate_vt_questions(
                 tok, context_length=length, rng=rng, num_chains=spec.questions, max_new_tokens=reserved,
                 size_hint=hint)
         if spec.family == "cwe":
-            from .common_words import generate_cwe
-
             return lambda tok, length, reserved, rng, depth, hint: [generate_cwe(
                 tok, context_length=length, rng=rng, max_new_tokens=reserved, size_hint=hint)]
         if spec.family == "fwe":
-            from .freq_words import generate_fwe
-
             return lambda tok, length, reserved, rng, depth, hint: [generate_fwe(
                 tok, context_length=length, rng=rng, max_new_tokens=reserved, size_hint=hint)]
-        from .external import load_qa_corpus
-        from .qa import generate_qa_questions
 
         corpus = load_qa_corpus(spec.needs, data_dir)
         return lambda tok, length, reserved, rng, depth, hint: generate_qa_questions(
@@ -133,8 +129,6 @@ class RulerTask(Task):
                                   answer_prefix=sample.fields["answer_prefix"], truncated_at=truncated_at)
 
     def score(self, prediction: str, sample: Sample) -> float:
-        from .scoring import RULER_METRICS
-
         return RULER_METRICS[self.metric_name](prediction or "", sample.answers)
 
     def aggregate(self, scores: list[float], samples: list[Sample]) -> dict:

@@ -1,0 +1,176 @@
+"""The model of a benchmark case: which (model, method, budget, task, context length, seed, protocol)
+cases a grid holds, and how each is named.
+
+The engine runs a Case, the pytest wiring makes one item of each, the results are keyed by it: so the model
+lives here, below all three. The grid is resolved once per session from options, ini keys and a TOML file
+(wiring/options.py) and validated, before any model loads, so that a typo is a one-line usage error rather
+than a crash an hour into a sweep. Each Case knows its pytest id, which must stay stable across runs
+(``--lf`` and baselines depend on it), and its comparison key, which results/record.py parses back.
+
+No compression is ``kvmethods.FULL_CACHE``: the budget of the `full` method's cases (one per task, whatever
+the budgets), spelled "full" in keys and labels, left out of item ids.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmethods import FULL_CACHE, Budget, describe_method
+from kvmethods.spec import MethodSpec  # the one method-spec grammar; Case and the grid file name it here
+from pytest_kvbench.input_values import MAX_SAMPLES, InputError, ascii_int
+from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL
+from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL, ItemKey, protocol_key_part, task_label
+
+
+def model_label(model: str) -> str:
+    """A short, path- and id-safe name for a model id or path (item ids, item folders)."""
+    tail = model.rstrip("/").split("/")[-1] or model
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", tail)
+
+
+GridError = InputError  # a grid value that cannot be used; the message is one line naming the valid choices
+
+
+@dataclass(frozen=True)
+class Case:
+    """One pytest item: everything needed to run and to name it."""
+
+    model: str
+    method: MethodSpec
+    budget: Budget  # FULL_CACHE for the uncompressed reference (the `full` method)
+    task: str
+    suite: str
+    context_length: int | None
+    seed: int
+    samples: int | None
+    smoke: bool = False
+    show_model: bool = False
+    show_seed: bool = False
+    protocol: str = DEFAULT_PROTOCOL
+
+    @property
+    def is_reference(self) -> bool:
+        """The uncompressed full-cache run: the fidelity reference of its reference group."""
+        return self.budget == FULL_CACHE
+
+    @property
+    def id(self) -> str:
+        parts = [self.method.label]
+        if not self.is_reference:
+            parts.append(self.budget.spec)
+        parts.append(self.task)
+        if self.context_length is not None:
+            parts.append(f"ctx{self.context_length}")
+        if self.show_seed:
+            parts.append(f"seed{self.seed}")
+        if self.show_model:
+            parts.append(model_label(self.model))
+        if self.protocol != DEFAULT_PROTOCOL:
+            parts.append(self.protocol)
+        return "-".join(parts)
+
+    @property
+    def reference_group(self) -> str:
+        """The items that share one full-cache reference pass: same model, task, length and seed.
+
+        Keeping such items on one xdist worker computes each reference once per run, not once per
+        worker that meets the task."""
+        task = task_label(self.task, self.context_length)
+        return f"{self.model}|{task}|seed{self.seed}" + protocol_key_part(self.protocol)
+
+    @property
+    def key(self) -> str:
+        """The comparison key of baselines: one entry per model/method/budget/task/length/seed."""
+        return ItemKey.of(self.model, self.method.label, self.budget.spec, self.task, self.context_length,
+                          self.seed, self.protocol).text
+
+
+@dataclass
+class Grid:
+    models: list[str] = field(default_factory=lambda: [DEFAULT_MODEL])
+    methods: list[MethodSpec] = field(default_factory=list)
+    budgets: list[Budget] = field(default_factory=list)  # parsed once, by options.py
+    tasks: list[str] = field(default_factory=list)
+    tasks_named: bool = False  # the user listed the tasks (else the default grid: default_selection.py)
+    smoke_tasks: list[str] = field(default_factory=list)
+    context_lengths: list[int] = field(default_factory=list)
+    samples: int | None = None
+    seeds: list[int] = field(default_factory=lambda: [0])
+    protocols: list[str] = field(default_factory=lambda: [DEFAULT_PROTOCOL])
+    # (task, protocol) pairs a default task cannot serve (multi_turn without turns): no case
+    unserved: set[tuple[str, str]] = field(default_factory=set)
+    dtype: str = "auto"
+    attn_implementation: str = "sdpa"
+    data_dir: str | None = None
+    max_prompt_tokens: int | None = None
+    preset: str | None = None  # --kvbench-preset: the published protocol the grid follows
+
+    @property
+    def protocol(self) -> str:
+        """The grid's protocols as one string (run.json, settings that `kvbench merge` compares)."""
+        return ",".join(self.protocols)
+
+    def cases(self, suite: str, suite_of) -> list[Case]:
+        """All cases of one suite, in a stable order (model, task, method, budget, length, seed,
+        protocol); the (task, protocol) pairs in `unserved` are left out."""
+        show_model = len(self.models) > 1
+        show_seed = len(self.seeds) > 1
+        smallest = min(self.budgets, key=lambda budget: budget.sort_key) if self.budgets else None
+        out: list[Case] = []
+        for model in self.models:
+            for task in self.tasks:
+                if suite_of(task) != suite:
+                    continue
+                lengths = self.context_lengths if suite == "ruler" else [None]
+                for method in self.methods:
+                    # a method that changes nothing (full) has no budget axis: it runs once, uncompressed
+                    keeps_all = not describe_method(method.name, **method.param_dict).capabilities
+                    budgets = [FULL_CACHE] if keeps_all else self.budgets
+                    for budget in budgets:
+                        for length in lengths:
+                            for seed, protocol in itertools.product(self.seeds, self.protocols):
+                                if (task, protocol) in self.unserved:
+                                    continue
+                                smoke = (
+                                    task in self.smoke_tasks
+                                    and budget in (smallest, FULL_CACHE)
+                                    and length == (lengths[0] if lengths else None)
+                                    and seed == self.seeds[0]
+                                    and model == self.models[0]
+                                )
+                                out.append(Case(model, method, budget, task, suite, length, seed,
+                                                self.samples, smoke, show_model, show_seed, protocol))
+        return out
+
+    def as_dict(self) -> dict:
+        return {
+            "models": list(self.models),
+            "methods": [{"name": m.name, "params": dict(m.params)} for m in self.methods],
+            "budgets": [budget.spec for budget in self.budgets],
+            "tasks": list(self.tasks),
+            "context_lengths": list(self.context_lengths),
+            "samples": self.samples,
+            "seeds": list(self.seeds),
+            "protocol": self.protocol,
+            "dtype": self.dtype,
+            "attn_implementation": self.attn_implementation,
+            "data_dir": self.data_dir,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "preset": self.preset,
+        }
+
+
+def parse_positive_int(text: Any, what: str, maximum: int = MAX_SAMPLES) -> int:
+    """A positive integer up to ``maximum`` (input_values.py says why each bound) from an option, ini or
+    TOML value; GridError otherwise."""
+    return ascii_int(text, what, minimum=1, maximum=maximum)
+
+
+MAX_SEED = 2**32 - 1  # the largest seed numpy accepts; torch's limit is larger
+
+
+def parse_seed(text: Any, where: str = "seed") -> int:
+    return ascii_int(text, where, minimum=0, maximum=MAX_SEED)

@@ -1,0 +1,102 @@
+"""The method catalog (kvmethods/core/catalog.py) says what the classes say, so validation cannot drift.
+
+The grid is validated from the catalog without importing a method (tests/plugin/test_plugin_startup.py); here
+every entry is compared with its class (parameters, capabilities and the hooks they need, whether validation
+needs the class), and for the methods validated from the catalog alone, any given parameters give the same
+outcome, the same message on a bad value, as building the method does.
+"""
+
+import importlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvmethods import Capability, MethodError, available_methods, describe_method, get_method
+from kvmethods.core.base import Method, capability_mismatch
+from kvmethods.core.catalog import BUILTINS
+from kvmethods.core.params import declared_params
+from kvmethods.wrappers.wrapping import WrapperMethod
+
+
+def validates_in_code(cls: type[Method]) -> bool:
+    """A check() or from_params() of its own, or a base to build (wrappers)."""
+    return (cls.check is not Method.check or cls.from_params.__func__ is not Method.from_params.__func__
+            or issubclass(cls, WrapperMethod))
+
+
+@pytest.mark.parametrize("name", sorted(BUILTINS))
+def test_each_entry_describes_its_class(name):
+    entry = BUILTINS[name]
+    cls = getattr(importlib.import_module(entry.module), entry.class_name)
+    assert cls.name == name
+    assert entry.params == declared_params(cls), f"catalog.py's parameters of {name} differ from {entry.target}'s"
+    assert cls.capabilities == entry.capabilities, f"{entry.target} declares capabilities of its own"
+    assert capability_mismatch(cls) is None
+    assert (Capability.WRAPS in cls.capabilities) == issubclass(cls, WrapperMethod)
+    assert entry.checked_in_code == validates_in_code(cls)
+
+
+def test_every_builtin_is_listed():
+    assert set(BUILTINS) <= set(available_methods())
+    assert {"full", "snapkv", "adakv", "kivi", "think", "decoding", "rkv"} <= set(BUILTINS)
+
+
+def _outcome(build):
+    try:
+        described = build()
+    except MethodError as error:
+        return "error", str(error)
+    return "ok", described
+
+
+DECLARED = sorted(name for name, entry in BUILTINS.items() if not entry.checked_in_code)
+VALUES = st.one_of(st.sampled_from(["0", "1", "2", "4", "7", "8", "-1", "0.5", "1.0", "1.5", "20", "abc", "",
+                                    " 3 ", "true", "no", "avgpool", "maxpool", "none", "nan"]),
+                   st.integers(-3, 600), st.floats(-2, 30, allow_nan=False), st.booleans())
+
+
+def values_near(spec) -> st.SearchStrategy:
+    """Values at and around a parameter's bounds and choices (as numbers and as the grid's strings), and others."""
+    edges = [bound + step for bound in (spec.minimum, spec.maximum) if bound is not None
+             for step in (-1, -0.5, 0, 0.5, 1)]
+    near = st.sampled_from(edges + list(spec.choices or ()) + [spec.default, 3, 4])
+    return st.one_of(near, near.map(str), VALUES)
+
+
+def given_params(name: str) -> st.SearchStrategy:
+    """Up to three of the method's parameters (now and then an unknown one, or per_turn / prefill_chunk,
+    which every method takes), with values near their bounds."""
+    declared = {spec.name: spec for spec in BUILTINS[name].params}
+    others = st.sampled_from(["unknown", "per_turn", "prefill_chunk"])
+    keys = st.lists(st.one_of(st.sampled_from(sorted(declared)), others) if declared else others,
+                    max_size=3, unique=True)
+    return keys.flatmap(lambda names: st.fixed_dictionaries(
+        {key: values_near(declared[key]) if key in declared else VALUES for key in names}))
+
+
+@pytest.mark.parametrize("name", DECLARED)
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_catalog_validation_agrees_with_building_the_method(name, data):
+    params = data.draw(given_params(name))
+    described = _outcome(lambda: describe_method(name, **params))
+    built = _outcome(lambda: get_method(name, **params))
+    if built[0] == "ok":
+        method = built[1]
+        built = ("ok", (method.name, method.params(), method.capabilities))
+    if described[0] == "ok":
+        described = ("ok", (described[1].name, described[1].params, described[1].capabilities))
+    assert described == built
+
+
+@pytest.mark.parametrize("spec, params", [
+    ("adakv", {"base": "snapkv", "window": "64"}),
+    ("snapkv+kivi", {"bits": "4"}),
+    ("snapkv", {"per_turn": "true"}),
+    ("decoding", {"base": "streamingllm", "interval": "32"}),
+])
+def test_specs_that_need_their_class_are_built(spec, params):
+    method = get_method(spec, **params)
+    assert describe_method(spec, **params) == type(describe_method(spec, **params))(
+        method.name, method.params(), method.capabilities)

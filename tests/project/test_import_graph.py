@@ -1,0 +1,273 @@
+"""The import graph of kvmethods and pytest_kvbench stays a layered tree: no circles, no upward arrows, and
+no import inside a function unless it says why it is deliberately lazy.
+
+Circles and upward arrows make a part impossible to read, test or move without the parts above it, and an
+import moved into a function to dodge a circle hides the circle from every reader. The graph is read from
+the source with `ast` (every import statement, those inside functions included; `if TYPE_CHECKING:`
+imports never run and are left out), by walking the two packages, so moving files between subpackages
+needs no change here. DEVELOPERS.md (*Layers*) explains the order below.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("kvmethods", "pytest_kvbench")
+
+# Bottom to top: a module may import from its own layer and the layers below it, never from one above.
+# Each entry names packages or modules by dotted prefix; a module belongs to the layer of its longest prefix.
+LAYERS = (
+    ("kvmethods",),  # compression methods and generation: know nothing of the benchmark
+    ("pytest_kvbench", "pytest_kvbench.input_values", "pytest_kvbench.user_paths",  # leaf helpers
+     "pytest_kvbench.atomic_files", "pytest_kvbench.stats"),
+    ("pytest_kvbench.model_sources", "pytest_kvbench.tasks"),  # what a model reference and a task are
+    # Case, Grid, item ids and keys: what every part above runs or names (results/record_key.py, where it
+    # exists, builds and parses the key for Case.key and every view, so it belongs here)
+    ("pytest_kvbench.cases", "pytest_kvbench.results.record_key"),
+    ("pytest_kvbench.results",),  # the record's definition, storage and views
+    ("pytest_kvbench.comparison",),  # baselines and verdicts over records
+    ("pytest_kvbench.engine",),  # one item's work: makes a record
+    ("pytest_kvbench.wiring", "pytest_kvbench.model_listing"),  # the pytest side
+    ("pytest_kvbench.plugin", "pytest_kvbench.cli", "pytest_kvbench.cli_checks"),  # entry points
+)
+
+# Circles allowed while they are being removed: (why, regex every member's basename matches, package). Empty:
+# the last one (the kvmethods registry building wrappers that built their base through the registry again)
+# went with kvmethods/spec.py (issue #29 step 3). A new entry must say why and when it goes.
+KNOWN_CIRCLES: tuple[tuple[str, re.Pattern, str], ...] = ()
+
+LAZY_COMMENT = re.compile(r"#.*\blazy\b\W+\w")  # "# lazy for startup time: torch", "# lazy: optional extra"
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the packages, by dotted name (a package by its own name)."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = module_files()
+TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
+
+
+def _type_checking_only(tree: ast.Module) -> set[ast.AST]:
+    return {node for block in tree.body if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            for node in ast.walk(block)}
+
+
+def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The project modules an import statement loads (a `from package import submodule` names the submodule)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            base = importer.split(".") if MODULES[importer].name == "__init__.py" else importer.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            source = ".".join(base + ([node.module] if node.module else []))
+        else:
+            source = node.module or ""
+        names = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source for alias in node.names]
+    return sorted({name for name in names if name in MODULES and name != importer})
+
+
+def imports() -> list[Import]:
+    found = []
+    for name, tree in TREES.items():
+        skipped = _type_checking_only(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in skipped:
+                found += [Import(name, target, node.lineno) for target in _targets(name, node)]
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {name: set() for name in MODULES}
+    for imp in imports():
+        edges[imp.importer].add(imp.imported)
+    return edges
+
+
+def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components with more than one module: the import circles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def is_known(circle: list[str]) -> bool:
+    return any(all(m.split(".")[0] == package and pattern.match(m.rsplit(".", 1)[-1]) for m in circle)
+               for _, pattern, package in KNOWN_CIRCLES)
+
+
+def layer_of(module: str) -> int | None:
+    matches = [(len(prefix), level) for level, prefixes in enumerate(LAYERS) for prefix in prefixes
+               if module == prefix or module.startswith(prefix + ".")]
+    return max(matches)[1] if matches else None
+
+
+def function_import_runs(source: str) -> list[tuple[int, bool]]:
+    """(line, commented) for each run of consecutive import statements inside a function of `source`: the
+    run is commented when one of its lines, or the comment lines right above it, says why it is lazy."""
+    lines = source.splitlines()
+    runs = set()
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for block in ast.walk(function):
+            for field in ("body", "orelse", "finalbody"):
+                statements = getattr(block, field, None)
+                if not isinstance(statements, list):  # a lambda's or a conditional expression's body
+                    continue
+                run: list[ast.stmt] = []
+                for statement in [*statements, None]:
+                    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+                        run.append(statement)
+                        continue
+                    if run:
+                        first = run[0].lineno - 1
+                        while first > 0 and lines[first - 1].strip().startswith("#"):
+                            first -= 1
+                        text = "\n".join(lines[first: run[-1].end_lineno])
+                        runs.add((run[0].lineno, bool(LAZY_COMMENT.search(text))))
+                    run = []
+    return sorted(runs)
+
+
+def lazy_import_groups() -> list[tuple[str, int, bool]]:
+    """(module, line, commented) for every run of imports inside a function in the packages."""
+    return [(name, line, commented) for name, path in MODULES.items()
+            for line, commented in function_import_runs(path.read_text())]
+
+
+# -- the rules --------------------------------------------------------------------------------------------
+
+def test_the_graph_is_read():
+    """The walk sees the packages' modules and their imports (else every rule below would pass vacuously)."""
+    edges = graph()
+    assert {"kvmethods.core.budget", "pytest_kvbench.plugin", "pytest_kvbench.cases"} <= set(edges)
+    assert "pytest_kvbench.cases" in edges["pytest_kvbench.engine.runner"]
+    assert any(module.startswith("kvmethods") for module in edges["pytest_kvbench.engine.runner"])
+    assert any(group[2] for group in lazy_import_groups())  # the plugin's deliberately lazy imports
+
+
+def test_no_import_circles():
+    circles = [circle for circle in strongly_connected(graph()) if not is_known(circle)]
+    assert circles == [], "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+@pytest.mark.parametrize("why, pattern, package", KNOWN_CIRCLES, ids=[c[0] for c in KNOWN_CIRCLES])
+def test_a_known_circle_is_still_there(why, pattern, package):
+    """An allowance that nothing needs any more goes: delete it from KNOWN_CIRCLES."""
+    assert any(is_known(circle) for circle in strongly_connected(graph())), f"{why} is gone: remove it"
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in MODULES if layer_of(m) is None] == []
+
+
+def test_no_upward_imports():
+    upward = sorted({f"{imp.importer}:{imp.line} -> {imp.imported}" for imp in imports()
+                     if layer_of(imp.imported) > layer_of(imp.importer)})
+    assert upward == [], "imports from a higher layer (LAYERS):\n" + "\n".join(upward)
+
+
+def test_imports_inside_functions_say_why_they_are_lazy():
+    silent = [f"{MODULES[name].relative_to(ROOT)}:{line}" for name, line, commented in lazy_import_groups()
+              if not commented]
+    assert silent == [], ("imports inside functions without a '# lazy ...: why' comment (startup cost, optional "
+                          "extra); move them to the top otherwise:\n" + "\n".join(silent))
+
+
+# -- the checker itself -----------------------------------------------------------------------------------
+
+def test_tarjan_finds_circles_and_only_them():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert strongly_connected(edges) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+def test_layers_put_a_module_under_its_longest_prefix():
+    assert layer_of("pytest_kvbench.engine.hardware.sampler") == layer_of("pytest_kvbench.engine")
+    assert layer_of("pytest_kvbench.input_values") < layer_of("pytest_kvbench.cases") < layer_of(
+        "pytest_kvbench.engine") < layer_of("pytest_kvbench.wiring") < layer_of("pytest_kvbench.plugin")
+    assert layer_of("kvmethods.core.registry") == 0
+    assert layer_of("elsewhere") is None
+
+
+def test_an_import_inside_a_function_needs_a_lazy_comment_on_it_or_above_it():
+    source = """
+def plain():
+    import json
+
+    return json
+
+
+def commented():
+    # lazy for startup time: torch
+    import torch
+    from torch import nn
+
+    return torch, nn
+
+
+def trailing():
+    if True:
+        import numpy  # lazy: optional extra
+
+    x = 1
+    import scipy
+    return x
+
+
+def not_a_reason():
+    import yaml  # lazy
+    return yaml
+"""
+    assert function_import_runs(source) == [(3, False), (10, True), (18, True), (21, False), (26, False)]
+

@@ -1,0 +1,98 @@
+"""RESULTS.md tables: full row first, Avg, best compressed score in bold, needle heatmaps."""
+
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.results.tables import budget_tables, needle_heatmaps, results_markdown
+
+
+def record(method, budget, task, score, ctx=None, samples=None, kl=0.1, **fields):
+    """A hand-made record whose key is not a key (its item id): the views label it from its fields."""
+    item = f"{method}-{task}" if budget == "full" else f"{method}-{budget}-{task}"
+    return Record.from_json({
+        "item_id": item, "key": item, "status": "passed", "score": score,
+        "model": {"name": "m"}, "method": {"name": method, "params": {}}, "budget": {"spec": budget},
+        "task": {"name": task, "context_length": ctx}, "fidelity": {"kl": kl, "agreement": 0.5},
+        "memory": {"kv_bytes_after": 2**20}, "samples": samples or [],
+    } | fields)
+
+
+RECORDS = [
+    record("full", "full", "qasper", 40.0, kl=0.0),
+    record("full", "full", "trec", 60.0, kl=0.0),
+    record("snapkv", "128", "qasper", 35.0),
+    record("snapkv", "128", "trec", 50.0),
+    record("h2o", "128", "qasper", 30.0),
+    record("h2o", "128", "trec", 55.0),
+]
+
+
+def test_one_table_per_budget_with_reference_avg_and_bold_best():
+    ((heading, table),) = budget_tables(RECORDS)
+    assert heading == "m — budget 128"
+    lines = table.splitlines()
+    assert lines[0].split("|")[1].strip() == "Method"
+    assert [c.strip() for c in lines[0].split("|")[2:5]] == ["qasper", "trec", "Avg"]
+    full, h2o, snap = (next(l for l in lines if l.startswith(f"| {m}")) for m in ("full", "h2o", "snapkv"))
+    assert lines.index(full) == 2  # the reference row comes first
+    assert "50.00" in full  # (40 + 60) / 2
+    assert "**35.00**" in snap and "**55.00**" in h2o  # best compressed per column
+    assert "**42.50**" not in h2o + snap  # every compressed method ties on Avg: no bold
+    assert "0.0000" in full
+
+
+def test_no_bold_when_every_compressed_method_ties():
+    tied = [record("full", "full", "trec", 10.0), record("snapkv", "64", "trec", 0.0), record("h2o", "64", "trec", 0.0)]
+    ((_, table),) = budget_tables(tied)
+    assert "**" not in table
+
+
+def test_needle_heatmap_is_depth_by_length():
+    samples = [{"score": 1.0, "fields": {"depth": d, "context_length": 1024}} for d in (0, 50)]
+    samples.append({"score": 0.0, "fields": {"depth": 100, "context_length": 1024}})
+    recs = [record("snapkv", "64", "niah_grid", 66.67, ctx=1024, samples=samples)]
+    ((heading, table),) = needle_heatmaps(recs)
+    assert "niah_grid" in heading and "snapkv" in heading
+    rows = table.splitlines()
+    assert "1024" in rows[0]
+    assert rows[2].startswith("| 0%") and "100" in rows[2]
+    assert rows[-1].startswith("| 100%") and rows[-1].rstrip("| ").endswith("0")
+    markdown = results_markdown({"run_id": "r", "complete": True}, recs)
+    assert "Needle in a haystack" in markdown
+
+
+def test_incomplete_runs_and_zero_scores_are_flagged():
+    markdown = results_markdown({"run_id": "r", "complete": False}, RECORDS + [record("random", "128", "trec", 0.0)])
+    assert "(incomplete)" in markdown
+    assert "`random-128-trec`" in markdown
+
+
+def test_byte_budget_tables_show_measured_bytes_peak_memory_and_the_share_of_the_budget_used():
+    def at_bytes(method, stored, budget_bytes):
+        return record(method, "m0.25", "trec", 10.0, samples=[
+            {"kv_bytes_physical": stored, "kv_bytes_budget": budget_bytes},
+            {"kv_bytes_physical": stored // 2, "kv_bytes_budget": budget_bytes}],
+            memory={"kv_bytes_after": stored, "peak_bytes": 3 * 2**20})
+
+    rows = [record("full", "full", "trec", 10.0), at_bytes("snapkv", 2**20, 2**20), at_bytes("kivi", 2**21, 2**20)]
+    ((heading, table),) = budget_tables(rows)
+    assert heading == "m — budget m0.25"
+    header = [c.strip() for c in table.splitlines()[0].split("|")[1:-1]]
+    assert header[-3:] == ["KV MiB", "Peak MiB", "KV/budget"]
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines()[2:]}
+    assert cells["snapkv"][-3:] == ["1.00", "3.0", "0.750"]  # (1 + 0.5) / 2 of the budget
+    assert cells["kivi"][-3:] == ["2.00", "3.0", "1.500"]  # over budget, and the table says so
+    assert cells["full"][-1] == "-"
+    ((_, token_table),) = budget_tables(RECORDS)
+    assert "KV/budget" not in token_table and "Peak MiB" in token_table
+
+
+def test_one_seed_cells_show_the_bootstrap_half_width_over_their_samples():
+    half = [{"score": float(i % 2)} for i in range(40)]  # 20 of 40 right: 50 +- about 1.96 * 7.9
+    same = [{"score": 1.0} for _ in range(40)]
+    ((_, table),) = budget_tables([record("full", "full", "trec", 100.0, samples=same),
+                                   record("snapkv", "64", "trec", 50.0, samples=half),
+                                   record("h2o", "64", "trec", 0.0, samples=[{"score": 0.0}])])
+    rows = {l.split("|")[1].strip(): l.split("|")[2].strip() for l in table.splitlines()[2:]}
+    mean, half_width = rows["snapkv"].strip("*").split(" ± ")
+    assert mean == "50.00" and 13.0 < float(half_width) < 18.0
+    assert rows["full"] == "100.00 ± 0.00"  # every sample right: no spread seen
+    assert rows["h2o"] == "0.00"  # one sample: no interval
