@@ -41,6 +41,25 @@ def _prefill_split(shared_reference=None) -> dict:
     return {"shared_prefill_ms": None, "compression_ms": None}
 
 
+def method_of(case: Case):
+    """The case's method, built; seeded methods follow the run's seed."""
+    from kvmethods import get_method
+
+    params = dict(case.method.params)
+    method = get_method(case.method.name, **params)
+    if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
+        method = get_method(case.method.name, **params, seed=case.seed)  # wrappers (prefill_chunk) too
+    return method
+
+
+def shares_prefill(case: Case) -> bool:
+    """Whether the case takes its prefill from its reference group's forward (the method's capability:
+    kvmethods.shared_prefill.can_share_prefill); the reference itself makes that forward."""
+    from kvmethods.shared_prefill import can_share_prefill
+
+    return case.method.name == FULL_METHOD or can_share_prefill(method_of(case))
+
+
 class Runner:
     """Runs cases; one instance per worker process (held by the session)."""
 
@@ -113,18 +132,11 @@ class Runner:
 
     # -- the shared prefill --------------------------------------------------------------------
     def _method(self, case: Case):
-        from kvmethods import get_method
-
-        params = dict(case.method.params)
-        method = get_method(case.method.name, **params)
-        if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
-            method = get_method(case.method.name, **params, seed=case.seed)  # wrappers (prefill_chunk) too
-        return method
+        return method_of(case)
 
     def _shares(self, case: Case) -> bool:
-        from kvmethods.shared_prefill import can_share_prefill
-
-        return case.method.name != FULL_METHOD and can_share_prefill(self._method(case))
+        """A compressed item taking its cache from the group's forward (the reference makes that forward)."""
+        return case.method.name != FULL_METHOD and shares_prefill(case)
 
     def _share_prefill(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
                        limit: item_time_limit) -> None:
