@@ -179,6 +179,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         items[:] = keep
 
 
+def _shares_prefill(case) -> bool:
+    """The method's capability (engine.runner.shares_prefill builds it: torch is imported when items run)."""
+    from pytest_kvbench.engine.runner import shares_prefill  # lazy for startup time: the engine imports torch
+
+    return shares_prefill(case)
+
+
 def _plan_items(session: pytest.Session) -> None:
     """The items this process runs: the progress line counts them, and they share their prefills
     (engine/shared_prefills.py, planned when the Runner is built). Under xdist only --dist loadgroup keeps a
@@ -190,7 +197,8 @@ def _plan_items(session: pytest.Session) -> None:
         honour_sigint()
     plans_sharing = not is_worker(config) or config.workerinput.get("kvbench_dist") == "loadgroup"
     settings = config.stash.get(RUNNER_SETTINGS_KEY, None)
-    progress.plan(cases, shared=plans_sharing and settings is not None and settings.share_prefill)
+    progress.plan(cases, shared=plans_sharing and settings is not None and settings.share_prefill,
+                  shares=_shares_prefill)
     if plans_sharing:
         config.stash[PLANNED_CASES_KEY] = cases
 

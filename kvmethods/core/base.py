@@ -131,7 +131,7 @@ class Method:
 # must declare the capability, else the runtime would silently take the plain path.
 HOOKS = {Capability.LAYER_SCORES: "score", Capability.SCORES_WHOLE_PROMPT: "prefill_scores",
          Capability.RUNS_PREFILL: "prefill_context", Capability.OWN_STORAGE: "storage_layer",
-         Capability.COMPRESSES_WHILE_DECODING: "while_decoding"}
+         Capability.COMPRESSES_WHILE_DECODING: "while_decoding", Capability.READS_LAST_QUERIES: "query_window"}
 SCORES_OPTIONAL = Capability.LAYER_SCORES  # a method may score positions without offering its scores to wrappers
 
 

@@ -30,6 +30,7 @@ class Capability(Flag):
     RUNS_PREFILL = auto()  # prefill_context(): compresses inside its own prefill forward (kvpress presses)
     CHANGES_PREFILL = auto()  # its selection needs a prefill forward of its own (chunked prefill)
     OWN_STORAGE = auto()  # storage_layer(): stores the kept tokens its own way (quantizers, ThinK)
+    READS_LAST_QUERIES = auto()  # query_window: its storage_layer() needs the prompt's last queries (ThinK)
     PRUNES_CHANNELS = auto()  # a storage that thins keys, composable before a quantizer (ThinK)
     TAKES_CHANNELS = auto()  # a quantizer whose storage_layer() takes thin keys (KIVI)
     COMPRESSES_WHILE_DECODING = auto()  # while_decoding(): cuts the cache back while generating (decoding, rkv)
@@ -41,9 +42,10 @@ SCORER = Capability.COMPRESSES | Capability.LAYER_SCORES  # the common case: evi
 
 # Any of these: the method cannot take its selection from a prefill forward shared with other methods
 # (shared_prefill.py) and prefills alone. A per-turn method rewrites the cache between turns, so its
-# prefill is its own too.
-PREFILLS_ALONE = (Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREFILL | Capability.CHANGES_PREFILL
-                  | Capability.OWN_STORAGE | Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN)
+# prefill is its own too. Whole-prompt scorers (kvzip) score the shared full cache and quantizers store
+# their selection after the shared forward: they share it.
+PREFILLS_ALONE = (Capability.RUNS_PREFILL | Capability.CHANGES_PREFILL | Capability.READS_LAST_QUERIES
+                  | Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN)
 # Any of these: the method cannot cut a grown cache back layer by layer from the most recent queries
 # (decoding's bases, per_turn): it needs more than those queries, keeps uneven heads or stores its own way.
 NOT_FROM_RECENT_QUERIES = (Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREFILL | Capability.HEAD_ADAPTIVE

@@ -11,9 +11,14 @@ budget (SnapKV's window attention at four budgets, H2O's accumulated attention) 
 and shared by the selections that read it (kernel_memo.py). What a selection's method raises is
 handed back with it (`errors`); the others go on.
 
-Methods that change the forward itself (KVzip's reconstruction pass, kvpress presses, anything declaring
-Capability.CHANGES_PREFILL) cannot share it; `can_share_prefill` says which. The results equal
-generation.prefill's bit for bit: the same layer inputs reach the same method code.
+Methods that score the whole prompt after the forward (KVzip's reconstruction forwards) score the shared
+full cache once per method configuration: their scores do not depend on the budget, so the KVzip items of a
+sample at three budgets pay one scoring pass, not three, and each selects its own budget from a copy of the
+scores. Quantizers (KIVI, compositions ending in one) store their selection the quantized way after the
+forward, as generation.prefill does. Methods that change the forward itself (kvpress presses, chunked
+prefills, storages that read the prompt's last queries: capabilities.PREFILLS_ALONE) cannot share it;
+`can_share_prefill` says which. The results equal generation.prefill's bit for bit: the same layer inputs
+and the same full cache reach the same method code.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from ..core.budget import FULL_CACHE, Budget
 from ..core.capabilities import Capability, prefills_alone
 from ..core.errors import MethodError
 from ..core.families import check_family, decoder_layers, rotary_embedding
-from .generation import PrefilledPrompt, _check_request, _forward, prefill, tokens_kept
+from .generation import PrefilledPrompt, _check_request, _forward, _store_quantized, prefill, tokens_kept
 from ..attention.hooks import store_selection
 from ..attention.kernel_memo import KernelMemo
 from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
@@ -38,10 +43,10 @@ from .clock import now
 
 
 def can_share_prefill(method: Method) -> bool:
-    """Whether the method selects from a plain forward's layer inputs (and so can share one). Methods that
-    score the whole prompt, run or change their own prefill (chunks), store the kept tokens their own way
-    (KIVI, ThinK), compress while decoding or after each turn run their own prefill (generation.prefill):
-    capabilities.PREFILLS_ALONE."""
+    """Whether the method selects from a plain forward's layer inputs or its full cache (and so can share
+    one). Methods that prefill in chunks, compress through their own hooks (kvpress presses), read the
+    prompt's last queries for their storage (ThinK), compress while decoding or after each turn run their
+    own prefill (generation.prefill): capabilities.PREFILLS_ALONE."""
     return not prefills_alone(method.capabilities)
 
 
@@ -61,6 +66,7 @@ class _Selection:
     cache: DynamicCache = field(default_factory=DynamicCache)
     kept: list = field(default_factory=list)
     seconds: float = 0.0
+    scoring_s: float = 0.0  # of seconds: its share of a whole-prompt scoring pass (KVzip)
     error: BaseException | None = None  # what the method raised: the others go on without it
 
 
@@ -96,7 +102,8 @@ def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
         memo = KernelMemo()  # budget-independent scoring, computed once for the layer's selections
         for number, selection in enumerate(selections):
             n_keep = selection.layer_budgets[layer_idx]
-            if selection.error is not None:
+            # whole-prompt scorers select after the forward (_select_from_whole_prompt)
+            if selection.error is not None or Capability.SCORES_WHOLE_PROMPT in selection.method.capabilities:
                 continue
             if n_keep >= keys.shape[-2]:
                 _adopt(selection.cache, layer_idx, keys, values)
@@ -119,6 +126,71 @@ def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
 
     with projected_queries(model) as projected, after_attention(model, select):
         yield
+
+
+@dataclass
+class _WholePromptScores:
+    scores: list[torch.Tensor]  # per layer [batch, kv_heads, T]
+    seconds: float
+    users: list[int] = field(default_factory=list)
+
+
+def _select_from_whole_prompt(model, full: DynamicCache, selections: list[_Selection], ids: list[int]) -> None:
+    """Every whole-prompt scorer's selection from the full cache of the context `ids`. One scoring pass per
+    method configuration (its repr: same class and parameters) serves all its budgets, each selecting from its
+    own copy of the scores and of the full layers; the pass's seconds are split among its users. The full
+    cache is the forward's again afterwards, whatever a method raised."""
+    context_len = len(ids)
+    input_ids = torch.tensor([ids], dtype=torch.long, device=full.layers[0].keys.device)
+    scored: dict[str, _WholePromptScores] = {}
+    for number, selection in enumerate(selections):
+        method = selection.method
+        if Capability.SCORES_WHOLE_PROMPT not in method.capabilities or selection.error is not None:
+            continue
+        if min(selection.layer_budgets) >= context_len:  # keeps everything, as prefill() does
+            for layer_idx, layer in enumerate(full.layers):
+                _adopt(selection.cache, layer_idx, layer.keys, layer.values)
+            continue
+        started, computing = now(), 0.0
+        saved = [(layer.keys, layer.values) for layer in full.layers]
+        across_layers = Capability.SHARES_ACROSS_LAYERS in method.capabilities
+        try:
+            entry = scored.get(repr(method))
+            if entry is None:
+                method_started = now()
+                entry = scored[repr(method)] = _WholePromptScores(method.prefill_scores(model, full, input_ids), 0.0)
+                computing = entry.seconds = now() - method_started
+            entry.users.append(number)
+            chosen = method.select_layers([layer_scores.clone() for layer_scores in entry.scores],
+                                          selection.layer_budgets)
+            for layer_idx, ((keys, values), kept) in enumerate(zip(saved, chosen)):
+                _adopt(selection.cache, layer_idx, keys.clone(), values.clone())
+                n_keep = None if across_layers else selection.layer_budgets[layer_idx]
+                selection.kept[layer_idx] = store_selection(selection.cache, layer_idx, method, kept, n_keep)
+        except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
+            selection.error, selection.cache = exc, DynamicCache()
+        finally:
+            for layer, (keys, values) in zip(full.layers, saved):
+                layer.keys, layer.values = keys, values
+        own = now() - started - computing
+        selection.seconds += own
+        selection.scoring_s += own
+    for entry in scored.values():  # one pass, shared: each user pays its share
+        for number in entry.users:
+            selections[number].seconds += entry.seconds / len(entry.users)
+            selections[number].scoring_s += entry.seconds / len(entry.users)
+
+
+def _store_quantized_selections(selections: list[_Selection]) -> None:
+    """Quantizers store their selection (or the whole prompt) their own way, after the forward."""
+    for selection in selections:
+        if Capability.OWN_STORAGE in selection.method.capabilities and selection.error is None:
+            started = now()
+            try:
+                _store_quantized(selection.method, selection.cache, {})
+            except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
+                selection.error, selection.cache = exc, DynamicCache()
+            selection.seconds += now() - started
 
 
 def _is_uneven(cache: DynamicCache) -> bool:
@@ -157,6 +229,8 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
     with _selecting_hooks(model, full, selections):
         logits = _forward(model, full, input_ids[:compressed_len], 0, False, 1)
     forward_s = now() - started - sum(s.seconds for s in selections)
+    _select_from_whole_prompt(model, full, selections, input_ids[:compressed_len])
+    _store_quantized_selections(selections)
     reference_logits = logits
     if compressed_len < len(input_ids):
         started = now()
@@ -173,7 +247,8 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
             started = now()
             next_logits = _forward(model, selection.cache, input_ids[compressed_len:], compressed_len, uneven, 1)
             selection.seconds += now() - started
-        states.append(PrefilledPrompt(selection.cache, next_logits[-1], len(input_ids), uneven, selection.kept))
+        states.append(PrefilledPrompt(selection.cache, next_logits[-1], len(input_ids), uneven, selection.kept,
+                                      selection.scoring_s))
     reference = PrefilledPrompt(full, reference_logits[-1], len(input_ids), False, [None] * n_layers)
     return SharedPrefill(reference, states, forward_s, [s.seconds for s in selections],
                          [s.error for s in selections])

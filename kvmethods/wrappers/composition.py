@@ -54,6 +54,8 @@ class Composition(Delegating):
         super().__init__(evictor or thinner or quantizer, name)
         self.parts, self.thinner, self.quantizer = parts, thinner, quantizer
         self.capabilities = (self.capabilities & ~STORAGE_ROLES) | Capability.OWN_STORAGE
+        if thinner is not None:  # ThinK's storage reads the prompt's last queries: the composition's does
+            self.capabilities |= Capability.READS_LAST_QUERIES
         self.query_window = thinner.query_window if thinner else 0
 
     def params(self) -> dict:

@@ -49,6 +49,21 @@ def _prefill_split(shared_reference=None) -> dict:
     return {"shared_prefill_ms": None, "compression_ms": None}
 
 
+def method_of(case: Case):
+    """The case's method, built; seeded methods follow the run's seed."""
+    params = dict(case.method.params)
+    method = get_method(case.method.name, **params)
+    if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
+        method = get_method(case.method.name, **params, seed=case.seed)  # wrappers (prefill_chunk) too
+    return method
+
+
+def shares_prefill(case: Case) -> bool:
+    """Whether the case takes its prefill from its reference group's forward (the method's capability:
+    kvmethods.runtime.shared_prefill.can_share_prefill); the reference itself makes that forward."""
+    return case.is_reference or can_share_prefill(method_of(case))
+
+
 class Runner:
     """Runs cases; one instance per worker process (held by the session)."""
 
@@ -119,14 +134,11 @@ class Runner:
 
     # -- the shared prefill --------------------------------------------------------------------
     def _method(self, case: Case):
-        params = dict(case.method.params)
-        method = get_method(case.method.name, **params)
-        if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
-            method = get_method(case.method.name, **params, seed=case.seed)  # wrappers (prefill_chunk) too
-        return method
+        return method_of(case)
 
     def _shares(self, case: Case) -> bool:
-        return not case.is_reference and can_share_prefill(self._method(case))
+        """A compressed item taking its cache from the group's forward (the reference makes that forward)."""
+        return not case.is_reference and shares_prefill(case)
 
     def _share_prefill(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
                        limit: item_time_limit) -> None:

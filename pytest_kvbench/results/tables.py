@@ -81,13 +81,26 @@ def zero_scores(records: list[Record]) -> list[str]:
     return sorted(str(r.item_id) for r in records if r.score == 0)
 
 
+def provenance(environment: dict) -> str:
+    """What made the run, in one line: the command, Python and the packages' versions, the platform, and
+    whether the git tree had uncommitted changes to tracked files."""
+    versions = ", ".join(f"{name} {version}" for name, version in (environment.get("versions") or {}).items()
+                         if version)
+    dirty = " (with uncommitted changes)" if environment.get("git_dirty") else ""
+    return (f"Made by `{environment.get('command', 'n/a')}` with Python {environment.get('python', 'n/a')}, "
+            f"{versions or 'versions n/a'}; {environment.get('platform', 'n/a')}; tree{dirty or ' clean'}.")
+
+
 def results_markdown(run: dict, records: list[Record]) -> str:
     """The whole RESULTS.md of a run."""
+    environment = run.get("environment") or {}
     lines = [
         "# Results",
         "",
-        f"Run `{run['run_id']}` — {run.get('start', '')} — commit `{(run.get('environment') or {}).get('git_commit') or 'n/a'}`"
+        f"Run `{run['run_id']}` — {run.get('start', '')} — commit `{environment.get('git_commit') or 'n/a'}`"
         + (" (incomplete)" if not run.get("complete", True) else ""),
+        "",
+        provenance(environment),
         "",
         "Scores are the task's official metric x 100 (mean over samples; mean over seeds when several ran),",
         "± the half-width of their 95% interval: Student t over seeds when several ran, else a bootstrap over samples.",

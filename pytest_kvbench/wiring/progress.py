@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from statistics import fmean
+from typing import Any
 
 import pytest
 
@@ -62,17 +64,29 @@ class SessionProgress:
         self.enabled = worker_input is None and _shows_progress(config)
         self.items_total = 0
         self.item_seconds: list[float] = []
-        self.estimate = GroupedEstimate([])
+        self._planned: Callable[[], GroupedEstimate] = lambda: GroupedEstimate([])
+        self._estimate: GroupedEstimate | None = None
         self.clock = time.perf_counter
         self.interval = progress_interval(config) if self.enabled else 0.0  # between plain sample lines
         self.last_plain_line = -math.inf
 
-    def plan(self, cases, shared: bool) -> None:
-        """The cases this process runs; ``shared``: each reference group shares one prefill per sample."""
+    def plan(self, cases, shared: bool, shares: Callable[[Any], bool] = lambda case: True) -> None:
+        """The cases this process runs; ``shared``: each reference group shares one prefill per sample, among
+        the cases whose method can (``shares``: engine.runner.shares_prefill); the others prefill alone.
+        ``shares`` builds methods, so it is asked when the first item starts, not at collection."""
         cases = list(cases)
         self.items_total = len(cases)
-        self.estimate = GroupedEstimate([PlannedItem(case.key, case.reference_group if shared else case.key,
-                                                     case.samples, case.context_length) for case in cases])
+        self._planned = lambda: GroupedEstimate([PlannedItem(case.key, case.reference_group
+                                                             if shared and shares(case) else case.key,
+                                                             case.samples, case.context_length)
+                                                 for case in cases])
+        self._estimate = None
+
+    @property
+    def estimate(self) -> GroupedEstimate:
+        if self._estimate is None:
+            self._estimate = self._planned()
+        return self._estimate
 
     def item(self, case) -> ItemProgress:
         return ItemProgress(self, case)

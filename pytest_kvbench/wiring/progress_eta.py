@@ -16,7 +16,13 @@ seconds per sample. The estimate:
 * a group not started: members x samples x the seconds per (member, sample) of the first items measured
   so far (the running one projected from its samples), each scaled by the ratio of prompt lengths where
   both are known; samples not known in advance are the mean measured so far;
-* a later item of a started group: the mean of later items measured so far.
+* a later item of a started group: the mean of later items measured so far;
+* an item that prefills alone (its own group: a method that cannot share a forward, such as a kvpress press
+  or ThinK, or any item with sharing off) pays a prefill per sample, not a group member's share of one: it
+  is priced at the items alone measured so far, per sample and prompt token; before any, at a whole group's
+  first item per sample (one prefill per sample and the group's decoding: an upper bound). A group before any
+  group was measured is priced the other way round, at an item alone per sample. Pricing an item alone at a
+  group member's share showed "session ETA 1s" with kvzip items of a minute each left.
 
 Pure bookkeeping with the times given to it: the caller owns the clock (tests use a fake one).
 `scripts/measure_progress_eta.py` replays a finished run through it.
@@ -33,7 +39,7 @@ from statistics import fmean
 @dataclass(frozen=True)
 class PlannedItem:
     key: str  # the item (Case.key)
-    group: Hashable  # the items of one group share a prefill (the item's own key when nothing is shared)
+    group: Hashable  # the items of one group share a prefill (the item's own key when it prefills alone)
     samples: int | None = None  # samples asked for (None: all the task has)
     prompt_tokens: int | None = None  # known in advance for RULER (its context length)
 
@@ -52,6 +58,14 @@ class _Measured:
         scale = prompt_tokens / self.prompt_tokens if prompt_tokens and self.prompt_tokens else 1.0
         return members * samples * per_member_sample * scale
 
+    def per_sample(self, samples: float, prompt_tokens: float | None) -> float:
+        """What ``samples`` samples of ``prompt_tokens`` tokens cost at this item's whole rate per sample."""
+        return self.cost(self.members, samples, prompt_tokens)
+
+
+def _alone(item: PlannedItem) -> bool:
+    return item.group == item.key
+
 
 class GroupedEstimate:
     """Remaining seconds of the planned items, from what finished and what runs."""
@@ -62,7 +76,8 @@ class GroupedEstimate:
         self.started: set[Hashable] = set()  # groups whose first item ran or runs
         self.first_of: dict[str, bool] = {}  # started items: whether each was its group's first
         self.finished: set[str] = set()
-        self.firsts: list[_Measured] = []
+        self.firsts: list[_Measured] = []  # first items of groups that share a prefill
+        self.alone: list[_Measured] = []  # items that prefilled alone
         self.later: list[float] = []  # seconds of the groups' later items
 
     def start(self, key: str) -> None:
@@ -81,8 +96,8 @@ class GroupedEstimate:
         if not self.first_of[key]:
             self.later.append(seconds)
         elif samples > 0:
-            self.firsts.append(_Measured(seconds, self.members[item.group], samples,
-                                         prompt_tokens or item.prompt_tokens))
+            measured = _Measured(seconds, self.members[item.group], samples, prompt_tokens or item.prompt_tokens)
+            (self.alone if _alone(item) else self.firsts).append(measured)
 
     def remaining(self, running: str | None = None, done: int = 0, total: int = 0,
                   elapsed: float = 0.0) -> float | None:
@@ -90,19 +105,23 @@ class GroupedEstimate:
         ``total`` samples in ``elapsed`` seconds; None before anything was measured."""
         item = self.planned.get(running) if running is not None else None
         first = item is not None and self.first_of.get(running, False)
-        firsts = list(self.firsts)
+        firsts, alone = list(self.firsts), list(self.alone)
         projected = elapsed / done * total if item is not None and done and total else None
         if first and projected is not None:
-            firsts.append(_Measured(projected, self.members[item.group], total, item.prompt_tokens))
-        if not firsts and not self.later:
+            (alone if _alone(item) else firsts).append(_Measured(projected, self.members[item.group], total,
+                                                                 item.prompt_tokens))
+        if not firsts and not alone and not self.later:
             return None
         later = fmean(self.later) if self.later else 0.0
 
         def group_cost(planned: PlannedItem, samples: float | None = None) -> float:
-            if not firsts:
+            if not firsts and not alone:
                 return later * self.members[planned.group]
-            samples = samples or planned.samples or fmean(m.samples for m in firsts)
-            return fmean(m.cost(self.members[planned.group], samples, planned.prompt_tokens) for m in firsts)
+            samples = samples or planned.samples or fmean(m.samples for m in firsts + alone)
+            if _alone(planned) and alone or not _alone(planned) and firsts:  # priced at its own kind
+                return fmean(m.cost(self.members[planned.group], samples, planned.prompt_tokens)
+                             for m in (alone if _alone(planned) else firsts))
+            return fmean(m.per_sample(samples, planned.prompt_tokens) for m in firsts + alone)
 
         if projected is not None:
             left = projected - elapsed

@@ -85,6 +85,15 @@ def test_the_catalog_answers_which_methods_prefill_alone(spec, params):
     assert prefills_alone(described) == (not can_share_prefill(get_method(spec, **params)))
 
 
+def test_whole_prompt_scorers_and_quantizers_share_the_forward_storages_reading_queries_do_not():
+    """kvzip scores the shared full cache and quantizers store after the shared forward; ThinK's storage reads
+    the prompt's last queries, and so does any composition holding it."""
+    specs = ("kvzip", "kivi", "snapkv+kivi", "think", "snapkv+think", "snapkv+think+kivi")
+    assert {spec: can_share_prefill(get_method(spec)) for spec in specs} == {
+        "kvzip": True, "kivi": True, "snapkv+kivi": True, "think": False, "snapkv+think": False,
+        "snapkv+think+kivi": False}
+
+
 def test_wrappers_need_what_their_base_needs():
     assert Capability.SCORES_WHOLE_PROMPT in get_method("adakv", base="kvzip").capabilities
     assert Capability.SCORES_WHOLE_PROMPT not in get_method("adakv").capabilities

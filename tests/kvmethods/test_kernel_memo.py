@@ -44,7 +44,7 @@ def test_a_kernel_is_computed_once_and_every_caller_gets_its_own_copy():
 
 def test_the_seconds_of_an_entry_are_split_among_its_users(monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(kernel_memo.time, "perf_counter", clock)
+    monkeypatch.setattr(kernel_memo, "now", clock)  # the runtime clock (kvmethods/runtime/clock.py)
     memo = KernelMemo()
 
     def costing(seconds):

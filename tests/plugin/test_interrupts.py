@@ -78,9 +78,11 @@ def pytest_configure(config):
     if POINT == "writing":  # the controller writes the item folders, run.json and RESULTS.md
         from pytest_kvbench.results import run_writer
         write_item_files = run_writer.write_item_files
-        def first_write(*args):
-            ctrl_c()
-            run_writer.write_item_files = write_item_files
+        fired = []
+        def first_write(*args):  # once: the end of a run may hold this function (functools.partial) per item
+            if not fired:
+                fired.append(True)
+                ctrl_c()
             return write_item_files(*args)
         run_writer.write_item_files = first_write
 '''

@@ -196,7 +196,7 @@ def test_the_records_written_before_the_failure_are_kept_and_readable(broken_end
 
 FULL_DISK_AT_SECOND_RECORD = (
     "import errno, os\n"
-    "from pytest_kvbench import atomic_files\n"
+    "from pytest_kvbench.results import storage\n"
     "real_append, appended = storage.append_record, []\n"
     "def full_disk(path, record):\n"
     "    appended.append(record)\n"

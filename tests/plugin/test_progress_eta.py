@@ -86,3 +86,48 @@ def test_longer_prompts_are_expected_to_cost_more():
     estimate.start("short")
     estimate.finish("short", 5.0, 10, 500)
     assert estimate.remaining() == pytest.approx(20.0)
+
+
+def test_an_item_that_prefills_alone_is_priced_as_a_prefill_not_as_a_group_members_share():
+    """The real-model log showed "session ETA 1s" with three kvzip items of a minute each left: an item alone
+    (its own group) was priced at a 36-member group's cost per member and sample."""
+    group = [PlannedItem(f"g{i}", "g", 10, 2048) for i in range(36)]
+    alone = [PlannedItem(f"z{i}", f"z{i}", 10, 2048) for i in range(2)]
+    estimate = GroupedEstimate(group + alone)
+    estimate.start("g0")
+    estimate.finish("g0", 72.0, 10, 2048)  # one prefill per sample + 36 decodes: 7.2 s per sample
+    for i in range(1, 36):
+        estimate.start(f"g{i}")
+        estimate.finish(f"g{i}", 0.1, 10, 2048)
+    real_left = 2 * 40.0  # each alone item: its own prefill and decoding, 4 s per sample
+    shown = estimate.remaining()
+    assert real_left <= shown <= 2 * real_left  # no item alone measured yet: a whole group's rate, an upper bound
+    estimate.start("z0")
+    assert estimate.remaining("z0", 5, 10, 20.0) == pytest.approx(20.0 + 40.0)  # itself projected, z1 alike
+    estimate.finish("z0", 40.0, 10, 2048)
+    assert estimate.remaining() == pytest.approx(40.0)  # priced at the item alone measured
+
+
+def test_a_group_before_any_group_was_measured_is_priced_at_an_item_alone_per_sample():
+    planned = [PlannedItem("z0", "z0", 4, 1024)] + [PlannedItem(f"g{i}", "g", 8, 2048) for i in range(5)]
+    estimate = GroupedEstimate(planned)
+    estimate.start("z0")
+    estimate.finish("z0", 8.0, 4, 1024)  # 2 s per sample of 1,024 tokens
+    assert estimate.remaining() == pytest.approx(8 * 2.0 * 2)  # 8 samples, twice the tokens: one prefill each
+
+
+def test_the_plan_asks_each_method_whether_it_shares_the_groups_forward():
+    """kvzip and the quantizers share their group's forward (kvmethods.runtime.shared_prefill); ThinK (it reads the
+    prompt's last queries) and a chunked prefill change the forward and prefill alone."""
+    from kvmethods import FULL_CACHE, Budget
+    from kvmethods.spec import MethodSpec
+    from pytest_kvbench.cases import Case
+    from pytest_kvbench.engine.runner import shares_prefill  # lazy: the engine imports torch (startup tests above)
+
+    def case(method, params=(), budget="m0.125"):
+        budget = FULL_CACHE if method == "full" else Budget.parse(budget)
+        return Case("m", MethodSpec(method, params), budget, "niah_single_1", "ruler", 2048, 0, 8)
+
+    assert all(shares_prefill(case(m)) for m in ("full", "snapkv", "kvzip", "kivi", "snapkv+kivi", "adakv"))
+    assert not shares_prefill(case("think"))
+    assert not shares_prefill(case("snapkv", (("prefill_chunk", 512),)))

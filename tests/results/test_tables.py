@@ -96,3 +96,14 @@ def test_one_seed_cells_show_the_bootstrap_half_width_over_their_samples():
     assert mean == "50.00" and 13.0 < float(half_width) < 18.0
     assert rows["full"] == "100.00 ± 0.00"  # every sample right: no spread seen
     assert rows["h2o"] == "0.00"  # one sample: no interval
+
+
+def test_results_md_says_the_command_versions_and_whether_the_tree_was_dirty():
+    environment = {"git_commit": "abc123", "git_dirty": True, "command": "pytest bench/test_ruler.py",
+                   "python": "3.11.7", "platform": "Linux-x86_64",
+                   "versions": {"pytest-kvbench": "0.1.0", "torch": "2.13.0", "transformers": "5.24.0", "datasets": None}}
+    markdown = results_markdown({"run_id": "r", "start": "2026-11-26T10:26:00", "environment": environment}, RECORDS)
+    assert "commit `abc123`" in markdown and "2026-11-26T10:26:00" in markdown
+    assert ("Made by `pytest bench/test_ruler.py` with Python 3.11.7, pytest-kvbench 0.1.0, torch 2.13.0, "
+            "transformers 5.24.0; Linux-x86_64; tree (with uncommitted changes).") in markdown
+    assert "datasets" not in markdown

@@ -89,3 +89,25 @@ def test_model_folder_and_protocol_reach_the_pytest_run():
     assert argv[argv.index("--kvbench-model") + 1] == "/models/smollm2"
     assert argv[argv.index("--kvbench-protocol") + 1] == "question_in_window"
     assert "--kvbench-model" not in CK.pytest_args(CK.parse_args(["item"]), ["snapkv"], ["r0.9"])
+
+
+def test_the_scores_file_names_both_runs_and_holds_the_table(capsys):
+    from pytest_kvbench.results.runs import Run
+    from tests.test_cli_support import make_record
+
+    def run(run_id, method, scores, packages):
+        environment = {"git_commit": f"c-{run_id}", "command": "pytest bench/test_ruler.py", "python": "3.11",
+                       "versions": {"transformers": "5.2.0"}, "packages": packages}
+        return Run(run_id, Path("/r") / run_id, {"start": "2026-11-26T11:00", "environment": environment},
+                   [make_record(scores, method=method, budget="r0.9")])
+
+    ours = run("native", "snapkv", [1, 1, 0], {})
+    theirs = run("pressed", "kvpress:SnapKVPress", [0, 0, 0], {"kvpress": "0.5.5"})
+    theirs.records[0]["method"]["name"] = "kvpress:SnapKVPress"
+    text = CK.score_markdown("niah_single_1 at 2048 tokens", ours, theirs)
+    assert "- native: run `native` — 2026-11-26T11:00 — commit `c-native`. Made by" in text
+    assert "- kvpress: run `pressed` — 2026-11-26T11:00 — commit `c-pressed` — kvpress 0.5.5." in text
+    assert "| snapkv   | kvpress:SnapKVPress | r0.9" in text and "66.7 ± " in text
+    with pytest.raises(SystemExit):
+        CK.parse_args(["scores", "--output", "KVPRESS.md", "--ours-run", "runs/a"])
+    assert "--output needs --ours-run and --kvpress-run" in capsys.readouterr().err
