@@ -6,11 +6,19 @@ torch's C extension does not survive (importing it again re-registers its operat
 """
 
 import importlib
+import sys
+from pathlib import Path
 
 import pytest
 
 import pytest_kvbench.engine.runner  # noqa: F401 (see above)
-from helpers import SMALL_GRID, add_bench_files, run_bench
+
+# tests/ mirrors the packages in subfolders; their shared helpers (helpers.py, tiny_models.py, ...) live here.
+# Put on sys.path for the tests only: pytest's `pythonpath` ini key would also apply to `pytest bench/`, where
+# tests/kvmethods/ (no __init__.py) would shadow the installed kvmethods package as a namespace package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers import SMALL_GRID, add_bench_files, run_bench  # noqa: E402
 from kvmethods.core.catalog import BUILTINS
 
 for _entry in BUILTINS.values():
