@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 SHOWN_CHARS = 120  # a 300-character name is shortened in messages so that they stay one line
@@ -124,6 +125,12 @@ def _check_creatable(what: str, path: Path) -> None:
         raise _fail(what, path, f"{shown(ancestor)} is a file, not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise _fail(what, path, f"cannot create it: {shown(ancestor)} is not writable")
+    # access() answers for permissions only: root passes it everywhere, and /proc, /sys or a read-only mount
+    # still refuse. A folder made and removed at once is the real answer.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".kvbench-probe-", dir=ancestor))
+    except OSError as exc:
+        raise _fail(what, path, f"cannot create it in {shown(ancestor)}: {(exc.strerror or str(exc)).lower()}") from None
 
 
 def writable_dir(path: str | os.PathLike, what: str) -> Path:

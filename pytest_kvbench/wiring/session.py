@@ -137,7 +137,9 @@ class RunSession:
         from pytest_kvbench.results import run_writer  # lazy for startup time: tables and tabulate, at the end only
         from pytest_kvbench.wiring.final_writes import write_each
 
-        self._write_settings()  # a run stopped before its first record can be resumed too
+        # a run stopped before its first record can be resumed too; a directory that cannot be written is one line
+        _, settings_failures = write_each([(storage.SETTINGS_FILE, self.run_dir / storage.SETTINGS_FILE,
+                                            self._write_settings)])
         records = self.final_records = self.all_records()
         self.unfinished = self.unfinished_items(records)
         complete = complete and not self.unfinished
@@ -155,6 +157,7 @@ class RunSession:
         files.append((f"{storage.RESULTS_FILE} of the results directory", table,
                       lambda: atomic_files.atomic_write_text(table, markdown)))
         self.written, self.write_failures = write_each(files)
+        self.write_failures = settings_failures + self.write_failures
         return run
 
     def kept(self) -> list[str]:

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 # Imported here, outside pytester's runs: pytester drops the modules a run imports when it ends,
@@ -224,3 +225,10 @@ def test_a_record_that_cannot_be_appended_stops_the_run_in_one_line_keeping_the_
     assert run["complete"] is False and "--kvbench-resume" in run["resume_command"]
     assert [u["item_id"] for u in run["unfinished"]] == ["streamingllm-32-passage_retrieval_en",
                                                          "snapkv-32-passage_retrieval_en"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+def test_a_results_directory_the_filesystem_refuses_is_refused_at_startup(bench):
+    """access() says yes to root everywhere; /proc refuses to make a folder all the same (a real probe)."""
+    line = assert_refused_at_startup(bench, "--kvbench-results", "/proc/kvbench-results")
+    assert "/proc/kvbench-results" in line and "cannot create it in /proc" in line
