@@ -92,18 +92,19 @@ def test_model_folder_and_protocol_reach_the_pytest_run():
 
 
 def test_the_scores_file_names_both_runs_and_holds_the_table(capsys):
-    from pytest_kvbench.results.runs import Run
+    from pytest_kvbench.results.record import Record
+    from pytest_kvbench.results.runs import Run, RunState
     from tests.test_cli_support import make_record
 
     def run(run_id, method, scores, packages):
         environment = {"git_commit": f"c-{run_id}", "command": "pytest bench/test_ruler.py", "python": "3.11",
                        "versions": {"transformers": "5.2.0"}, "packages": packages}
         return Run(run_id, Path("/r") / run_id, {"start": "2026-11-26T11:00", "environment": environment},
-                   [make_record(scores, method=method, budget="r0.9")])
+                   [Record.from_json(make_record(scores, method=method, budget="r0.9"))],
+                   RunState(complete=True, has_run_file=True))
 
     ours = run("native", "snapkv", [1, 1, 0], {})
     theirs = run("pressed", "kvpress:SnapKVPress", [0, 0, 0], {"kvpress": "0.5.5"})
-    theirs.records[0]["method"]["name"] = "kvpress:SnapKVPress"
     text = CK.score_markdown("niah_single_1 at 2048 tokens", ours, theirs)
     assert "- native: run `native` — 2026-11-26T11:00 — commit `c-native`. Made by" in text
     assert "- kvpress: run `pressed` — 2026-11-26T11:00 — commit `c-pressed` — kvpress 0.5.5." in text
