@@ -137,9 +137,6 @@ class RunSession:
         from pytest_kvbench.results import run_writer  # lazy for startup time: tables and tabulate, at the end only
         from pytest_kvbench.wiring.final_writes import write_each
 
-        # a run stopped before its first record can be resumed too; a directory that cannot be written is one line
-        _, settings_failures = write_each([(storage.SETTINGS_FILE, self.run_dir / storage.SETTINGS_FILE,
-                                            self._write_settings)])
         records = self.final_records = self.all_records()
         self.unfinished = self.unfinished_items(records)
         complete = complete and not self.unfinished
@@ -153,18 +150,19 @@ class RunSession:
             environment=self.environment | {"packages": installed_packages()},  # read once, at the end
             unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
         files, markdown = run_writer.run_files(self.run_dir, run, records)
+        # settings.json too: a run stopped before its first record can be resumed
+        files.insert(0, (storage.SETTINGS_FILE, self.run_dir / storage.SETTINGS_FILE, self._write_settings))
         table = self.results_dir / storage.RESULTS_FILE
         files.append((f"{storage.RESULTS_FILE} of the results directory", table,
                       lambda: atomic_files.atomic_write_text(table, markdown)))
         self.written, self.write_failures = write_each(files)
-        self.write_failures = settings_failures + self.write_failures
         return run
 
     def kept(self) -> list[str]:
         """What a failure line says was kept: the records, and what finish() did write."""
         count = len(self.final_records or [])
         kept = [f"{self.records_path} ({count} record{'s' if count != 1 else ''})"]
-        return kept + [what for what in dict.fromkeys(self.written) if what != "item folder"]
+        return kept + [what for what in dict.fromkeys(self.written) if what not in ("item folder", storage.SETTINGS_FILE)]
 
     def _previous_run(self) -> dict | None:
         path = self.run_dir / storage.RUN_FILE
