@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 from .errors import MethodError
 
+INT64_MAX = 2**63 - 1
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -128,6 +130,9 @@ def coerce(method: str, name: str, kind: type, value: Any) -> Any:
             raise wrong
         if not math.isfinite(number):  # nan passes every bound check; inf is no setting
             raise MethodError(f"{method}: parameter {name!r} must be a finite number, got {value!r}")
+        if kind is int and abs(number) > INT64_MAX:  # torch indexes and seeds with 64-bit integers
+            raise MethodError(f"{method}: parameter {name!r} is out of range (a 64-bit integer: at most "
+                              f"{INT64_MAX:,} in size), got {reprlib.repr(value)}")
         return number
     if kind is str:
         if isinstance(value, str):

@@ -166,3 +166,9 @@ def test_broken_entry_point_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(MethodError, match="entry point 'broken_test'.*failed to load: ModuleNotFoundError"):
         get_method("broken_test")
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999999", -2**63 - 1])
+def test_an_integer_parameter_beyond_64_bits_is_refused_in_one_line(value):
+    with pytest.raises(MethodError, match=r"^snapkv: parameter 'window' is out of range \(a 64-bit integer"):
+        get_method("snapkv", window=value)
