@@ -19,7 +19,7 @@ from kvmethods.runtime.clock import now
 from kvmethods.runtime.generation import GROUP_PROTOCOLS, generate, record_fields
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid
-from pytest_kvbench.engine.fidelity import ReferenceCache, compare, reference_of
+from pytest_kvbench.engine.fidelity import ReferenceCache, compare, decode_divergence, reference_of
 from pytest_kvbench.engine.finite_logits import check_logits_finite
 from pytest_kvbench.engine.group_decode import decode_members
 from pytest_kvbench.engine.hardware.device_description import describe_device
@@ -161,14 +161,19 @@ class Runner:
 
     def _compressed(self, case: Case, method, budget, task, sample, prompt, loaded: LoadedModel, reference,
                     prefilled=None) -> tuple:
-        """(generation, kl, agreement) of the sample under the case's method: teacher-forced on the reference's
-        output and compared with it at once, so no vocabulary-sized log-probs outlive this call."""
+        """(generation, kl, agreement, decode_kl) of the sample under the case's method: teacher-forced on the
+        reference's output and its own decode compared with the reference at once (fidelity.py), so no
+        vocabulary-sized log-probs outlive this call."""
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len, task.max_new_tokens,
                           loaded.eos_token_ids, case.protocol, teacher_targets=reference.target_ids,
-                          prefilled=prefilled)
+                          prefilled=prefilled, return_logprobs=True)
         logprobs, result.target_logprobs = result.target_logprobs, None
-        check_logits_finite(logprobs, f"{case.id} sample {sample.id}")
-        return (result, *compare(reference, logprobs))
+        steps, result.logprobs = result.logprobs, None
+        what = f"{case.id} sample {sample.id}"
+        check_logits_finite(logprobs, what)
+        check_logits_finite(steps, what)
+        output = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
+        return (result, *compare(reference, logprobs), decode_divergence(reference, output, steps))
 
     # -- the item ------------------------------------------------------------------------------
     def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> records.Record:
@@ -197,7 +202,7 @@ class Runner:
                                                                self.references))
             else:
                 produced = self._single_prompts(case, task, method, case.budget, loaded, samples, sharing, limit)
-            for (sample, result, kl, agreement, context, turn), timing in produced:
+            for (sample, result, kl, agreement, context, turn, decode_kl), timing in produced:
                 prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
                 answer = self._follow_up(task, sample, prediction, method, case.budget, loaded, case.protocol)
                 first_output = {} if answer is None else {"first_output": prediction}
@@ -216,11 +221,14 @@ class Runner:
                     **timing,
                     "decode_ms": result.decode_s * 1000.0,
                     "new_tokens": len(result.tokens),
+                    # why the decode ended: the model's eos, or the task's max_new_tokens (tests check the two)
+                    "stop": "eos" if result.stop_token is not None else "max_new_tokens",
                     "kv_bytes_before": result.kv_bytes_before,
                     "kv_bytes_after": result.kv_bytes_after,
                     **record_fields(result),
                     "kl": kl,
                     "agreement": agreement,
+                    "decode_kl": decode_kl,
                     # all_classes: LongBench's label set, which its classification metric reads (exports)
                     "fields": {k: v for k, v in sample.fields.items()
                                if k in ("length", "depth", "context_length") or (k == "all_classes" and v)},
@@ -246,14 +254,16 @@ class Runner:
             prompt = self.prompt(case, task, sample, loaded)
             reference = self._reference(case, task, sample, prompt, loaded, limit)
             if case.is_reference:
-                yield Generation(sample, reference.result, 0.0, 1.0), _prefill_split(
+                yield Generation(sample, reference.result, 0.0, 1.0, decode_kl=0.0), _prefill_split(
                     reference.result if self.shared.enabled else None)
             elif sharing:  # decoded with the group's shared prefill of the sample (maybe in another item's run)
                 decoded = self.shared.take(case, sample.id)
-                yield Generation(sample, decoded.result, decoded.kl, decoded.agreement), decoded.timing
+                yield Generation(sample, decoded.result, decoded.kl, decoded.agreement,
+                                 decode_kl=decoded.decode_kl), decoded.timing
             else:
-                made = self._compressed(case, method, budget, task, sample, prompt, loaded, reference)
-                yield Generation(sample, *made), _prefill_split()
+                result, kl, agreement, decode_kl = self._compressed(case, method, budget, task, sample, prompt, loaded,
+                                                                    reference)
+                yield Generation(sample, result, kl, agreement, decode_kl=decode_kl), _prefill_split()
 
     def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel,
                    protocol: str = DEFAULT_PROTOCOL) -> str | None:
@@ -295,7 +305,8 @@ class Runner:
             memory=records.Memory(peak_bytes=meter.get("peak_bytes"), kind=meter.get("memory_kind"),
                                   peak_method=meter.get("peak_method"),
                                   peak_reserved_bytes=meter.get("peak_reserved_bytes"), **kv),
-            fidelity=records.Fidelity(kl=_mean([r["kl"] for r in rows]), agreement=_mean([r["agreement"] for r in rows])),
+            fidelity=records.Fidelity(kl=_mean([r["kl"] for r in rows]), agreement=_mean([r["agreement"] for r in rows]),
+                                      decode_kl=_mean([r["decode_kl"] for r in rows])),
             energy_j=meter.get("energy_j"),
             energy_source=meter.get("energy_source"),
             meter_scope=from_json(records.MeterScope, self.shared.meter_scope(case), "meter_scope"),
