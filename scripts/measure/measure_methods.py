@@ -24,7 +24,7 @@ layer's scores, so its cost per layer depends on the layer count; `--layers 2` a
 per-layer costs that `kvzip_extrapolated` (printed when both runs are named with `--extrapolate`) turns into
 the ratio of the 32-layer model. `--no-memory` skips the peak-memory children (each repeats a prefill).
 
-    python scripts/measure_methods.py [--model bench|mlp-bound|llama3-8b-layers] [--layers N] [--prompt 4096]
+    python scripts/measure/measure_methods.py [--model bench|mlp-bound|llama3-8b-layers] [--layers N] [--prompt 4096]
                                       [--budget 1024] [--repeats 5] [--threads 1] [--no-memory]
 """
 
@@ -47,8 +47,7 @@ from kvmethods import MethodError, get_method
 from kvmethods.runtime.generation import prefill
 from kvmethods.storage.ragged import cache_bytes
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny models live with the tests
-from tiny_models import BENCH_MODEL, tiny_model  # noqa: E402
+from kvmethods.testing import BENCH_MODEL, tiny_model  # noqa: E402
 
 METHODS = ["snapkv", "pyramidkv", "tova", "knorm", "streamingllm", "random", "h2o", "adakv", "criticalkv",
            "expected_attention", "kvzip"]

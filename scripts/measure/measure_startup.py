@@ -7,7 +7,7 @@ neighbours' load falls on all alike; medians of wall and CPU seconds and the loa
 `--code DIR` (repeatable) measures copies of the package with the same interpreter, e.g. this checkout and
 `git archive main` unpacked, for before/after figures from the same rounds.
 
-    python scripts/measure_startup.py --rounds 5 [--code . --code /tmp/kvbench-main]
+    python scripts/measure/measure_startup.py --rounds 5 [--code . --code /tmp/kvbench-main]
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ scheduling, and a second serial run uses two threads, for reference. The paralle
 documented `--dist loadgroup`: each task's items stay on one worker, so each full-cache reference
 is computed once, as in the serial run.
 
-    python scripts/measure_xdist.py            # prints wall times and the ratio
-    python scripts/measure_xdist.py --repeat 3 # medians of 3 interleaved rounds (shared machines are noisy)
+    python scripts/measure/measure_xdist.py            # prints wall times and the ratio
+    python scripts/measure/measure_xdist.py --repeat 3 # medians of 3 interleaved rounds (shared machines are noisy)
 """
 
 from __future__ import annotations
