@@ -37,12 +37,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from timed_run import ROOT, Timing, print_medians, print_ratio, timed_command, timed_pytest
+from common import Timing, print_medians, print_ratio, timed_command, timed_pytest
 
-sys.path.insert(0, str(ROOT))
-
-from pytest_kvbench.comparison.kvpress_scores import NATIVE_PRESSES, score_table  # noqa: E402 - after the repository is on the path
-from pytest_kvbench.results.runs import load_run  # noqa: E402
+from pytest_kvbench.comparison.kvpress_scores import NATIVE_PRESSES, score_table
+from pytest_kvbench.results.runs import load_run
 
 # our method spec -> (kvpress press, its arguments; a press name builds that press with its defaults). Our
 # settings equal the presses' defaults. Left out: pyramidkv and adakv (kvpress's PyramidKVPress and AdaKVPress

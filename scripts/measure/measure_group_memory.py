@@ -13,16 +13,14 @@ decoding. Counting bytes, not timing: the figures do not depend on the machine's
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
+import common  # noqa: F401 (this checkout's packages first)
 import torch
 
 from kvmethods import Budget
+from kvmethods.testing import live_tensor_bytes, tensors_reachable
 from pytest_kvbench.cases import Grid, MethodSpec
 from pytest_kvbench.engine.runner import Runner
-
-from kvmethods.testing import live_tensor_bytes, tensors_reachable  # noqa: E402
 
 METHODS = ["snapkv", "h2o", "streamingllm", "tova", "pyramidkv", "knorm", "random", "expected_attention"]
 

@@ -29,16 +29,13 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
+from common import prompt_ids, run_child, status_kib
 from tabulate import tabulate
-
 from transformers import DynamicCache
 
 from kvmethods import get_method
 from kvmethods.runtime.generation import PrefilledPrompt, decode_greedy, generate
-import sys
-from pathlib import Path
-from kvmethods.testing import tiny_model  # noqa: E402
-from measure_methods import _status_kib, prompt_ids, run_child
+from kvmethods.testing import tiny_model
 
 MODEL = dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
              intermediate_size=2816, vocab_size=32000, max_position_embeddings=32768)
@@ -58,11 +55,11 @@ def child(label: str, length: int, new_tokens: int) -> dict:
     ids = prompt_ids(length)
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # reset VmHWM to the current resident size
-    before = _status_kib("VmRSS")
+    before = status_kib("VmRSS")
     started = time.process_time()
     out = generate(model, method, budget, ids, length, new_tokens, set(), "question_in_window")
     cpu = time.process_time() - started
-    return {"growth_kib": _status_kib("VmHWM") - before, "prefill_s": out.prefill_s, "decode_s": out.decode_s,
+    return {"growth_kib": status_kib("VmHWM") - before, "prefill_s": out.prefill_s, "decode_s": out.decode_s,
             "tokens": len(out.tokens), "kv_bytes": out.kv_bytes_physical, "cpu_s": cpu}
 
 

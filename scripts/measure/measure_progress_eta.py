@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import common  # noqa: F401 (this checkout's packages first)
 
-from pytest_kvbench.results.record import Record  # noqa: E402
-from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem  # noqa: E402
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
 
 
 def planned_of(record: Record, samples: int | None) -> PlannedItem:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from timed_run import Timing, print_medians, print_ratio, timed_pytest
+from common import Timing, print_medians, print_ratio, timed_pytest
 
 VARIANTS = {"shared prefill": [], "alone (--kvbench-no-share-prefill)": ["--kvbench-no-share-prefill"]}
 

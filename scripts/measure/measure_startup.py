@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from timed_run import ROOT, Timing, print_medians, timed_command
+from common import ROOT, Timing, print_medians, timed_command
 
 ONE_TEST = "def test_one():\n    assert 1 + 1 == 2\n"
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]

@@ -17,7 +17,7 @@ import argparse
 import os
 import statistics
 
-from timed_run import wall_seconds
+from common import wall_seconds
 
 GRID = ["--kvbench-methods", "full,streamingllm,snapkv,tova", "--kvbench-budgets", "32,64,128",
         "--kvbench-tasks", "niah_single_1,niah_multikey_2", "--kvbench-context-lengths", "2048",
