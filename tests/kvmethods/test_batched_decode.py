@@ -13,7 +13,7 @@ from kvmethods.runtime.batched_generation import BatchRequest, batched_cache, ca
 from kvmethods.runtime.generation import generate, prefill
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from kvmethods.storage.ragged import RaggedLayer
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 
 TINY_HEAD = {"kivi": {"group_size": 8, "residual": 8}}  # the tiny model's head_dim is 16
 LOGPROB_TOLERANCE = 1e-3
