@@ -206,7 +206,7 @@ def cli_dir(tmp_path_factory):
 @st.composite
 def bad_cli_arguments(draw) -> list[str]:
     run = draw(unusable_paths | st.sampled_from(["a_file.txt", "..", "/", "no_such_run", "bench_", "latest"]))
-    verb = draw(st.sampled_from(["show", "export", "compare", "report", "merge", "variance", "options"]))
+    verb = draw(st.sampled_from(["show", "export", "compare", "report", "merge", "variance", "coverage", "options"]))
     if verb == "show":
         return ["show", run]
     if verb == "export":
@@ -219,6 +219,8 @@ def bad_cli_arguments(draw) -> list[str]:
         return ["report", run]
     if verb == "merge":
         return ["merge", run, run, "--into", draw(unusable_paths | st.just("a_file.txt"))]
+    if verb == "coverage":
+        return ["coverage", run, draw(unusable_paths | st.sampled_from(["a_file.txt", "no_such_baseline.json", ""]))]
     if verb == "variance":
         return ["variance", run, "--threshold", draw(st.sampled_from(["nan", "inf", "-1%", "0", "x"]))]
     return [draw(st.sampled_from(["list", "show"])), "--results", draw(unusable_paths | st.just("a_file.txt"))]
@@ -449,7 +451,7 @@ def test_any_value_is_a_grid_or_a_one_line_usage_error(workdir, pairs):
     (["export", "a", "--format", "md", "-o", ""], "--output is empty"), (["merge", "a", "b", "--into", ""], "--into"),
     (["variance", "a", "--plot", ""], "--plot is empty"), (["report", "a", "-o", ""], "--output is empty"),
     (["list", "--results", ""], "--results is empty"), (["compare", "a", "b", "--fail", "score:1,"], "empty element"),
-    (["variance", "a", "b", "--threshold", "١%"], "invalid threshold"),
+    (["variance", "a", "b", "--threshold", "١%"], "invalid threshold"), (["coverage", "a", ""], "BASELINE is empty"),
 ])
 def test_kvbench_refuses_empty_arguments_before_anything(cli_dir, monkeypatch, capsys, argv, named):
     monkeypatch.chdir(cli_dir)
