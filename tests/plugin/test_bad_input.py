@@ -295,6 +295,13 @@ def refused(pytester, *args: str) -> str:
     (["--kvbench-compare-fail=latency:20%", "--kvbench-compare-fail= "], "--kvbench-compare-fail is empty"),
     (["--kvbench-compare-fail=score:1,"], "empty element"),
     (["--kvbench-compare-fail=score:1", "--kvbench-compare-fail=score:2%"], "given twice (score:1 and score:2%)"),
+    (["--kvbench-preset=kvpress-leaderboard", "--kvbench-preset=kvcache-factory-longbench"],
+     "--kvbench-preset given twice (kvpress-leaderboard and kvcache-factory-longbench); it takes one value"),
+    (["--kvbench-preset", "kvpress-leaderboard", "--kvbench-preset=kvcache-factory-longbench"],
+     "--kvbench-preset given twice"),
+    (["--kvbench-samples=1", "--kvbench-samples=2", "--kvbench-samples=1"], "--kvbench-samples given 3 times"),
+    (["--kvbench-dtype=float32", "--kvbench-dtype=bfloat16"], "--kvbench-dtype given twice"),
+    (["--kvbench-results=a", "--kvbench-results=b"], "--kvbench-results given twice (a and b)"),
     (["--kvbench-results="], "--kvbench-results is empty"),
     (["--kvbench-resume="], "--kvbench-resume is empty"),
     (["--kvbench-timeout="], "--kvbench-timeout is empty"),
@@ -358,6 +365,13 @@ def test_grid_file_classes_are_refused_in_one_line(pytester, toml, named):
 def test_ini_classes_are_refused_in_one_line(pytester, ini, named):
     pytester.makeini("[pytest]\n" + ini + "\n")
     assert named in refused(pytester)
+
+
+def test_a_one_value_option_repeated_with_the_same_value_or_over_addopts_is_accepted(pytester):
+    pytester.makeini("[pytest]\naddopts = --kvbench-samples=3\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--kvbench-samples=2", "--kvbench-samples", "2",
+                                          "--co")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stderr.str()
 
 
 def test_seed_and_seeds_at_different_levels_follow_the_usual_precedence(pytester):
