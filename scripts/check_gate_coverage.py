@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("baseline")
     args = parser.parse_args(argv)
     from pytest_kvbench.comparison.baseline_file import load_baseline
-    from pytest_kvbench.results.runs import load_run
+    from pytest_kvbench.results.run.directories import load_run
 
     try:
         records = load_run("latest", args.results).records

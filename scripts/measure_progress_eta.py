@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_kvbench.results.record import Record  # noqa: E402
-from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem  # noqa: E402
+from pytest_kvbench.wiring.progress.eta import GroupedEstimate, PlannedItem  # noqa: E402
 
 
 def planned_of(record: Record, samples: int | None) -> PlannedItem:
