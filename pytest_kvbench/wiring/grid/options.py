@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kvmethods import MethodError
-
 from kvmethods import FULL_CACHE, Budget, MethodError, describe_method
+from kvmethods.core.capabilities import Capability
 from pytest_kvbench import tasks as task_registry, user_paths
 from pytest_kvbench.input_values import MAX_TOKENS, shown, shown_list, split_list
 from pytest_kvbench.wiring.grid import canonical
@@ -120,12 +119,29 @@ def check_given_options(config: pytest.Config) -> None:
         for given in value if isinstance(value, list) else [value]:
             if isinstance(given, str) and not given.strip():
                 raise GridError(f"{option} is empty; give a value or leave the option out")
+        if isinstance(value, str):
+            _check_given_once(option, config.invocation_params.args)
     shard = config.getoption("kvbench_shard")
     if shard is not None:
         try:
             parse_shard(shard)
         except ValueError as exc:
             raise GridError(str(exc)) from None
+
+
+def _check_given_once(option: str, args) -> None:
+    """A one-value option typed twice with two values (``--kvbench-preset A --kvbench-preset B``) is refused:
+    argparse keeps the last without a word. Only the command line counts: it may override ini addopts."""
+    args, values = [str(arg) for arg in args], []
+    for i, arg in enumerate(args):
+        if arg.startswith(option + "="):
+            values.append(arg.split("=", 1)[1])
+        elif arg == option and i + 1 < len(args):
+            values.append(args[i + 1])
+    if len(set(values)) > 1:
+        times = "twice" if len(values) == 2 else f"{len(values)} times"
+        raise GridError(f"{option} given {times} ({' and '.join(map(shown_list, values))}); it takes one value: "
+                        f"give it once")
 
 
 def _cli(config: pytest.Config, name: str) -> Any:
@@ -357,12 +373,14 @@ def _seeds(sources: _Sources) -> list[int]:
 def _validate(grid: Grid) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py)."""
-    methods = []
+    methods, compressing = [], []
     for spec in grid.methods:  # describe_method names the valid methods for an unknown one
         try:
             described = describe_method(spec.name, **spec.param_dict)
         except MethodError as exc:
             raise GridError(str(exc)) from None
+        if Capability.COMPRESSES in described.capabilities:
+            compressing.append(described.name)
         for name, value in described.params.items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise GridError(f"{spec.name}: parameter {name!r} must be a finite number, got {value!r}")
@@ -391,7 +409,7 @@ def _validate(grid: Grid) -> None:
     if not grid.context_lengths:
         grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
     grid.models = canonical.models(grid.models)
-    limits = {model: model_refs.check_model_reference(model) for model in grid.models}
+    limits = {model: model_refs.check_model_reference(model, compressing) for model in grid.models}
     _check_context_lengths(grid, limits)
     model_refs.check_attention_implementation(grid.attn_implementation)
     if grid.data_dir is None and grid.models == [DEFAULT_MODEL]:
