@@ -314,7 +314,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.models = [str(m).strip() for m in sources.listed("model") or [DEFAULT_MODEL]]
     methods = sources.listed("methods") or DEFAULT_METHODS
     grid.methods = [_method_spec(m) for m in methods]
-    grid.budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]
+    budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]  # parsed into the grid by _validate
     grid.tasks = [str(t).strip() for t in sources.listed("tasks") or []]
     samples, where = sources.scalar("samples")
     if samples == presets.ALL_SAMPLES and where == sources.preset_where:
@@ -338,8 +338,8 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.max_prompt_tokens = _token_count(max_prompt, where) if max_prompt is not None else None
     if sources.preset is not None:
         grid.preset = sources.preset.name
-        presets.check_grid(grid, sources.preset, sources.preset_where, sources.given_against_preset())
-    _validate(grid)
+        presets.check_grid(grid, sources.preset, sources.preset_where, sources.given_against_preset(), budgets)
+    _validate(grid, budgets)
     return grid
 
 
@@ -370,7 +370,7 @@ def _seeds(sources: _Sources) -> list[int]:
     return [parse_seed(seed_value, seed_where)] if seed_value is not None else [0]
 
 
-def _validate(grid: Grid) -> None:
+def _validate(grid: Grid, budgets: list[str]) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py)."""
     methods, compressing = [], []
@@ -387,7 +387,7 @@ def _validate(grid: Grid) -> None:
         methods.append(canonical.method(spec, described.name, described.params))
     grid.methods = [spec for spec, _ in canonical.unique(methods, key=lambda pair: pair[1])]
     try:
-        grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
+        grid.budgets = canonical.unique((Budget.parse(b) for b in budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
     if FULL_CACHE in grid.budgets:
