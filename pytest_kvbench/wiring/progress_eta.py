@@ -25,7 +25,7 @@ seconds per sample. The estimate:
   group member's share showed "session ETA 1s" with kvzip items of a minute each left.
 
 Pure bookkeeping with the times given to it: the caller owns the clock (tests use a fake one).
-`scripts/measure_progress_eta.py` replays a finished run through it.
+`scripts/measure/measure_progress_eta.py` replays a finished run through it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ imported by a pytest run that loads the plugin but runs no benchmark, nor by col
 
 Each run is a fresh interpreter (subprocess): a probe plugin writes, per process (xdist's workers too),
 which heavy modules are in sys.modules when pytest unconfigures. Timings are measured by
-scripts/measure_startup.py, not here.
+scripts/measure/measure_startup.py, not here.
 """
 
 import json

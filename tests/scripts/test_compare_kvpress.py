@@ -1,4 +1,4 @@
-"""The pure parts of scripts/compare_kvpress.py: its arguments, the method -> press mapping, answer matching.
+"""The pure parts of scripts/measure/compare_kvpress.py: its arguments, the method -> press mapping, answer matching.
 
 The timing itself runs two environments and is reported, never asserted (docs/performance.md).
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "measure"))
 import compare_kvpress as CK  # noqa: E402
 
 from kvmethods import get_method  # noqa: E402

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Train the embedded default model (pytest_kvbench/default_model/), in one command, from a seed.
 
-    python scripts/train_default_model.py --seed 0 --out pytest_kvbench/default_model
+    python scripts/default_model/train_default_model.py --seed 0 --out pytest_kvbench/default_model
 
-Why four stages (scripts/train_retrieval.py and scripts/compile_retrieval.py do the work; see the
+Why four stages (scripts/default_model/train_retrieval.py and scripts/default_model/compile_retrieval.py do the work; see the
 model card for the recipe):
 a tiny model trained end to end on next-token loss sits on the induction plateau far longer than a
 CPU hour allows, so the retrieval circuit's attention patterns are supervised directly
@@ -12,7 +12,7 @@ prompts up to 2,048 tokens, and finally the copy heads' value/output map is fitt
 regression (the digits' identity survives only in low-variance directions that gradient steps do
 not find in this budget). The trained model copies a needle's number but cannot tell needles apart
 by their key, so a last stage compiles a key-matching circuit into it in closed form. The tokenizer
-is built first by scripts/build_tokenizer.py.
+is built first by scripts/default_model/build_tokenizer.py.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def stage(*args: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(HERE.parent / "pytest_kvbench" / "default_model"))
+    ap.add_argument("--out", default=str(HERE.parents[1] / "pytest_kvbench" / "default_model"))
     ap.add_argument("--device", default="auto")
     ap.add_argument("--work", default=None, help="folder for logs and checkpoints (default: a temporary one)")
     args = ap.parse_args()

@@ -7,7 +7,7 @@ Circuit (3 layers, 4 heads, 2 KV heads, head_dim 32):
   token; its previous-token feature carries the identity of the token to copy)
 Loss = CE on answer tokens + lambda * attention CE terms.
 
-Run through scripts/train_default_model.py (the one-command recipe), which calls this script per stage.
+Run through scripts/default_model/train_default_model.py (the one-command recipe), which calls this script per stage.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM  # noqa: E402

@@ -6,7 +6,7 @@ while needing no download. Scores of such a model are meaningless and must never
 The tokenizer is the embedded model's (vocabulary 4,096): the embedding and output layers are sized to it,
 so the parameter count is that of the published body with a small vocabulary (say so beside any figure).
 
-    python scripts/random_model.py llama-3-8b /tmp/llama-3-8b-random [--device cuda]
+    python scripts/measure/random_model.py llama-3-8b /tmp/llama-3-8b-random [--device cuda]
     pytest bench/test_ruler.py --kvbench-model /tmp/llama-3-8b-random ...
 """
 
@@ -16,7 +16,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EMBEDDED = ROOT / "pytest_kvbench" / "default_model"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 

@@ -2,7 +2,7 @@
 KIVI's prefill cost and decoding speed.
 
 Model: a randomly initialised Llama, hidden 1024, 8 layers, 16 query / 4 KV heads (head_dim 64), MLP 2816,
-float32 on CPU; prompt 16,384 tokens. Each method runs in a fresh subprocess (as scripts/measure_methods.py:
+float32 on CPU; prompt 16,384 tokens. Each method runs in a fresh subprocess (as scripts/measure/measure_methods.py:
 fixed glibc mmap threshold, VmHWM reset through /proc/self/clear_refs after a warm-up): "growth" is the peak
 resident memory during prefill + decoding above the resident size just before the prompt.
 
@@ -10,7 +10,7 @@ resident memory during prefill + decoding above the resident size just before th
 - KIVI: prefill + quantization time of `kivi` over the plain prefill of `full`;
 - decoding: tokens/s of `kivi` over `full` (the quantized cache is dequantized on every read).
 
-    python scripts/measure_memory.py [--prompt 16384] [--new-tokens 32] [--threads 2]
+    python scripts/measure/measure_memory.py [--prompt 16384] [--new-tokens 32] [--threads 2]
 
 `--decode-only --rounds R` measures decoding alone, without the prompt's prefill (minutes at 16k tokens on a
 CPU): each layer's cache is filled with random keys and values of the prompt's length (through the method's
@@ -29,17 +29,13 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
+from common import prompt_ids, run_child, status_kib
 from tabulate import tabulate
-
 from transformers import DynamicCache
 
 from kvmethods import get_method
 from kvmethods.runtime.generation import PrefilledPrompt, decode_greedy, generate
-import sys
-from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny models live with the tests
-from tiny_models import tiny_model  # noqa: E402
-from measure_methods import _status_kib, prompt_ids, run_child
+from kvmethods.testing import tiny_model
 
 MODEL = dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
              intermediate_size=2816, vocab_size=32000, max_position_embeddings=32768)
@@ -59,11 +55,11 @@ def child(label: str, length: int, new_tokens: int) -> dict:
     ids = prompt_ids(length)
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # reset VmHWM to the current resident size
-    before = _status_kib("VmRSS")
+    before = status_kib("VmRSS")
     started = time.process_time()
     out = generate(model, method, budget, ids, length, new_tokens, set(), "question_in_window")
     cpu = time.process_time() - started
-    return {"growth_kib": _status_kib("VmHWM") - before, "prefill_s": out.prefill_s, "decode_s": out.decode_s,
+    return {"growth_kib": status_kib("VmHWM") - before, "prefill_s": out.prefill_s, "decode_s": out.decode_s,
             "tokens": len(out.tokens), "kv_bytes": out.kv_bytes_physical, "cpu_s": cpu}
 
 

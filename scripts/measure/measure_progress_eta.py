@@ -5,20 +5,19 @@ sample, the item's samples assumed evenly timed), the remaining time each model 
 with the real remainder (the item seconds recorded after that point). Prints, per model, the worst ratio
 shown / real on either side (2.0 means off by a factor of 2) and the point where it happened.
 
-    python scripts/measure_progress_eta.py results/runs/<run_id>
+    python scripts/measure/measure_progress_eta.py results/runs/<run_id>
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import common  # noqa: F401 (this checkout's packages first)
 
-from pytest_kvbench.results.record import Record  # noqa: E402
-from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem  # noqa: E402
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
 
 
 def planned_of(record: Record, samples: int | None) -> PlannedItem:

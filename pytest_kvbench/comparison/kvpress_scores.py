@@ -1,5 +1,5 @@
 """Native methods beside kvpress's presses run through the adapter on the same items: the table of
-scripts/compare_kvpress.py's `scores` comparison (docs/real-model.md).
+scripts/measure/compare_kvpress.py's `scores` comparison (docs/real-model.md).
 
 Each native method is paired with the press that implements it, at the press's own defaults (so a row may
 differ by a default window or kernel, which the docs explain); both sides score the same samples, so the

@@ -24,7 +24,7 @@ layer's scores, so its cost per layer depends on the layer count; `--layers 2` a
 per-layer costs that `kvzip_extrapolated` (printed when both runs are named with `--extrapolate`) turns into
 the ratio of the 32-layer model. `--no-memory` skips the peak-memory children (each repeats a prefill).
 
-    python scripts/measure_methods.py [--model bench|mlp-bound|llama3-8b-layers] [--layers N] [--prompt 4096]
+    python scripts/measure/measure_methods.py [--model bench|mlp-bound|llama3-8b-layers] [--layers N] [--prompt 4096]
                                       [--budget 1024] [--repeats 5] [--threads 1] [--no-memory]
 """
 
@@ -34,21 +34,18 @@ import argparse
 import json
 import math
 import os
-import subprocess
-import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
+from common import prompt_ids, run_child, status_kib
 from tabulate import tabulate
 
 from kvmethods import MethodError, get_method
 from kvmethods.runtime.generation import prefill
 from kvmethods.storage.ragged import cache_bytes
-from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny models live with the tests
-from tiny_models import BENCH_MODEL, tiny_model  # noqa: E402
+from kvmethods.testing import BENCH_MODEL, tiny_model
 
 METHODS = ["snapkv", "pyramidkv", "tova", "knorm", "streamingllm", "random", "h2o", "adakv", "criticalkv",
            "expected_attention", "kvzip"]
@@ -85,10 +82,6 @@ def kvzip_extrapolated(runs: dict[int, tuple[float, float]], layers: int) -> flo
     return 1 + ((layers - 1) * per_layer_repeat + last_layer) / (layers * per_layer_plain + fixed_plain)
 
 
-def prompt_ids(length: int) -> list[int]:
-    return torch.randint(3, 32000, (length,), generator=torch.Generator().manual_seed(0)).tolist()
-
-
 def run_prefill(model, method_name: str, budget: str, ids: list[int]) -> float:
     """CPU seconds of one prefill (+ compression): immune to other processes sharing the cores."""
     return timed_prefill(model, method_name, budget, ids)[0]
@@ -102,23 +95,15 @@ def timed_prefill(model, method_name: str, budget: str, ids: list[int]):
     return cpu, state.scoring_s / wall, cache_bytes(state.cache)
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def memory_child(model_name: str, method_name: str, budget: str, length: int, layers: int | None = None) -> dict:
     model = load_model(model_name, layers)
     run_prefill(model, method_name, budget, prompt_ids(256))  # load kernels and code paths
     ids = prompt_ids(length)
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # reset VmHWM to the current resident size
-    before = _status_kib("VmRSS")
+    before = status_kib("VmRSS")
     run_prefill(model, method_name, budget, ids)
-    peak = _status_kib("VmHWM")
+    peak = status_kib("VmHWM")
     return {"before_kib": before, "peak_kib": peak, "extra_kib": peak - before}
 
 
@@ -126,15 +111,6 @@ def measure_memory(method_name: str, args) -> dict:
     layers = ["--layers", str(args.layers)] if args.layers else []
     return run_child(__file__, ["--memory-child", method_name, "--model", args.model, *layers, "--prompt", str(args.prompt),
                                 "--budget", args.budget, "--threads", str(args.threads)])
-
-
-def run_child(script: str, arguments: list[str]) -> dict:
-    """Run `script arguments` in a fresh Python and return the JSON of its last output line."""
-    # a fixed mmap threshold makes every large tensor its own mapping, returned to the kernel when freed,
-    # so the resident-set peak follows live tensor bytes instead of allocator caching
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
-    done = subprocess.run([sys.executable, script, *arguments], check=True, capture_output=True, text=True, env=env)
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:

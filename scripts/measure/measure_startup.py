@@ -7,7 +7,7 @@ neighbours' load falls on all alike; medians of wall and CPU seconds and the loa
 `--code DIR` (repeatable) measures copies of the package with the same interpreter, e.g. this checkout and
 `git archive main` unpacked, for before/after figures from the same rounds.
 
-    python scripts/measure_startup.py --rounds 5 [--code . --code /tmp/kvbench-main]
+    python scripts/measure/measure_startup.py --rounds 5 [--code . --code /tmp/kvbench-main]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from timed_run import ROOT, Timing, print_medians, timed_command
+from common import ROOT, Timing, print_medians, timed_command
 
 ONE_TEST = "def test_one():\n    assert 1 + 1 == 2\n"
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]

@@ -9,7 +9,7 @@ transformers through `generate(past_key_values=..., do_sample=False, min_new_tok
 which positions new tokens after the cache's length (same arithmetic, other RoPE angles). The two alternate
 for `--repeat` rounds; medians of wall and CPU (process) time per token are printed with the load average.
 
-    python scripts/measure_decode_speed.py --model /path/to/model --method snapkv --budget 256 --tokens 64
+    python scripts/measure/measure_decode_speed.py --model /path/to/model --method snapkv --budget 256 --tokens 64
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 

@@ -1,20 +1,19 @@
-#!/usr/bin/env python
 """Exit 1 unless every entry of a baseline was compared by the run that gated on it.
 
 The gate (`--kvbench-compare`) reports items without a baseline entry as new and lists entries that did not
 run, without failing: right for a growing grid, but a CI gate whose model label or task changed would then
 pass while comparing nothing. CI scripts call this after the gated run:
 
-    python scripts/check_gate_coverage.py RESULTS_DIR BASELINE.json
+    python -m pytest_kvbench.comparison.gate_coverage RESULTS_DIR BASELINE.json
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pytest_kvbench.comparison.baseline_file import load_baseline
+from pytest_kvbench.results.runs import load_run
 
 
 def uncompared(records: list, baseline_keys: set[str]) -> list[str]:
@@ -28,9 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", help="the --kvbench-results directory of the gated run")
     parser.add_argument("baseline")
     args = parser.parse_args(argv)
-    from pytest_kvbench.comparison.baseline_file import load_baseline
-    from pytest_kvbench.results.runs import load_run
-
     try:
         records = load_run("latest", args.results).records
         keys = set(load_baseline(args.baseline).entries)

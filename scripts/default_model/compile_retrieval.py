@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Stage 4 of the default model's recipe: compile a key-matching retrieval circuit into the trained model.
 
-    python scripts/compile_retrieval.py --from TRAINED_DIR --out pytest_kvbench/default_model
+    python scripts/default_model/compile_retrieval.py --from TRAINED_DIR --out pytest_kvbench/default_model
 
 Why: the trained 3-layer model copies *a* needle's number but cannot tell needles apart by their
 key (niah_multikey_2 scored 0 at 2,048 tokens), and it never saw a uuid. Gradient steps on a CPU hour did not find a

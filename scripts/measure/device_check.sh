@@ -3,11 +3,11 @@
 #
 # 1. The smoke subset on CUDA: once in bf16 (what `auto` picks on CUDA) and once in float32 against the CPU
 #    baseline (results/baseline-smoke.json), so that a CUDA-only numeric difference shows as a gate verdict.
-# 2. A real-size model of random weights (scripts/random_model.py, Llama-3-8B's shape) on RULER needles at
+# 2. A real-size model of random weights (scripts/measure/random_model.py, Llama-3-8B's shape) on RULER needles at
 #    8k and 32k tokens, for CUDA latency, peak memory, KV bytes and NVML energy per method. Its scores are
 #    meaningless (random weights); only the cost columns are figures.
 #
-# Usage on the GPU machine, from the repository root: OUT=<folder> bash scripts/device_check.sh
+# Usage on the GPU machine, from the repository root: OUT=<folder> bash scripts/measure/device_check.sh
 # STEPS="smoke random" (default) picks the steps; SHAPE, TASKS, CONTEXTS, SAMPLES, METHODS and *_TIMEOUT the sizes.
 # Missing Python packages travel as wheels in .whl/ (installed into /tmp/site first, when present).
 set -uo pipefail
@@ -43,7 +43,7 @@ fi
 [[ " ${STEPS:-smoke random} " == *" random "* ]] || exit 0
 
 step "a random model of Llama-3-8B's shape"
-python3 scripts/random_model.py "${SHAPE:-llama-3-8b}" /tmp/random-model --device cuda 2>&1 | grep -v "Writing model"
+python3 scripts/measure/random_model.py "${SHAPE:-llama-3-8b}" /tmp/random-model --device cuda 2>&1 | grep -v "Writing model"
 
 step "RULER needles on it"
 timeout "${RANDOM_TIMEOUT:-300}" python3 -m pytest bench/test_ruler.py -q -p no:cacheprovider --kvbench-model /tmp/random-model \

@@ -1,4 +1,4 @@
-"""kvpress's side of scripts/compare_kvpress.py: its own pipeline over given prompts and presses.
+"""kvpress's side of scripts/measure/compare_kvpress.py: its own pipeline over given prompts and presses.
 
 Runs in kvpress's environment (its own transformers pin) and imports nothing of this project, so what
 compare_kvpress.py times is what a kvpress user pays: interpreter start, imports, model load, then for each

@@ -1,17 +1,13 @@
-"""scripts/check_gate_coverage.py: a CI gate fails when its baseline's entries were not compared (a renamed model
+"""pytest_kvbench/comparison/gate_coverage.py: a CI gate fails when its baseline's entries were not compared (a renamed model
 or task turns every item into a "new" one, which the gate itself reports without failing)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import check_gate_coverage as CG  # noqa: E402
-import pytest  # noqa: E402
-
-from pytest_kvbench.comparison.baseline_file import write_baseline  # noqa: E402
-from tests.test_cli_support import make_record, typed_all, write_run  # noqa: E402
+import pytest_kvbench.comparison.gate_coverage as CG
+from pytest_kvbench.comparison.baseline_file import write_baseline
+from tests.test_cli_support import make_record, typed_all, write_run
 
 
 def gated(record: dict, status: str) -> dict:

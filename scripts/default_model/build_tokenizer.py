@@ -16,7 +16,7 @@ No chat template: RULER and LongBench use raw prompts with this model.
 The result is deterministic (the BPE trainer is deterministic for a fixed corpus) and is saved as a
 transformers ``PreTrainedTokenizerFast`` (tokenizer.json, tokenizer_config.json, special tokens)::
 
-    python scripts/build_tokenizer.py --out pytest_kvbench/default_model
+    python scripts/default_model/build_tokenizer.py --out pytest_kvbench/default_model
 """
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def save(tok, out: str | os.PathLike) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "pytest_kvbench" / "default_model"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "pytest_kvbench" / "default_model"))
     ap.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
     args = ap.parse_args(argv)
     tok = build(args.vocab_size)

@@ -5,7 +5,7 @@ The two variants alternate (shared, alone, shared, ...) so that load on a shared
 alike; medians of wall time and of CPU time (the fairer figure on a loaded machine) are printed.
 Everything after `--` goes to pytest unchanged:
 
-    python scripts/measure_shared_prefill.py --repeat 3 -- bench/test_ruler.py --kvbench-torch-threads 1 \\
+    python scripts/measure/measure_shared_prefill.py --repeat 3 -- bench/test_ruler.py --kvbench-torch-threads 1 \\
         --kvbench-methods full,snapkv --kvbench-budgets 128,256 --kvbench-samples 4
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from timed_run import Timing, print_medians, print_ratio, timed_pytest
+from common import Timing, print_medians, print_ratio, timed_pytest
 
 VARIANTS = {"shared prefill": [], "alone (--kvbench-no-share-prefill)": ["--kvbench-no-share-prefill"]}
 

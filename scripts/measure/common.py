@@ -1,4 +1,6 @@
-"""Timed runs in a fresh interpreter for the measure_* and compare_* scripts, and their medians.
+"""What the measurement scripts of scripts/measure/ share: this checkout's packages on sys.path, timed runs in a
+fresh interpreter and their medians, children measured in a fresh interpreter, /proc memory fields, a fixed
+random prompt. Tiny models come from kvmethods/testing.py (the tests' own), never from tests/.
 
 A run is timed from its start to its exit, so it pays its imports and start-up as a user does. Besides wall
 time each run reports the CPU seconds (user + system) of the child and everything it waited for (getrusage
@@ -20,7 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # this checkout's kvmethods and pytest_kvbench, whatever is installed
 
 
 @dataclass(frozen=True)
@@ -77,3 +80,28 @@ def print_medians(timings: dict[str, list[Timing]]) -> dict[str, Timing]:
 
 def print_ratio(label: str, ours: Timing, theirs: Timing) -> None:
     print(f"{label}: wall {ours.wall_s / theirs.wall_s:.2f}x, CPU {ours.cpu_s / theirs.cpu_s:.2f}x")
+
+
+def run_child(script: str, arguments: list[str]) -> dict:
+    """Run `script arguments` in a fresh Python and return the JSON of its last output line."""
+    # a fixed mmap threshold makes every large tensor its own mapping, returned to the kernel when freed,
+    # so the resident-set peak follows live tensor bytes instead of allocator caching
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
+    done = subprocess.run([sys.executable, script, *arguments], check=True, capture_output=True, text=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def status_kib(field: str) -> int:
+    """A /proc/self/status field in KiB (VmRSS, VmHWM)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def prompt_ids(length: int) -> list[int]:
+    """The same random prompt (token ids 3..31999, seed 0) for every method and run."""
+    import torch  # the timing helpers above are used by scripts that never load torch
+
+    return torch.randint(3, 32000, (length,), generator=torch.Generator().manual_seed(0)).tolist()

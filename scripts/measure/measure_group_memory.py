@@ -7,23 +7,20 @@ a worker, and prints the tensor bytes held by the shared prefills and live beyon
 fidelity references (cached by design) after every sample, and at the start of every compressed
 decoding. Counting bytes, not timing: the figures do not depend on the machine's load.
 
-    python scripts/measure_group_memory.py --items 8 --samples 10
+    python scripts/measure/measure_group_memory.py --items 8 --samples 10
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
+import common  # noqa: F401 (this checkout's packages first)
 import torch
 
 from kvmethods import Budget
+from kvmethods.testing import live_tensor_bytes, tensors_reachable
 from pytest_kvbench.cases import Grid, MethodSpec
 from pytest_kvbench.engine.runner import Runner
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny models live with the tests
-from tiny_models import live_tensor_bytes, tensors_reachable  # noqa: E402
 
 METHODS = ["snapkv", "h2o", "streamingllm", "tova", "pyramidkv", "knorm", "random", "expected_attention"]
 

@@ -1,7 +1,9 @@
 """Tiny, randomly initialised decoder models built in-process from configs (no hub access).
 
-Shared by the tests, the kernel benchmarks and scripts/measure_methods.py so that all of them exercise
-the same four families with grouped-query attention.
+Shared by the tests, the kernel benchmarks (bench/test_kernels.py) and the measurement scripts
+(scripts/measure/) so that all of them exercise the same four families with grouped-query attention; a
+third-party method's own tests can build the same models. Imports torch and transformers: nothing of the
+package imports it.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ scheduling, and a second serial run uses two threads, for reference. The paralle
 documented `--dist loadgroup`: each task's items stay on one worker, so each full-cache reference
 is computed once, as in the serial run.
 
-    python scripts/measure_xdist.py            # prints wall times and the ratio
-    python scripts/measure_xdist.py --repeat 3 # medians of 3 interleaved rounds (shared machines are noisy)
+    python scripts/measure/measure_xdist.py            # prints wall times and the ratio
+    python scripts/measure/measure_xdist.py --repeat 3 # medians of 3 interleaved rounds (shared machines are noisy)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import os
 import statistics
 
-from timed_run import wall_seconds
+from common import wall_seconds
 
 GRID = ["--kvbench-methods", "full,streamingllm,snapkv,tova", "--kvbench-budgets", "32,64,128",
         "--kvbench-tasks", "niah_single_1,niah_multikey_2", "--kvbench-context-lengths", "2048",

@@ -6,7 +6,7 @@ since the machine is shared): the header/sha256 read and its index hit, the cach
 verification, ``from_pretrained`` of the converted folder, and (``--direct``) transformers' own
 GGUF load, which every load would pay without the cache.
 
-    python scripts/measure_gguf_load.py [FILE.gguf | smollm2-135m] [--direct] [--threads 1]
+    python scripts/measure/measure_gguf_load.py [FILE.gguf | smollm2-135m] [--direct] [--threads 1]
 """
 
 from __future__ import annotations

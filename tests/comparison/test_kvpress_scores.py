@@ -1,17 +1,12 @@
-"""scripts/kvpress_score_table.py: native rows beside kvpress's on the same samples, and when they differ."""
+"""pytest_kvbench/comparison/kvpress_scores.py: native rows beside kvpress's on the same samples, and when they differ."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import kvpress_score_table as KT  # noqa: E402
-
-from kvmethods import get_method  # noqa: E402
-from pytest_kvbench.cases import MethodSpec  # noqa: E402
-from tests.test_cli_support import typed  # noqa: E402
-from tests.test_cli_support import make_record as record_json  # noqa: E402
+import pytest_kvbench.comparison.kvpress_scores as KT
+from kvmethods import get_method
+from pytest_kvbench.cases import MethodSpec
+from tests.test_cli_support import typed
+from tests.test_cli_support import make_record as record_json
 
 
 def make_record(*args, **kwargs):
