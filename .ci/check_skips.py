@@ -6,7 +6,7 @@ tests were skipped on every fresh CI run) or a browser whose install failed woul
 legitimate skip is listed here, with the environment it is legitimate in and why; anything else fails CI,
 naming the test and its reason. CI scripts call this after ``pytest tests/ --junitxml=FILE``:
 
-    python scripts/check_skips.py FILE --env main|kvpress [--no-browser REASON]
+    python .ci/check_skips.py FILE --env main|kvpress [--no-browser REASON]
 
 ``--no-browser REASON``: the CI script could not install chromium (not root, no apt-get) and says why; only
 then may the headless-browser tests skip. A failed install, where one was possible, fails the CI script itself.
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"UNEXPECTED SKIP in CI ({args.env}): {skip.test}: {skip.reason}", file=sys.stderr)
     if unexpected:
         print(f"check_skips: {len(unexpected)} of {len(found)} skips are not expected in the {args.env} environment; "
-              "install what they need, or list them in scripts/check_skips.py with the reason", file=sys.stderr)
+              "install what they need, or list them in .ci/check_skips.py with the reason", file=sys.stderr)
         return 1
     print(f"check_skips: {len(found)} skips, all expected in the {args.env} environment")
     return 0

