@@ -23,6 +23,7 @@ from tabulate import tabulate
 
 from pytest_kvbench import atomic_files, model_listing, user_paths
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
+from pytest_kvbench.comparison.gate_coverage import coverage_message, uncompared
 from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
@@ -257,6 +258,18 @@ def cmd_compare(args) -> int:
     return EXIT_REGRESSION if failed else EXIT_OK
 
 
+def cmd_coverage(args) -> int:
+    try:
+        user_paths.checked(args.baseline_file, "BASELINE")
+    except user_paths.PathError as exc:
+        raise UsageError(str(exc)) from None
+    run = _load(args, args.run)
+    keys = set(load_baseline(args.baseline_file).entries)
+    missing = uncompared(run.records, keys)
+    print(coverage_message(missing, keys), file=sys.stderr if missing else sys.stdout)
+    return EXIT_REGRESSION if missing else EXIT_OK
+
+
 def _write_output(path: str, text: str, what: str) -> None:
     try:
         atomic_files.atomic_write_text(path, text)
@@ -363,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="also exit 1 when an item cannot be compared (mismatch)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0)")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("coverage", parents=[common], help="exit 1 unless RUN's gate compared every entry of BASELINE "
+                                                          "(a CI step after --kvbench-compare)")
+    p.add_argument("run", metavar="RUN", help="the gated run")
+    p.add_argument("baseline_file", metavar="BASELINE", help="the baseline file it was gated on (--kvbench-compare)")
+    p.set_defaults(func=cmd_coverage)
 
     p = sub.add_parser("export", parents=[common], help="export a run's tables: md, csv, latex or json; or its "
                                                         "results in kvpress's or KVCache-Factory's layout")

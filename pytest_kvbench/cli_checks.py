@@ -18,7 +18,7 @@ class UsageError(ValueError):
     """Bad command-line input that argparse cannot see (a threshold out of range, ...)."""
 
 
-_POSITIONALS = {"run": "RUN", "runs": "RUN", "baseline": "A", "current": "B"}  # dest -> metavar in messages
+_POSITIONALS = {"run": "RUN", "runs": "RUN", "baseline": "A", "current": "B", "baseline_file": "BASELINE"}  # dest -> metavar in messages
 
 
 def check_no_blank_arguments(args: argparse.Namespace) -> None:

@@ -1,19 +1,12 @@
-"""Exit 1 unless every entry of a baseline was compared by the run that gated on it.
+"""Whether a gated run compared every entry of its baseline: `kvbench coverage RUN BASELINE`, a CI step.
 
 The gate (`--kvbench-compare`) reports items without a baseline entry as new and lists entries that did not
 run, without failing: right for a growing grid, but a CI gate whose model label or task changed would then
-pass while comparing nothing. CI scripts call this after the gated run:
-
-    python -m pytest_kvbench.comparison.gate_coverage RESULTS_DIR BASELINE.json
+pass while comparing nothing. CI calls `kvbench coverage` after the gated run (.ci/real-model.sh): exit 1
+unless every baseline entry was judged.
 """
 
 from __future__ import annotations
-
-import argparse
-import sys
-
-from pytest_kvbench.comparison.baseline_file import load_baseline
-from pytest_kvbench.results.runs import load_run
 
 
 def uncompared(records: list, baseline_keys: set[str]) -> list[str]:
@@ -22,24 +15,9 @@ def uncompared(records: list, baseline_keys: set[str]) -> list[str]:
     return sorted(baseline_keys - judged)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", help="the --kvbench-results directory of the gated run")
-    parser.add_argument("baseline")
-    args = parser.parse_args(argv)
-    try:
-        records = load_run("latest", args.results).records
-        keys = set(load_baseline(args.baseline).entries)
-    except ValueError as exc:  # RunError, BaselineError: one line each
-        parser.exit(2, f"check_gate_coverage: {exc}\n")
-    missing = uncompared(records, keys)
+def coverage_message(missing: list[str], baseline_keys: set[str]) -> str:
+    """One line: how many entries went uncompared and which, or that all were compared."""
     if missing:
-        print(f"{len(missing)} of {len(keys)} baseline entries were not compared (renamed model or task?): "
-              + ", ".join(missing), file=sys.stderr)
-        return 1
-    print(f"all {len(keys)} baseline entries compared")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return (f"{len(missing)} of {len(baseline_keys)} baseline entries were not compared (renamed model or task?): "
+                + ", ".join(missing))
+    return f"all {len(baseline_keys)} baseline entries compared"

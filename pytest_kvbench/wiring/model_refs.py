@@ -6,8 +6,10 @@ transformers can read (a corrupt one is one line here, instead of a 600-line tra
 item), a hub id must be one the hub accepts and, with ``HF_HUB_OFFLINE=1``, be in the local
 cache, and the attention implementation must be one transformers knows. Only ``config.json`` is
 ever read; nothing is downloaded. A ``.gguf`` file must be whole, of an architecture transformers
-maps, with the ``gguf`` and ``accelerate`` packages installed; a named model (model_sources/) must
-have a source here. Neither check imports torch or transformers.
+maps and the benchmark can run (not ``mamba``: no KV cache), of a family the grid's compressing methods
+hook (kvmethods' SUPPORTED_FAMILIES), with the ``gguf`` and ``accelerate`` packages installed, and its
+conversion cache (``KVBENCH_GGUF_CACHE``) a writable directory with room for the float weights; a named
+model (model_sources/) must have a source here. Neither check imports torch or transformers.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from kvmethods.adapters.transformers_compat import attention_implementations
+from kvmethods.core.family_names import SUPPORTED_FAMILIES
 from pytest_kvbench import user_paths
 from pytest_kvbench.cases import DEFAULT_MODEL, GridError
-from pytest_kvbench.model_sources import gguf_file, named_models
+from pytest_kvbench.model_sources import gguf_cache, gguf_file, named_models
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
 from pytest_kvbench.model_sources.gguf_index import gguf_info
 from pytest_kvbench.model_sources.hub import cached_file, hub_offline
@@ -78,8 +81,9 @@ def cached_config(model: str) -> str | None:
     return cached_file(model, "config.json")
 
 
-def check_model_reference(model: str) -> int | None:
-    """A local path holds a readable model config; a hub id is valid (and cached when offline).
+def check_model_reference(model: str, compressing: list[str] | None = None) -> int | None:
+    """A local path holds a readable model config; a hub id is valid (and cached when offline); a GGUF file
+    can be converted and compressed by ``compressing`` (the grid's methods that evict tokens).
 
     Returns the model's maximum number of positions when its config is at hand (None: unknown).
     """
@@ -88,9 +92,9 @@ def check_model_reference(model: str) -> int | None:
     if not model.strip():
         raise GridError("model name is empty")
     if is_named(model):
-        return _check_named(model)
+        return _check_named(model, compressing or [])
     if gguf_file.looks_like_gguf(model):
-        return _check_gguf(model)
+        return _check_gguf(model, None, compressing or [])
     if is_local_reference(model):
         try:
             path = user_paths.existing_dir(model, "model path")
@@ -119,24 +123,30 @@ def check_model_reference(model: str) -> int | None:
     return None
 
 
-def _check_named(model: str) -> int | None:
+def _check_named(model: str, compressing: list[str]) -> int | None:
     """The name has a source here (hub or GGUF file), and that source is checked like any other."""
     try:
         source = model_source(model)
     except named_models.NamedModelError as exc:
         raise GridError(str(exc)) from None
-    return _check_gguf(model, source.location) if source.gguf is not None else check_model_reference(source.location)
+    if source.gguf is not None:
+        return _check_gguf(model, source.location, compressing)
+    return check_model_reference(source.location, compressing)
 
 
-def _check_gguf(model: str, location: str | None = None) -> int | None:
-    """The packages are there, the file is whole and transformers maps its architecture; its length."""
+def _check_gguf(model: str, location: str | None, compressing: list[str]) -> int | None:
+    """The packages are there, the conversion cache can take the float weights, the file is whole and
+    transformers maps its architecture, which the compressing methods hook; its length."""
     missing = gguf_file.missing_packages()
     if missing:
         raise GridError(f"model {user_paths.shown(model)}: loading a GGUF file needs the {' and '.join(missing)} "
                         f"package{'s' if len(missing) > 1 else ''}; install them with `{gguf_file.INSTALL_HINT}`")
     try:
         path = user_paths.existing_file(location or model, "model file")
+        gguf_cache.check_root()
         info = gguf_info(path)
+        gguf_file.check_family(info, path, compressing, SUPPORTED_FAMILIES)
+        gguf_cache.check_room(info)
     except (user_paths.PathError, gguf_file.GgufError) as exc:
         raise GridError(str(exc)) from None
     return info.context_length

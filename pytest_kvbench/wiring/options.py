@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kvmethods import MethodError
-
 from kvmethods import FULL_CACHE, Budget, MethodError, describe_method
+from kvmethods.core.capabilities import Capability
 from pytest_kvbench import tasks as task_registry, user_paths
 from pytest_kvbench.input_values import MAX_TOKENS, shown, shown_list, split_list
 from pytest_kvbench.wiring import canonical, model_refs, named_tasks, presets
@@ -119,12 +118,29 @@ def check_given_options(config: pytest.Config) -> None:
         for given in value if isinstance(value, list) else [value]:
             if isinstance(given, str) and not given.strip():
                 raise GridError(f"{option} is empty; give a value or leave the option out")
+        if isinstance(value, str):
+            _check_given_once(option, config.invocation_params.args)
     shard = config.getoption("kvbench_shard")
     if shard is not None:
         try:
             parse_shard(shard)
         except ValueError as exc:
             raise GridError(str(exc)) from None
+
+
+def _check_given_once(option: str, args) -> None:
+    """A one-value option typed twice with two values (``--kvbench-preset A --kvbench-preset B``) is refused:
+    argparse keeps the last without a word. Only the command line counts: it may override ini addopts."""
+    args, values = [str(arg) for arg in args], []
+    for i, arg in enumerate(args):
+        if arg.startswith(option + "="):
+            values.append(arg.split("=", 1)[1])
+        elif arg == option and i + 1 < len(args):
+            values.append(args[i + 1])
+    if len(set(values)) > 1:
+        times = "twice" if len(values) == 2 else f"{len(values)} times"
+        raise GridError(f"{option} given {times} ({' and '.join(map(shown_list, values))}); it takes one value: "
+                        f"give it once")
 
 
 def _cli(config: pytest.Config, name: str) -> Any:
@@ -297,7 +313,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.models = [str(m).strip() for m in sources.listed("model") or [DEFAULT_MODEL]]
     methods = sources.listed("methods") or DEFAULT_METHODS
     grid.methods = [_method_spec(m) for m in methods]
-    grid.budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]
+    budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]  # parsed into the grid by _validate
     grid.tasks = [str(t).strip() for t in sources.listed("tasks") or []]
     samples, where = sources.scalar("samples")
     if samples == presets.ALL_SAMPLES and where == sources.preset_where:
@@ -321,8 +337,8 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.max_prompt_tokens = _token_count(max_prompt, where) if max_prompt is not None else None
     if sources.preset is not None:
         grid.preset = sources.preset.name
-        presets.check_grid(grid, sources.preset, sources.preset_where, sources.given_against_preset())
-    _validate(grid, selection=(config.option.keyword, config.option.markexpr))
+        presets.check_grid(grid, sources.preset, sources.preset_where, sources.given_against_preset(), budgets)
+    _validate(grid, budgets, selection=(config.option.keyword, config.option.markexpr))
     return grid
 
 
@@ -353,23 +369,25 @@ def _seeds(sources: _Sources) -> list[int]:
     return [parse_seed(seed_value, seed_where)] if seed_value is not None else [0]
 
 
-def _validate(grid: Grid, selection: tuple[str | None, str | None] = (None, None)) -> None:
+def _validate(grid: Grid, budgets: list[str], selection: tuple[str | None, str | None] = (None, None)) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py). ``selection``: pytest's -k and -m
     expressions, whose task names join a default grid (named_tasks.py)."""
-    methods = []
+    methods, compressing = [], []
     for spec in grid.methods:  # describe_method names the valid methods for an unknown one
         try:
             described = describe_method(spec.name, **spec.param_dict)
         except MethodError as exc:
             raise GridError(str(exc)) from None
+        if Capability.COMPRESSES in described.capabilities:
+            compressing.append(described.name)
         for name, value in described.params.items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise GridError(f"{spec.name}: parameter {name!r} must be a finite number, got {value!r}")
         methods.append(canonical.method(spec, described.name, described.params))
     grid.methods = [spec for spec, _ in canonical.unique(methods, key=lambda pair: pair[1])]
     try:
-        grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
+        grid.budgets = canonical.unique((Budget.parse(b) for b in budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
     if FULL_CACHE in grid.budgets:
@@ -395,7 +413,7 @@ def _validate(grid: Grid, selection: tuple[str | None, str | None] = (None, None
     if not grid.context_lengths:
         grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
     grid.models = canonical.models(grid.models)
-    limits = {model: model_refs.check_model_reference(model) for model in grid.models}
+    limits = {model: model_refs.check_model_reference(model, compressing) for model in grid.models}
     _check_context_lengths(grid, limits)
     model_refs.check_attention_implementation(grid.attn_implementation)
     if grid.data_dir is None and grid.models == [DEFAULT_MODEL]:

@@ -6,7 +6,8 @@ grid was accepted. This check turns that into one line at startup, a usage error
 loads. It reads the version with importlib.metadata (transformers itself is not imported: a version too new
 may not even import our code) and runs only when kvbench is used, so unrelated pytest runs of users who
 have the plugin installed never see it. KVBENCH_ALLOW_UNTESTED_TRANSFORMERS=1 (the scheduled drift job)
-turns the refusal into a one-line warning.
+turns the refusal into a one-line warning. Every KVBENCH_* switch (ENV_SWITCHES) takes 1/true/yes or
+0/false/no or empty, checked here whatever the version: any other value is one line, exit 4.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import sys
 
 import pytest
-from kvmethods.adapters.transformers_compat import ALLOW_UNTESTED_ENV, installed_version, range_problem, untested_allowed
+from kvmethods.adapters.transformers_compat import ALLOW_UNTESTED_ENV, installed_version, range_problem
+from pytest_kvbench.input_values import InputError, env_switch
 
 CHECKED_KEY = pytest.StashKey[bool]()
+ENV_SWITCHES = (ALLOW_UNTESTED_ENV,)  # the KVBENCH_* environment variables that are on/off switches
 
 
 def kvbench_options_given(config: pytest.Config) -> bool:
@@ -30,11 +33,14 @@ def check_transformers(config: pytest.Config) -> None:
     if config.stash.get(CHECKED_KEY, False):
         return
     config.stash[CHECKED_KEY] = True
-
+    try:
+        switches = {name: env_switch(name) for name in ENV_SWITCHES}
+    except InputError as exc:
+        raise pytest.UsageError(str(exc)) from None
     problem = range_problem(installed_version())
     if problem is None:
         return
-    if untested_allowed():
+    if switches[ALLOW_UNTESTED_ENV]:
         sys.stderr.write(f"kvbench: warning: {problem}; running anyway ({ALLOW_UNTESTED_ENV} is set)\n")
         return
     raise pytest.UsageError(f"{problem}. Install a tested version (pip install -c constraints.txt, see "

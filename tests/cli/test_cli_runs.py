@@ -140,7 +140,7 @@ def test_help_lists_every_verb(capsys):
         main(["--help"])
     out, _ = capsys.readouterr()
     assert info.value.code == 0
-    for verb in ("list", "show", "compare", "export", "report", "merge", "variance"):
+    for verb in ("list", "show", "compare", "export", "report", "merge", "variance", "coverage"):
         assert verb in out
 
 
