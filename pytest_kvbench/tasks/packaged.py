@@ -1,7 +1,7 @@
 """Which tasks run from the data packaged with pytest-kvbench (``--kvbench-data fixtures``), offline.
 
 Why: a keyword or marker the user names (``-k qasper``, ``-m infinitebench``) brings every task of the registry
-it names into the grid (wiring/named_tasks.py), but on the packaged fixtures only some tasks have data: LongBench
+it names into the grid (wiring/grid/named_tasks.py), but on the packaged fixtures only some tasks have data: LongBench
 ships 7 of its files, RULER's qa tasks read SQuAD / HotpotQA from the hub. Bringing in a task that can only
 fail would turn a selection into a wall of errors; this answers without reading or importing any data.
 """

@@ -1,4 +1,4 @@
-"""A task or suite named in -k / -m selects from every task the registry knows (wiring/named_tasks.py).
+"""A task or suite named in -k / -m selects from every task the registry knows (wiring/grid/named_tasks.py).
 
 `pytest bench/ -k "snapkv and qasper"` collected nothing on a fresh install (exit 5): -k only chose among the
 default grid's tasks. Names that are no task (snapkv, smoke) must leave the grid as it was."""
@@ -11,7 +11,7 @@ from helpers import collected_ids
 from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
 from pytest_kvbench.tasks import DEFAULT_TASKS, SMOKE_TASKS, available_tasks
 from pytest_kvbench.tasks.packaged import has_packaged_data
-from pytest_kvbench.wiring.named_tasks import identifiers, tasks_named
+from pytest_kvbench.wiring.grid.named_tasks import identifiers, tasks_named
 
 ONE_METHOD = ["--kvbench-methods", "full,snapkv", "--kvbench-budgets", "128"]
 
