@@ -25,6 +25,8 @@ MAX_SAMPLES = 1_000_000
 MAX_TOKENS = 10_000_000
 # --kvbench-shard N: one part per machine; 10,000 machines is beyond any cluster this runs on
 MAX_SHARDS = 10_000
+# --kvbench-decode-batch N: members of a sample decoding in one batch; far above any grid's methods x budgets
+MAX_DECODE_BATCH = 1024
 
 _ASCII_INT = re.compile(r"\+?[0-9]+", re.ASCII)
 _ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
