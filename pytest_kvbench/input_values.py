@@ -103,3 +103,18 @@ def env_switch(name: str) -> bool:
         return word in SWITCH_ON
     raise InputError(f"environment variable {name}={shown(raw)} is not a switch value; use 1, true or yes "
                      f"(on), or 0, false, no or empty (off)")
+
+
+SHARD_OPTION = "--kvbench-shard"  # read here: the grid checks it at configure, the plugin cuts items with it
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """``--kvbench-shard "2/3"`` -> ``(2, 3)``: 1-based part K of N (ASCII digits, N <= MAX_SHARDS);
+    ValueError (one line) otherwise."""
+    match = re.fullmatch(r"\s*([0-9]{1,6})\s*/\s*([0-9]{1,6})\s*", str(spec))
+    if match:
+        k, n = int(match.group(1)), int(match.group(2))
+        if 1 <= n <= MAX_SHARDS and 1 <= k <= n:
+            return k, n
+    raise ValueError(f"{SHARD_OPTION} expects K/N with 1 <= K <= N <= {MAX_SHARDS:,} in ASCII digits (e.g. 2/3), "
+                     f"got {shown(spec)}")

@@ -17,17 +17,17 @@ import os
 import pytest
 
 from pytest_kvbench.cases import GridError
-from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int, shown
+from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int, parse_shard, shown
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.run.storage import new_run_id
-from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
+from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS, SUITES, suite_of
 from pytest_kvbench.wiring import default_selection, fixture
 from pytest_kvbench import hookspecs
 from pytest_kvbench.wiring.grid import decode_batch_option, options
 from pytest_kvbench.wiring.distributed import xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.interrupts import InterruptShield, honour_sigint
-from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, lock_run, suite_of
+from pytest_kvbench.wiring.items import case_of, expect, is_empty_case_item, is_worker, lock_run
 from pytest_kvbench.wiring.grid.output_paths import check_run_outputs
 from pytest_kvbench.wiring.progress.live import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.progress.lines import FinishedItemLines
@@ -35,7 +35,7 @@ from pytest_kvbench.wiring.runner_settings import RunnerSettings
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
                                               RUNNER_SETTINGS_KEY, SESSION_KEY, SHIELD_KEY, VERDICT_KEY)
-from pytest_kvbench.wiring.distributed.shards import parse_shard, select_shard
+from pytest_kvbench.wiring.distributed.shards import select_shard
 from pytest_kvbench.wiring.terminal_summary import write_summary
 from pytest_kvbench.wiring.grid.transformers_range import check_transformers, kvbench_options_given
 from pytest_kvbench.wiring.distributed.xdist_groups import xdist_group_name
