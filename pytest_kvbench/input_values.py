@@ -14,6 +14,7 @@ Pure Python (no torch): the plugin reads these at configure, in every pytest run
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -24,6 +25,8 @@ MAX_SAMPLES = 1_000_000
 MAX_TOKENS = 10_000_000
 # --kvbench-shard N: one part per machine; 10,000 machines is beyond any cluster this runs on
 MAX_SHARDS = 10_000
+# --kvbench-decode-batch N: members of a sample decoding in one batch; far above any grid's methods x budgets
+MAX_DECODE_BATCH = 1024
 
 _ASCII_INT = re.compile(r"\+?[0-9]+", re.ASCII)
 _ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
@@ -86,3 +89,32 @@ def ascii_float(text: str) -> float:
     if not _ASCII_NUMBER.fullmatch(stripped):
         raise ValueError(f"not a decimal number: {text!r}")
     return float(stripped)
+
+
+SWITCH_ON, SWITCH_OFF = ("1", "true", "yes"), ("", "0", "false", "no")
+
+
+def env_switch(name: str) -> bool:
+    """An environment switch (``KVBENCH_ALLOW_UNTESTED_TRANSFORMERS``): 1/true/yes on, 0/false/no or empty (or
+    unset) off, any case; anything else is an InputError, since ``=garbage`` used to count as on."""
+    raw = os.environ.get(name, "")
+    word = raw.strip().lower()
+    if word in SWITCH_ON or word in SWITCH_OFF:
+        return word in SWITCH_ON
+    raise InputError(f"environment variable {name}={shown(raw)} is not a switch value; use 1, true or yes "
+                     f"(on), or 0, false, no or empty (off)")
+
+
+SHARD_OPTION = "--kvbench-shard"  # read here: the grid checks it at configure, the plugin cuts items with it
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """``--kvbench-shard "2/3"`` -> ``(2, 3)``: 1-based part K of N (ASCII digits, N <= MAX_SHARDS);
+    ValueError (one line) otherwise."""
+    match = re.fullmatch(r"\s*([0-9]{1,6})\s*/\s*([0-9]{1,6})\s*", str(spec))
+    if match:
+        k, n = int(match.group(1)), int(match.group(2))
+        if 1 <= n <= MAX_SHARDS and 1 <= k <= n:
+            return k, n
+    raise ValueError(f"{SHARD_OPTION} expects K/N with 1 <= K <= N <= {MAX_SHARDS:,} in ASCII digits (e.g. 2/3), "
+                     f"got {shown(spec)}")

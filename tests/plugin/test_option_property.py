@@ -25,7 +25,7 @@ from transformers import AttentionInterface, AutoConfig  # noqa: F401
 from helpers import file_mtimes
 
 from pytest_kvbench.engine import models
-from pytest_kvbench.wiring import options
+from pytest_kvbench.wiring.grid import options
 
 _EXAMPLES = os.environ.get("KVBENCH_PROPERTY_EXAMPLES")
 PROFILE = settings(max_examples=int(_EXAMPLES) if _EXAMPLES else 30, deadline=None, derandomize=not _EXAMPLES,
@@ -66,7 +66,7 @@ WORKING = {
     "--kvbench-data": ["fixtures"], "--kvbench-max-prompt-tokens": ["320"], "--kvbench-preset": ["kvpress-leaderboard"],
     "--kvbench-config": ["grid.toml"], "--kvbench-results": ["results", "a_dir"], "--kvbench-save": ["baseline.json"],
     "--kvbench-compare-fail": ["score:1", "latency:20%"], "--kvbench-shard": ["1/2", "2/2"],
-    "--kvbench-timeout": ["2.5", "60"], "--kvbench-torch-threads": ["1"],
+    "--kvbench-timeout": ["2.5", "60"], "--kvbench-torch-threads": ["1"], "--kvbench-decode-batch": ["auto", "1", "8"],
 }
 working = st.sampled_from(sorted({value for values in WORKING.values() for value in values}))
 empty = st.sampled_from(["", " ", "\t", "\n"])
