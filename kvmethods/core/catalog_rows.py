@@ -34,7 +34,7 @@ ROWS = (
              ParamSpec('interval', int, 128, "new tokens between two compressions while decoding (R-KV's buffer)", minimum=1),
          )),
     dict(name='expected_attention', target='kvmethods.scorers.expected_attention:ExpectedAttention',
-         capabilities=Capability.COMPRESSES | Capability.LAYER_SCORES,
+         capabilities=Capability.COMPRESSES | Capability.LAYER_SCORES | Capability.PRE_ROPE_QUERIES,
          kvpress_press='ExpectedAttentionPress',
          params=(
              ParamSpec('n_future_positions', int, 512, 'future positions the RoPE rotation is averaged over', minimum=1),
