@@ -24,6 +24,7 @@ from tabulate import tabulate
 from pytest_kvbench import atomic_files, model_listing, user_paths
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
 from pytest_kvbench.comparison.gate_coverage import coverage_message, uncompared
+from pytest_kvbench.comparison.power import cannot_fail_warning, gate_powers, power_table
 from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table, score_alone_note
@@ -252,6 +253,11 @@ def cmd_compare(args) -> int:
     note = score_alone_note(baseline, tolerances)
     if note:
         print(note)
+    powers = gate_powers(baseline.entries.values(), tolerances, seed=args.seed)
+    print("\ngate power (what each baseline entry can detect):\n" + power_table(powers))
+    warning = cannot_fail_warning(powers)
+    if warning:
+        print(warning)
     for verdict in verdicts:
         if verdict.failed:
             print(f"{verdict.status.upper()} {verdict.message}")

@@ -34,6 +34,7 @@ def test_an_identical_rerun_is_not_flagged(baseline):
     proc = run_bench(base / "same", *GRID, "--kvbench-results", str(base / "r1"), "--kvbench-compare", str(path))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "comparison with baseline" in proc.stdout
+    assert "gate power (what each baseline entry can detect)" in proc.stdout and "points" in proc.stdout
 
 
 BROKEN_SNAPKV = """

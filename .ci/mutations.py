@@ -1,0 +1,225 @@
+#!/usr/bin/env python
+"""The mutation suite of the regression gates: each bug of .ci/mutations.toml applied to a copy of the tree, the
+CI gate commands run against it, and the gates must FAIL (issue 37 item 3); the unmodified tree must pass.
+
+The gates are the commands .ci/run runs: the smoke gate (`pytest bench/ -m smoke --kvbench-compare
+results/baseline-smoke.json`) and, for a mutation of one of its methods that the smoke gate missed, the real-model
+gate (.ci/real-model.sh's ARGS against results/baseline-real-smoke.json), each restricted with -k to the items the
+mutation can move. One copy of the tree per parallel job is prepared once and reused: a mutation is applied,
+the gates run with PYTHONPATH on the copy, the file is put back. A mutation is caught when a gate exits 1 (an
+item failed its verdict, or errored); the metrics that failed are read from the gated run's records.
+
+    python .ci/mutations.py [--jobs 2] [--control N] [--only NAME,...] [--report FILE] [--target 0.9]
+
+Exit 0 when at least `target` of the mutations are caught and every control run (the unmodified tree, the full
+gates, N times) passed; 1 otherwise; 2 for a mutation whose text no longer matches its file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = ["bench/", "-m", "smoke", "--kvbench-compare", "results/baseline-smoke.json"]
+FAILING = ("regression", "changed")
+
+
+@dataclass
+class Mutation:
+    name: str
+    edits: list[tuple[str, str, str]]
+    methods: list[str]
+    real: bool
+
+
+@dataclass
+class Outcome:
+    name: str
+    caught_by: str = ""  # "smoke" | "real" | "" (missed)
+    metrics: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    detail: str = ""
+
+
+def load_mutations(path: Path) -> list[Mutation]:
+    data = tomllib.loads(path.read_text())
+    mutations = []
+    for row in data["mutation"]:
+        edits = [(e["file"], e["old"], e["new"]) for e in row.get("edits", [])]
+        if "file" in row:
+            edits.insert(0, (row["file"], row["old"], row["new"]))
+        mutations.append(Mutation(row["name"], edits, list(row.get("methods", ["all"])), bool(row.get("real", False))))
+    return mutations
+
+
+def check_edits(mutations: list[Mutation], root: Path) -> list[str]:
+    """Every `old` must occur exactly once in its file (a refactoring that moved it makes the mutation stale)."""
+    problems = []
+    for mutation in mutations:
+        for file, old, _ in mutation.edits:
+            text = (root / file).read_text()
+            if text.count(old) != 1:
+                problems.append(f"{mutation.name}: {file} holds {text.count(old)} copies of {old!r} (expected 1)")
+    return problems
+
+
+def real_args() -> list[str]:
+    """The real-model gate's ARGS, read from .ci/real-model.sh (one place says what that gate runs)."""
+    text = (ROOT / ".ci" / "real-model.sh").read_text()
+    raw = re.search(r'^ARGS="(.*?)"', text, re.S | re.M).group(1)
+    raw = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: os.environ.get(m[1], m[2]), raw)
+    return ["bench/test_ruler.py", *raw.split(), "--kvbench-compare", "results/baseline-real-smoke.json"]
+
+
+def prepare_tree(target: Path) -> Path:
+    """A copy of the working tree (tracked and untracked files git does not ignore)."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+def failing_metrics(results: Path) -> list[str]:
+    metrics = set()
+    for records in results.glob("runs/*/records.jsonl"):
+        for line in records.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("status") in ("error", "failed") and not record.get("verdict"):
+                metrics.add("error")
+            for check in (record.get("verdict") or {}).get("checks") or []:
+                if check.get("status") in FAILING:
+                    metrics.add(check["metric"])
+            if (record.get("verdict") or {}).get("status") == "mismatch":
+                metrics.add("mismatch")
+    return sorted(metrics)
+
+
+def run_gate(tree: Path, args: list[str], select: str | None, scratch: Path) -> tuple[int, list[str]]:
+    """One gate command on `tree`: (exit code, metrics that failed)."""
+    results = Path(tempfile.mkdtemp(dir=scratch))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, "--kvbench-results", str(results)]
+    if select:
+        command += ["-k", select]
+    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    return proc.returncode, failing_metrics(results)
+
+
+def selection(mutation: Mutation) -> str | None:
+    return None if "all" in mutation.methods else " or ".join(mutation.methods)
+
+
+def try_mutation(mutation: Mutation, tree: Path, scratch: Path) -> Outcome:
+    outcome = Outcome(mutation.name)
+    originals = {file: (tree / file).read_text() for file, _, _ in mutation.edits}
+    started = time.monotonic()
+    try:
+        for file, old, new in mutation.edits:
+            path = tree / file
+            path.write_text(path.read_text().replace(old, new, 1))
+        gates = [("smoke", SMOKE)] + ([("real", real_args())] if mutation.real else [])
+        notes = []
+        for gate, args in gates:
+            code, metrics = run_gate(tree, args, selection(mutation), scratch)
+            notes.append(f"{gate}: exit {code}")
+            if code not in (0, 5):  # 5: the selection holds none of this gate's items
+                outcome.caught_by, outcome.metrics = gate, metrics
+                break
+        outcome.detail = ", ".join(notes)
+    finally:
+        for file, text in originals.items():
+            (tree / file).write_text(text)
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def control(tree: Path, scratch: Path) -> Outcome:
+    """The unmodified tree through both whole gates: must pass."""
+    started = time.monotonic()
+    codes = [run_gate(tree, args, None, scratch) for args in (SMOKE, real_args())]
+    failed = [m for code, metrics in codes if code != 0 for m in metrics or [f"exit {code}"]]
+    return Outcome("unmodified", "FALSE ALARM" if failed else "", failed, time.monotonic() - started,
+                   ", ".join(f"exit {code}" for code, _ in codes))
+
+
+def table(outcomes: list[Outcome]) -> str:
+    lines = ["| mutation | caught by | failing metrics | seconds |", "|---|---|---|---|"]
+    for o in outcomes:
+        lines.append(f"| {o.name} | {o.caught_by or '**missed**'} | {', '.join(o.metrics) or '-'} | {o.seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2, help="mutations tried at once (one tree copy each)")
+    parser.add_argument("--control", type=int, default=0, help="unmodified runs of both whole gates (must pass)")
+    parser.add_argument("--only", default="", help="comma-separated mutation names (substrings)")
+    parser.add_argument("--report", help="write the markdown table here too")
+    parser.add_argument("--target", type=float, default=0.9, help="least fraction of mutations caught")
+    args = parser.parse_args(argv)
+    mutations = load_mutations(ROOT / ".ci" / "mutations.toml")
+    problems = check_edits(mutations, ROOT)
+    if problems:
+        print("mutations: stale entries in .ci/mutations.toml:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",")]
+        mutations = [m for m in mutations if any(w in m.name for w in wanted)]
+    scratch = Path(tempfile.mkdtemp(prefix="kvbench-mutations-"))
+    started = time.monotonic()
+    try:
+        trees = [prepare_tree(scratch / f"tree{j}") for j in range(max(1, args.jobs))]
+        free = list(trees)
+        lock = threading.Lock()
+
+        def work(mutation: Mutation) -> Outcome:
+            with lock:
+                tree = free.pop()
+            try:
+                outcome = try_mutation(mutation, tree, scratch)
+            finally:
+                with lock:
+                    free.append(tree)
+            print(f"mutation {outcome.name}: {outcome.caught_by or 'MISSED'} {outcome.metrics} "
+                  f"({outcome.detail}; {outcome.seconds:.0f} s)", flush=True)
+            return outcome
+
+        with ThreadPoolExecutor(max_workers=len(trees)) as pool:
+            outcomes = list(pool.map(work, mutations))
+        controls = [control(trees[0], scratch) for _ in range(args.control)]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    caught = sum(bool(o.caught_by) for o in outcomes)
+    alarms = sum(bool(c.caught_by) for c in controls)
+    text = table(outcomes + controls) + (
+        f"\n\n{caught} of {len(outcomes)} mutations caught; {alarms} false alarms in {len(controls)} unmodified runs; "
+        f"{time.monotonic() - started:.0f} s wall with {len(trees)} job(s)")
+    print(text)
+    if args.report:
+        Path(args.report).write_text(text + "\n")
+    return 0 if outcomes and caught >= args.target * len(outcomes) and not alarms else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The mutation suite's data stays true to the code: every replacement of .ci/mutations.toml still matches its
+file exactly once (a refactoring that moves the text makes a mutation stale, and a stale one tests nothing), and
+the suite holds the kinds of bug issue 37 asks for."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def suite():
+    spec = importlib.util.spec_from_file_location("ci_mutations", ROOT / ".ci" / "mutations.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_mutation_matches_its_file_exactly_once():
+    module = suite()
+    mutations = module.load_mutations(ROOT / ".ci" / "mutations.toml")
+    assert module.check_edits(mutations, ROOT) == []
+    assert all(m.edits and m.methods for m in mutations)
+
+
+def test_the_suite_holds_the_kinds_of_bug_the_gate_must_catch():
+    names = " / ".join(m.name for m in suite().load_mutations(ROOT / ".ci" / "mutations.toml"))
+    for kind in ("pooling off", "half the observation window", "no sinks", "positions off", "one bit fewer",
+                 "half the budget", "per-head budgets flattened", "last query", "first query", "reversed",
+                 "previous sample's scores"):
+        assert kind in names, kind
+
+
+def test_a_stale_mutation_is_named(tmp_path):
+    module = suite()
+    (tmp_path / "a.py").write_text("x = 1\nx = 1\n")
+    stale = [module.Mutation("twice", [("a.py", "x = 1", "x = 2")], ["all"], False),
+             module.Mutation("gone", [("a.py", "y = 1", "y = 2")], ["all"], False)]
+    problems = module.check_edits(stale, tmp_path)
+    assert len(problems) == 2 and "holds 2 copies" in problems[0] and "holds 0 copies" in problems[1]
+
+
+def test_the_real_gate_arguments_come_from_its_script():
+    args = suite().real_args()
+    assert args[0] == "bench/test_ruler.py" and "--kvbench-compare" in args
+    assert "results/baseline-real-smoke.json" in args and "--kvbench-methods" in args
