@@ -15,7 +15,7 @@ import pytest
 from kvmethods import FULL_CACHE, Budget, MethodError, describe_method
 from kvmethods.core.capabilities import Capability
 from pytest_kvbench import tasks as task_registry, user_paths
-from pytest_kvbench.input_values import MAX_TOKENS, shown, shown_list, split_list
+from pytest_kvbench.input_values import MAX_TOKENS, parse_shard, shown, shown_list, split_list
 from pytest_kvbench.wiring.grid import canonical
 from pytest_kvbench.wiring.grid import model_refs
 from pytest_kvbench.wiring.grid import named_tasks
@@ -32,7 +32,6 @@ from pytest_kvbench.cases import (
 )
 from pytest_kvbench.tasks import TaskError, check_context_length, get_task
 from pytest_kvbench.tasks.sources import is_fixture_dir
-from pytest_kvbench.wiring.distributed.shards import parse_shard
 
 try:  # Python >= 3.11
     import tomllib
