@@ -1,6 +1,6 @@
 """Write docs/models.md's family x method table from the family descriptions (kvmethods/families/table.py).
 
-Each row is a family of tests/tiny_families.py described from its config alone (families/table.layout_of, the
+Each row is a family of kvmethods/testing.py's tiny models described from its config alone (families/table.layout_of, the
 same description the startup check uses, which tests/kvmethods/test_families.py checks against the probe of a
 loaded model), and each built-in method is asked the one rule table (families/layout.refusal). The table sits
 between two markers in docs/models.md; `python scripts/family_table.py` rewrites it there, `--check` exits 1
@@ -13,13 +13,12 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # tiny_families: the configs of the families the project tests
+from kvmethods.core.catalog import BUILTINS
+from kvmethods.families.layout import refusal
+from kvmethods.families.table import FAMILIES, layout_of
+from kvmethods.testing import FAMILIES as TESTED, family_config
 
-from kvmethods.core.catalog import BUILTINS  # noqa: E402
-from kvmethods.families.layout import refusal  # noqa: E402
-from kvmethods.families.table import FAMILIES, layout_of  # noqa: E402
-from tiny_families import FAMILIES as TESTED, family_config  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DOC = ROOT / "docs" / "models.md"
 START, END = "<!-- family-table: written by scripts/family_table.py -->", "<!-- family-table end -->"

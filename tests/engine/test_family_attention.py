@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tiny_families import family_model
+from kvmethods.testing import family_model
 from kvmethods.adapters.transformers_compat import supported_attention
 from pytest_kvbench.engine.models import ModelCache
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR

@@ -1,4 +1,4 @@
-"""Every decoder family of tests/tiny_families.py: its description, identity at a full budget, windows kept
+"""Every decoder family of kvmethods/testing.py (FAMILIES): its description, identity at a full budget, windows kept
 exactly, and every built-in method either compressing it or refused in one line naming family, method and why."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from kvmethods.families.layout import CAPTURED, GLOBAL, LINEAR, PROJECTION, SLID
 from kvmethods.families.probe import describe
 from kvmethods.runtime.generation import generate
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
-from tiny_families import FAMILIES, WINDOW, family_model
+from kvmethods.testing import FAMILIES, WINDOW, family_model
 
 PROMPT = list(range(3, 3 + 24))  # longer than the tiny hybrids' window (12)
 NEW = 4

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from test_bad_input import assert_one_line_usage_error
-from tiny_families import family_model
+from kvmethods.testing import family_model
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
