@@ -11,7 +11,9 @@ an accelerator (and, less so, a CPU) is mostly idle. `generate_batch` decodes th
 - the teacher-forced pass of fidelity (the reference's output fed to every member) is one forward of the
   batch over the targets, after which the tail is dropped and the greedy decoding starts from the same
   padded copy (no per-member deepcopy of the cache);
-- a member leaves the batch when it stops (an eos, or max_new_tokens), the others go on.
+- a member stops at an eos or max_new_tokens, the others go on; stopped members leave the batch once half its
+  rows have stopped (leaving copies the batch's buffers, so not at every stop; until then a stopped row is
+  computed and ignored, its outputs unchanged).
 
 Greedy tokens equal sequential decoding's (`generation.generate(..., prefilled=state)`) up to float rounding
 of a different batch shape, which can flip a near-tie; tests/kvmethods/test_batched_decode.py checks every
@@ -118,35 +120,38 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
             out.target_logprobs = logprobs
     steps: list[list[torch.Tensor]] = [[] for _ in requests]
     decode_s = [0.0] * len(requests)
-    active = list(range(len(requests)))  # request numbers still decoding, in batch row order
+    rows = list(range(len(requests)))  # the request in each batch row (None: stopped, still computed)
     logits = torch.stack([s.next_logits for s in states])
     while True:
         chosen = logits.argmax(-1).tolist()
-        staying = []
-        for row, number in enumerate(active):
+        for row, number in enumerate(rows):
+            if number is None:
+                continue
             if return_logprobs:
                 steps[number].append(torch.log_softmax(logits[row].float(), dim=-1))
             token = chosen[row]
             out = outputs[number]
             if token in eos:
                 out.stop_token = token
-                continue
-            out.tokens.append(token)
-            if len(out.tokens) < max_new_tokens:
-                staying.append(row)
-        if not staying:
+            else:
+                out.tokens.append(token)
+            if token in eos or len(out.tokens) >= max_new_tokens:
+                rows[row] = None
+        active = [number for number in rows if number is not None]
+        if not active:
             break
-        if len(staying) < len(active):  # stopped members leave the batch
-            rows = torch.tensor(staying, dtype=torch.long, device=device)
+        if 2 * len(active) <= len(rows):  # half the rows stopped: they leave (a copy of the buffers, so not each time)
+            keep = torch.tensor([row for row, number in enumerate(rows) if number is not None], device=device)
             for layer in cache.layers:
-                layer.keep_rows(rows)
-            positions = positions[rows]
-            active = [active[row] for row in staying]
+                layer.keep_rows(keep)
+            positions = positions[keep]
+            rows = active
         started = now()
-        tokens = torch.tensor([[outputs[number].tokens[-1]] for number in active], dtype=torch.long, device=device)
+        tokens = torch.tensor([[outputs[number].tokens[-1] if number is not None else 0] for number in rows],
+                              dtype=torch.long, device=device)
         logits = _forward(model, cache, tokens, positions, 1)[:, -1]
         positions = positions + 1
-        share = (now() - started) / len(active)  # the step's time, shared equally by its members
+        share = (now() - started) / len(active)  # the step's time, shared equally by the members still decoding
         for number in active:
             decode_s[number] += share
     for number, out in enumerate(outputs):

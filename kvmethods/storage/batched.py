@@ -39,24 +39,34 @@ def _head_sequences(layer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     return list(layer.keys[0]), list(layer.values[0])
 
 
+def _lengths(layer) -> list[int]:
+    """Tokens each KV head of a batch-1 layer holds."""
+    if isinstance(layer, RaggedLayer):
+        return layer.tokens_per_head()
+    return [layer.keys.shape[-2]] * layer.keys.shape[1]
+
+
 class BatchedLayer(DynamicLayer):
     """One layer of B members' caches: padded kept tokens [B, heads, P, dim] + in-place room for new tokens."""
 
     def __init__(self, layers: list, room: int):
         """layers: each member's layer (can_batch); room: new tokens the buffer holds before it must grow."""
         super().__init__()
-        keys = [_head_sequences(layer) for layer in layers]
         first = layers[0].keys
         heads, dim = first.shape[1], first.shape[-1]
-        lengths = torch.tensor([[int(k.shape[0]) for k in member[0]] for member in keys], dtype=torch.long)
+        lengths = torch.tensor([[int(n) for n in _lengths(layer)] for layer in layers], dtype=torch.long)
         self.prompt = int(lengths.max())
         self.lazy_initialization(first, first)
         self._keys = first.new_zeros(len(layers), heads, self.prompt + room, dim)
         self._values = first.new_zeros(len(layers), heads, self.prompt + room, dim)
-        for b, (member_keys, member_values) in enumerate(keys):
-            for h, (k, v) in enumerate(zip(member_keys, member_values)):
-                self._keys[b, h, : k.shape[0]] = k
-                self._values[b, h, : v.shape[0]] = v
+        for b, layer in enumerate(layers):
+            if isinstance(layer, RaggedLayer):  # each head its own length
+                for h, (k, v) in enumerate(zip(*_head_sequences(layer))):
+                    self._keys[b, h, : k.shape[0]] = k
+                    self._values[b, h, : v.shape[0]] = v
+            else:  # one copy for all heads
+                self._keys[b, :, : layer.keys.shape[-2]] = layer.keys[0]
+                self._values[b, :, : layer.values.shape[-2]] = layer.values[0]
         self.lengths = lengths.to(first.device)  # [B, heads] kept tokens of each member's head
         self.uniform_heads = bool((self.lengths == self.lengths[:, :1]).all())  # one mask row serves all heads
         self.tail = 0
