@@ -7,8 +7,8 @@ method x budget but `full`); then the group is decoded as the runner does it, ea
 the reference's output (fidelity) and decoded greedily:
 
 - sequential: the reference, then each member alone (--kvbench-decode-batch 1);
-- batched: the reference alone (its output is the members' targets), then every member that can batch in one
-  batch (runtime/batched_generation.py), the others (quantizers) alone.
+- batched: the reference alone (its output is the members' targets), then the members in one batch per kind
+  (runtime/batched_generation.batch_kind: dense and ragged caches padded together, quantized ones together).
 
 The prefill is not timed. The two variants alternate (sequential, batched, sequential, ...) so that load on a
 shared machine hits both alike; per round the wall and CPU seconds (this process, one torch thread) of the
@@ -31,7 +31,7 @@ import common  # noqa: F401 - this checkout's packages on sys.path
 import torch
 
 from kvmethods import Budget, get_method
-from kvmethods.runtime.batched_generation import BatchRequest, can_decode_in_batch, generate_batch
+from kvmethods.runtime.batched_generation import BatchRequest, batch_kind, generate_batch
 from kvmethods.runtime.generation import generate
 from kvmethods.runtime.shared_prefill import shared_prefill
 from pytest_kvbench.engine.models import ModelCache
@@ -59,9 +59,12 @@ def decode_group(model, shared, requests, prompt, new_tokens, eos, batched: bool
                          "question_in_window", return_logprobs=True, prefilled=shared.reference)
     targets = reference.tokens + ([reference.stop_token] if reference.stop_token is not None else [])
     outputs: list = [None] * len(requests)
-    together = [n for n, ((method, _), state) in enumerate(zip(requests, shared.selections))
-                if batched and can_decode_in_batch(method, state)]
-    if together:
+    kinds: dict[str, list[int]] = {}
+    for n, ((method, _), state) in enumerate(zip(requests, shared.selections)):
+        kind = batch_kind(method, state) if batched else None
+        if kind is not None:
+            kinds.setdefault(kind, []).append(n)
+    for together in kinds.values():
         made = generate_batch(model, [BatchRequest(*requests[n], shared.selections[n]) for n in together],
                               len(prompt.input_ids), new_tokens, eos, teacher_targets=targets, return_logprobs=True)
         for n, out in zip(together, made):
