@@ -6,9 +6,9 @@ keeps uneven heads (adakv), compresses while decoding (rkv), ... It asks the met
 its name, so a new method that declares what it does takes the right path (and one that declares a hook
 it does not implement is refused when it is registered: base.capability_mismatch).
 
-A built-in declares its capabilities once, in its catalog row (catalog.py, read without torch); its class
-takes them from there. A third-party method declares `capabilities = Capability.X | Capability.Y` on its
-class (kvmethods/README.md, "Adding your own method"). Wrappers and compositions refine them per instance
+Every method declares `capabilities = Capability.X | Capability.Y` on its class (kvmethods/README.md, "Adding
+your own method"); a built-in's catalog row (catalog_rows.py, generated from the class, read without torch)
+carries a copy for validation without imports. Wrappers and compositions refine them per instance
 from the methods they wrap (wrapping.py, delegation.py). This module imports nothing (the plugin reads it
 at configure time).
 """

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..attention.attention_hooks import AttentionCall, after_attention
-from ..core.base import Method, declared_capabilities, param
-from ..core.capabilities import Capability, can_cut_back_from_recent_queries
+from ..core.base import Method, param
+from ..core.capabilities import Capability, SCORER, can_cut_back_from_recent_queries
 from ..core.errors import MethodError
 from ..core.families import decoder_layers, rotary_embedding
 from ..attention.hooks import store_selection
@@ -82,7 +82,7 @@ def check_decoding_scorer(owner: str, scorer: Method, interval: int) -> None:
 @dataclass
 class DecodingCompression(WrapperMethod):
     name = "decoding"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER | Capability.COMPRESSES_WHILE_DECODING | Capability.WRAPS
     base: str = param("snapkv", "prefill-time scorer that also cuts the cache back while decoding")
     interval: int = param(128, "new tokens between two compressions while decoding (R-KV's buffer)", minimum=1)
 
