@@ -16,4 +16,4 @@ results="$(mktemp -d)"
 pytest bench/test_ruler.py -q -p no:cacheprovider $ARGS --kvbench-results "$results" \
   --kvbench-compare results/baseline-real-smoke.json
 # A renamed model or task would make every item "new", which the gate reports without failing: require a match.
-python scripts/check_gate_coverage.py "$results" results/baseline-real-smoke.json
+kvbench coverage --results "$results" latest results/baseline-real-smoke.json

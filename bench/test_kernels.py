@@ -3,7 +3,7 @@
 One layer of the tiny Llama (hidden 256, 8 query / 2 KV heads) with a 4,096-token prompt: each method's
 selection (scoring + top-k) at a 1,024-token budget, the two attention-recomputation kernels, and one
 plain decoder-layer forward for scale. No assertions on time; compare with `pytest-benchmark compare`.
-scripts/measure_methods.py reports the end-to-end ratios against a plain prefill.
+scripts/measure/measure_methods.py reports the end-to-end ratios against a plain prefill.
 
     pytest bench/test_kernels.py -p no:kvbench --benchmark-timer time.process_time
 
@@ -36,7 +36,7 @@ def layer_inputs(torch):
     """What the compression hook sees for layer 0 at the end of a 4,096-token prefill."""
     # lazy for collection time: transformers and the tiny model are only needed when the benchmark runs
     from kvmethods.runtime.layer_inputs import LayerInputs
-    from tests.tiny_models import bench_model
+    from kvmethods.testing import bench_model
     from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
 
     previous = torch.get_num_threads()

@@ -5,7 +5,7 @@ outside pytest, so every verb works on the run directories under ``results/runs/
 are a contract: 0 success, 1 a regression found by ``compare``, 2 bad input (unknown or
 ambiguous run id, corrupt file, bad option, an output path that cannot be written; all checked
 before anything is printed), always with a one-line message and no traceback. A damaged run
-(results/run_state.py) is read as far as it goes, then named in one line, and exits 2 too.
+(results/run/state.py) is read as far as it goes, then named in one line, and exits 2 too.
 """
 
 from __future__ import annotations
@@ -23,22 +23,23 @@ from tabulate import tabulate
 
 from pytest_kvbench import atomic_files, model_listing, user_paths
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
+from pytest_kvbench.comparison.gate_coverage import coverage_message, uncompared
 from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
 from pytest_kvbench import model_listing, user_paths
 from pytest_kvbench.cli_checks import (UsageError, check_no_blank_arguments, check_output_paths,
                                       check_results_dir)
-from pytest_kvbench.results import storage
-from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS
-from pytest_kvbench.results.environment import environment_differences
-from pytest_kvbench.results.export import FORMATS, ExportError, export_records, to_markdown
-from pytest_kvbench.results.merge import merge_runs
-from pytest_kvbench.results.protocol_exports import export_directory
+from pytest_kvbench.results.run import storage
+from pytest_kvbench.results.exports.directory import DIRECTORY_FORMATS
+from pytest_kvbench.results.run.environment import environment_differences
+from pytest_kvbench.results.views.export import FORMATS, ExportError, export_records, to_markdown
+from pytest_kvbench.results.run.merge import merge_runs
+from pytest_kvbench.results.exports.formats import export_directory
 from pytest_kvbench.results.record import Record
-from pytest_kvbench.results.report import ReportError
-from pytest_kvbench.results.reproduction import reproduction_text
-from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
+from pytest_kvbench.results.report.html_report import ReportError
+from pytest_kvbench.results.views.reproduction import reproduction_text
+from pytest_kvbench.results.run.directories import Run, RunError, list_runs, load_run
 from pytest_kvbench.tasks import TaskError
 from pytest_kvbench.tasks.registry import task_listing
 
@@ -257,6 +258,18 @@ def cmd_compare(args) -> int:
     return EXIT_REGRESSION if failed else EXIT_OK
 
 
+def cmd_coverage(args) -> int:
+    try:
+        user_paths.checked(args.baseline_file, "BASELINE")
+    except user_paths.PathError as exc:
+        raise UsageError(str(exc)) from None
+    run = _load(args, args.run)
+    keys = set(load_baseline(args.baseline_file).entries)
+    missing = uncompared(run.records, keys)
+    print(coverage_message(missing, keys), file=sys.stderr if missing else sys.stdout)
+    return EXIT_REGRESSION if missing else EXIT_OK
+
+
 def _write_output(path: str, text: str, what: str) -> None:
     try:
         atomic_files.atomic_write_text(path, text)
@@ -281,7 +294,7 @@ def cmd_export(args) -> int:
 
 def cmd_report(args) -> int:
     # lazy for startup time: the report imports numpy, scipy and matplotlib (every kvbench command pays its imports)
-    from pytest_kvbench.results.report import write_report
+    from pytest_kvbench.results.report.html_report import write_report
 
     runs = [_load(args, r) for r in args.runs]
     target = write_report(runs, args.output, title=args.title)
@@ -310,7 +323,7 @@ def cmd_variance(args) -> int:
     print(tabulate(rows, headers=HEADERS, disable_numparse=True))
     if args.plot.lower() != "none":
         # lazy for startup time: matplotlib
-        from pytest_kvbench.results.figures import save_figure, variance_figure
+        from pytest_kvbench.results.report.figures import save_figure, variance_figure
 
         save_figure(variance_figure([(k, c) for k, c in curves if c.n >= 2]), args.plot)
         print(f"wrote {args.plot}")
@@ -363,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="also exit 1 when an item cannot be compared (mismatch)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0)")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("coverage", parents=[common], help="exit 1 unless RUN's gate compared every entry of BASELINE "
+                                                          "(a CI step after --kvbench-compare)")
+    p.add_argument("run", metavar="RUN", help="the gated run")
+    p.add_argument("baseline_file", metavar="BASELINE", help="the baseline file it was gated on (--kvbench-compare)")
+    p.set_defaults(func=cmd_coverage)
 
     p = sub.add_parser("export", parents=[common], help="export a run's tables: md, csv, latex or json; or its "
                                                         "results in kvpress's or KVCache-Factory's layout")

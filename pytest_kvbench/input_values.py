@@ -14,6 +14,7 @@ Pure Python (no torch): the plugin reads these at configure, in every pytest run
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -86,3 +87,17 @@ def ascii_float(text: str) -> float:
     if not _ASCII_NUMBER.fullmatch(stripped):
         raise ValueError(f"not a decimal number: {text!r}")
     return float(stripped)
+
+
+SWITCH_ON, SWITCH_OFF = ("1", "true", "yes"), ("", "0", "false", "no")
+
+
+def env_switch(name: str) -> bool:
+    """An environment switch (``KVBENCH_ALLOW_UNTESTED_TRANSFORMERS``): 1/true/yes on, 0/false/no or empty (or
+    unset) off, any case; anything else is an InputError, since ``=garbage`` used to count as on."""
+    raw = os.environ.get(name, "")
+    word = raw.strip().lower()
+    if word in SWITCH_ON or word in SWITCH_OFF:
+        return word in SWITCH_ON
+    raise InputError(f"environment variable {name}={shown(raw)} is not a switch value; use 1, true or yes "
+                     f"(on), or 0, false, no or empty (off)")

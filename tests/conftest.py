@@ -13,7 +13,7 @@ import pytest
 
 import pytest_kvbench.engine.runner  # noqa: F401 (see above)
 
-# tests/ mirrors the packages in subfolders; their shared helpers (helpers.py, tiny_models.py, ...) live here.
+# tests/ mirrors the packages in subfolders; their shared helpers (helpers.py, model_helpers.py, ...) live here.
 # Put on sys.path for the tests only: pytest's `pythonpath` ini key would also apply to `pytest bench/`, where
 # tests/kvmethods/ (no __init__.py) would shadow the installed kvmethods package as a namespace package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))

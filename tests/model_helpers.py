@@ -6,7 +6,7 @@ Import `one_thread` into a test module to make it apply there (a module-scoped a
 import pytest
 import torch
 
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
 

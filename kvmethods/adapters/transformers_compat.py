@@ -18,7 +18,6 @@ import functools
 import importlib
 import importlib.metadata
 import inspect
-import os
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -28,7 +27,8 @@ OLDEST_SUPPORTED = "5.2"  # kvpress 0.5.5 pins transformers 5.2.0 (constraints-k
 NEWEST_TESTED = "5.24"  # constraints.txt, CI's main env
 SUPPORTED_TEXT = f">={OLDEST_SUPPORTED},<5.25"
 SUPPORTED = SpecifierSet(SUPPORTED_TEXT)  # pyproject.toml's transformers requirement
-ALLOW_UNTESTED_ENV = "KVBENCH_ALLOW_UNTESTED_TRANSFORMERS"  # "1": an untested version only warns (drift CI job)
+ALLOW_UNTESTED_ENV = "KVBENCH_ALLOW_UNTESTED_TRANSFORMERS"  # on: an untested version only warns (drift CI job); read
+# by pytest_kvbench/wiring/grid/transformers_range.py as a switch (1/true/yes, 0/false/no, empty)
 
 # Public names re-exported from transformers, imported on first access.
 _LAZY_NAMES = {
@@ -75,10 +75,6 @@ def range_problem(version: str | None) -> str | None:
     except InvalidVersion:
         pass
     return f"transformers {version} is installed; {supported}"
-
-
-def untested_allowed() -> bool:
-    return os.environ.get(ALLOW_UNTESTED_ENV, "") not in ("", "0")
 
 
 # -- calling conventions -----------------------------------------------------------------------------

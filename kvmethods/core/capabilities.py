@@ -36,6 +36,7 @@ class Capability(Flag):
     COMPRESSES_WHILE_DECODING = auto()  # while_decoding(): cuts the cache back while generating (decoding, rkv)
     RECOMPRESSES_PER_TURN = auto()  # cut back to its budget after each multi-turn turn (per_turn=true)
     WRAPS = auto()  # builds on a base method named by its `base` parameter (wrapping.py)
+    DECODES_ALONE = auto()  # its decoding cannot join a batch of other members' caches (a third party's own cache)
 
 
 SCORER = Capability.COMPRESSES | Capability.LAYER_SCORES  # the common case: evicts by per-layer scores
@@ -56,6 +57,19 @@ NOT_CHUNK_BY_CHUNK = Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREFILL | 
 INHERITED_FROM_BASE = Capability.SCORES_WHOLE_PROMPT | Capability.NEEDS_ALL_QUERIES
 # The rewrites of the cache while or after decoding: an answer that must leave the cache is decoded on a copy.
 REWRITES_WHILE_DECODING = Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN
+
+
+# Any of these: the method decodes alone, not in a batch with the other members of its sample
+# (runtime/batched_generation.py): it changes its cache while decoding, stores it its own way (quantizers,
+# ThinK: their layers are not plain tensors a batch can pad), runs its own prefill (kvpress presses mask
+# through their own hooks) or says so.
+DECODES_ALONE = (Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN | Capability.OWN_STORAGE
+                 | Capability.RUNS_PREFILL | Capability.DECODES_ALONE)
+
+
+def decodes_alone(capabilities: Capability) -> bool:
+    """Whether a method with these capabilities decodes alone instead of in its sample's batch."""
+    return bool(capabilities & DECODES_ALONE)
 
 
 def prefills_alone(capabilities: Capability) -> bool:

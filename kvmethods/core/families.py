@@ -12,8 +12,7 @@ from __future__ import annotations
 from torch import nn
 
 from .errors import MethodError
-
-SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+from .family_names import SUPPORTED_FAMILIES
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:

@@ -10,6 +10,8 @@ at once, a killed conversion leaves no entry), and it is used only when every fi
 manifest: a corrupt or partial entry is rebuilt, never loaded.
 
 The root is ``$KVBENCH_GGUF_CACHE``, else ``$XDG_CACHE_HOME/kvbench/gguf``, else ``~/.cache/kvbench/gguf``.
+It is checked at startup (check_root, check_room): a file there, /proc, a read-only mount or a disk without
+room for the float weights used to fail every item at its first model load.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from pathlib import Path
 import xxhash
 from filelock import FileLock
 
+from pytest_kvbench import user_paths
 from pytest_kvbench.atomic_files import atomic_write_json
-from pytest_kvbench.model_sources.gguf_file import file_digest
+from pytest_kvbench.model_sources.gguf_file import GgufError, GgufInfo, file_digest, float_bytes
 
 CACHE_ENV = "KVBENCH_GGUF_CACHE"
 MANIFEST = "kvbench-gguf-manifest.json"
@@ -39,6 +42,53 @@ def cache_root() -> Path:
         return Path(given).expanduser()
     base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "kvbench" / "gguf"
+
+
+def _described(root: Path) -> str:
+    if os.environ.get(CACHE_ENV, "").strip():
+        return f"{CACHE_ENV} {user_paths.shown(root)}"
+    return f"GGUF conversion cache {user_paths.shown(root)} (set {CACHE_ENV} to use another)"
+
+
+def check_root() -> Path:
+    """The cache root is a directory this process can write, or can be made: GgufError (one line) otherwise.
+    ``access()`` says yes to root on /proc and on a read-only mount, so a folder made and removed is the test."""
+    root = cache_root()
+    try:
+        user_paths.writable_dir(root, CACHE_ENV)
+        if root.is_dir():
+            os.rmdir(tempfile.mkdtemp(prefix=".kvbench-probe-", dir=root))
+    except user_paths.PathError as exc:
+        problem = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+        raise GgufError(f"{_described(root)}: {problem}; a GGUF model is converted there once") from None
+    except OSError as exc:
+        raise GgufError(f"{_described(root)}: cannot write there ({(exc.strerror or str(exc)).lower()}); a GGUF "
+                        f"model is converted there once") from None
+    return root
+
+
+def free_bytes(root: Path) -> int:
+    """Free space on the file system that holds (or will hold) ``root``."""
+    for place in (root, *root.absolute().parents):
+        if place.is_dir():
+            return shutil.disk_usage(place).free
+    return shutil.disk_usage(Path.cwd()).free
+
+
+def check_room(info: GgufInfo, planned: int = 0) -> int:
+    """Room on the cache's disk for the file's float conversion (none needed when it is converted already), on
+    top of ``planned`` bytes for other files of the same run; returns the bytes this one needs."""
+    manifest = read_manifest(entry_dir(info.sha256))
+    if manifest is not None and manifest.get("source_sha256") == info.sha256:
+        return 0
+    root, need = cache_root(), float_bytes(info)
+    free = free_bytes(root)
+    if free < planned + need:
+        mib = 2**20
+        raise GgufError(f"{_described(root)}: {free / mib:,.0f} MiB free, and the float conversion of {info.file} "
+                        f"needs about {need / mib:,.0f} MiB{f' (after {planned / mib:,.0f} MiB for the others)' if planned else ''}; "
+                        f"free some space or point {CACHE_ENV} at a larger disk")
+    return need
 
 
 def entry_dir(sha256: str) -> Path:

@@ -41,6 +41,7 @@ class GgufInfo:
     quantization: str  # Q4_1, Q8_0, F16, ... (general.file_type, else the most common weight type)
     model_name: str | None  # general.name
     context_length: int | None  # <architecture>.context_length
+    parameters: int | None = None  # the tensors' elements: the float conversion's size (float_bytes)
 
     def as_record(self) -> dict:
         return asdict(self)
@@ -122,7 +123,18 @@ def read_info(path: Path, sha256: str) -> GgufInfo:
     name = _field(reader, "general.name")
     return GgufInfo(file=path.name, sha256=sha256, size_bytes=size, architecture=architecture,
                     quantization=_quantization(reader), model_name=str(name) if name is not None else None,
-                    context_length=int(context) if isinstance(context, int) and context > 0 else None)
+                    context_length=int(context) if isinstance(context, int) and context > 0 else None,
+                    parameters=sum(int(t.n_elements) for t in reader.tensors))
+
+
+FLOAT_BYTES = 4  # the conversion dequantizes to float32 (engine/gguf_conversion.py)
+CONVERSION_EXTRA_BYTES = 64 * 2**20  # tokenizer, config and the manifest beside the weights
+
+
+def float_bytes(info: GgufInfo) -> int:
+    """About what the float conversion of the file takes on disk: every weight in float32, plus its tokenizer."""
+    parameters = info.parameters if info.parameters is not None else info.size_bytes * 2  # at most ~2 weights a byte
+    return parameters * FLOAT_BYTES + CONVERSION_EXTRA_BYTES
 
 
 @functools.lru_cache(maxsize=1)
@@ -142,15 +154,46 @@ def transformers_architectures() -> frozenset[str] | None:
     return None
 
 
+# Architectures transformers maps that the benchmark still cannot run, and why: checked before the table above
+NOT_BENCHMARKABLE = {
+    "mamba": "a state-space model: it keeps no key/value cache, so there is nothing for a KV-cache method to "
+             "compress (and transformers' GGUF conversion of it does not load as a causal LM)",
+    "mamba2": "a state-space model: it keeps no key/value cache, so there is nothing for a KV-cache method to "
+              "compress",
+    "t5": "an encoder-decoder model: the benchmark runs decoder-only causal LMs (AutoModelForCausalLM)",
+    "umt5": "an encoder-decoder model: the benchmark runs decoder-only causal LMs (AutoModelForCausalLM)",
+}
+
+
+def model_types(info: GgufInfo) -> set[str]:
+    """The transformers names the file's architecture may stand for (``qwen2moe`` is ``qwen2_moe``,
+    ``t5encoder`` is t5)."""
+    arch = info.architecture.lower().replace("-", "_")
+    return {arch, arch.replace("moe", "_moe"), "t5" if "t5" in arch else arch}
+
+
 def check_architecture(info: GgufInfo, path: Path) -> None:
-    """transformers can map the file's architecture (``qwen2moe`` is its ``qwen2_moe``, ``t5encoder`` its t5)."""
+    """transformers can map the file's architecture, and it is a model the benchmark can run at all."""
+    candidates = model_types(info)
+    refused = next((NOT_BENCHMARKABLE[name] for name in sorted(candidates) if name in NOT_BENCHMARKABLE), None)
+    if refused is not None:
+        raise GgufError(f"{path}: GGUF architecture {info.architecture!r} cannot be benchmarked: it is {refused}; "
+                        f"use a GGUF of a decoder-only transformer (llama, mistral, qwen2, qwen3, ...)")
     known = transformers_architectures()
     if known is None:
         return
-    arch = info.architecture.lower().replace("-", "_")
-    candidates = {arch, arch.replace("moe", "_moe"), "t5" if "t5" in arch else arch}
     if not candidates & known:
         version = importlib.metadata.version("transformers")
         raise GgufError(f"{path}: GGUF architecture {info.architecture!r} cannot be loaded by transformers {version} "
                         f"(it loads {', '.join(sorted(known))}); use a GGUF of one of those, or the model's "
                         f"Hugging Face folder")
+
+
+def check_family(info: GgufInfo, path: Path, compressing: list[str], families: tuple[str, ...]) -> None:
+    """The grid's compressing methods (``compressing``: their names) can hook the file's architecture
+    (``families``: kvmethods' verified families); ``full`` alone runs any causal LM."""
+    if compressing and not model_types(info) & set(families):
+        shown = ", ".join(compressing[:4]) + (", ..." if len(compressing) > 4 else "")
+        raise GgufError(f"{path}: GGUF architecture {info.architecture!r} cannot be compressed by {shown}: "
+                        f"kvmethods compresses {', '.join(families)} models only; run method full alone, or "
+                        f"use a GGUF of one of those families")

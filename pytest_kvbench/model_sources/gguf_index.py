@@ -1,10 +1,13 @@
-"""A GGUF file's sha256 and header, remembered by (path, size, mtime, inode).
+"""A GGUF file's sha256 and header, remembered by (path, size, mtime, ctime, inode).
 
 Hashing a 98 MB file and parsing its 49k-token vocabulary take seconds; configure runs in every
 pytest process (each xdist worker too). The index keeps both per file identity, so they are paid
-once per file version: a file that is replaced or rewritten changes its size, mtime or inode and
-is read again. The index is a cache: a missing, unreadable or stale entry is recomputed, never an
-error, and it is written atomically under a lock (several workers configure at once).
+once per file version: a file that is replaced or rewritten changes its size, mtime, ctime or inode
+and is read (and hashed) again. ctime is the one no user can set back: a file changed in place with
+its size and mtime restored (``os.utime``, ``touch -r``, ``rsync -t``) kept its old entry, and so its
+old float conversion, until ctime was part of the key. The index is a cache: a missing, unreadable or
+stale entry is recomputed, never an error, and it is written atomically under a lock (several workers
+configure at once).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ INDEX_FILE = "index.json"
 
 def _identity(path: Path) -> dict:
     stat = path.stat()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino}
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns, "inode": stat.st_ino}
 
 
 def _read_index(index: Path) -> dict:

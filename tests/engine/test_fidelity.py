@@ -7,7 +7,7 @@ import torch
 
 from kvmethods import Budget, get_method
 from kvmethods.runtime.generation import generate, teacher_force
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from pytest_kvbench.engine.fidelity import compare, make_reference
 
 

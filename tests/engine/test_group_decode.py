@@ -17,7 +17,7 @@ from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
 from pytest_kvbench.results.record import MeterScope
 from model_helpers import one_thread  # noqa: F401 - module-scoped autouse fixture
-from tiny_models import live_tensor_bytes, tensors_reachable
+from kvmethods.testing import live_tensor_bytes, tensors_reachable
 
 SHARING = ["snapkv", "h2o", "streamingllm", "tova"]
 

@@ -20,7 +20,7 @@ from kvmethods.core.catalog import BUILTINS
 from kvmethods.runtime.generation import generate
 from kvmethods.runtime.shared_prefill import can_share_prefill
 from kvmethods.wrappers.adakv import head_adaptive_mask
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 
 ROOT = Path(kvmethods.__file__).resolve().parents[1]  # the repository (wherever this test file sits)
 # the receivers that hold a method (or a grid's method spec): `method.name`, `case.method.name`, `self.inner.name`

@@ -9,7 +9,7 @@ import torch
 from kvmethods import MethodError, get_method, register_method, unregister_method
 from kvmethods.runtime.generation import generate, prefill
 from kvmethods.scorers.snapkv import SnapKV
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from helpers import GRID
 from helpers import collected_ids

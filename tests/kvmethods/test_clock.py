@@ -18,7 +18,7 @@ from kvmethods.runtime import clock
 from kvmethods.runtime.generation import generate
 from kvmethods.runtime.shared_prefill import shared_prefill
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMED_PACKAGES = [ROOT / "kvmethods", ROOT / "pytest_kvbench" / "engine"]

@@ -25,7 +25,7 @@ from kvmethods.attention.hooks import per_layer_causal_masks
 from kvmethods.core.families import decoder_layers
 from kvmethods.runtime import generation
 from kvmethods.runtime.generation import PROTOCOLS, generate, prefill, teacher_force
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from kvmethods.adapters.transformers_compat import cache_argument
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 

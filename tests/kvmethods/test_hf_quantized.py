@@ -9,7 +9,7 @@ import torch
 from kvmethods import MethodError, get_method
 from kvmethods.runtime.generation import generate
 from kvmethods.storage.hf_quantized import tensor_bytes
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from helpers import GRID
 

@@ -12,7 +12,7 @@ from kvmethods import Budget, get_method
 from kvmethods.attention import kernel_memo
 from kvmethods.attention.kernel_memo import KernelMemo, layer_kernel
 from kvmethods.runtime.shared_prefill import shared_prefill
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 
 
 class FakeClock:

@@ -8,7 +8,7 @@ from kvmethods import MethodError, get_method
 from kvmethods.runtime.generation import generate
 from kvmethods.storage.kivi_layer import KIVILayer, kivi_bytes
 from kvmethods.storage.quantization import quantize_groups, quantized_bytes
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 HEADS, HEAD_DIM = 2, 32

@@ -16,7 +16,7 @@ import kvmethods.scorers.kvzip as kvzip_module
 from kvmethods import MethodError, get_method
 from kvmethods.runtime.generation import prefill
 from kvmethods.attention.kvzip_attention import ATTENTION_NAME, RepeatSpan, attend_and_score, scoring_attention
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from kvmethods.adapters.transformers_compat import (AttentionInterface, DynamicCache, attention_implementation, cache_argument,
                                           sdpa_attention_forward)
 from model_helpers import one_thread  # noqa: F401 (one_thread applies here)

@@ -7,7 +7,7 @@ import torch
 from kvmethods import Budget, MethodError, get_method
 from kvmethods.runtime.generation import generate
 from kvmethods.core.memory_budget import CacheGeometry, operating_point
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from helpers import GRID
 from helpers import collected_ids

@@ -13,7 +13,7 @@ from kvmethods import MethodError, get_method
 from kvmethods.wrappers.adakv import head_adaptive_mask
 from kvmethods.runtime.generation import generate, prefill
 from kvmethods.storage.ragged import KERNEL, RaggedLayer
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from model_helpers import FAMILIES, one_thread, sdpa_and_eager  # noqa: F401 (one_thread applies here)
 
 PROMPT = torch.randint(3, 256, (64,), generator=torch.Generator().manual_seed(11)).tolist()

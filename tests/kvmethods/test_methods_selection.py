@@ -14,7 +14,7 @@ from kvmethods.runtime.generation import prefill
 from kvmethods.runtime.layer_inputs import LayerInputs
 from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
 from kvmethods.scorers.scoring import accumulated_attention
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]

@@ -13,7 +13,7 @@ from kvmethods.runtime.generation import generate, prefill
 from kvmethods.runtime.protocols import answer_questions, run_turns
 from kvmethods.runtime.protocols.cache_snapshot import CacheSnapshot
 from kvmethods.runtime.protocols.shared_context import ask
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 
 NO_COMPRESSION = "r0"

@@ -20,7 +20,7 @@ from kvmethods.runtime.generation import generate, prefill
 from kvmethods.storage.ragged import KERNEL as PADDED_KERNEL
 from kvmethods.storage.ragged import RaggedLayer, visibility_mask
 from kvmethods.attention.ragged_attention import VARLEN_KERNEL, kernel_name, varlen_arguments
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from kvmethods.adapters.transformers_compat import attention_implementation
 from model_helpers import FAMILIES, one_thread  # noqa: F401 (one_thread applies here)
 

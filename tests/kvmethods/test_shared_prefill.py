@@ -12,7 +12,7 @@ from kvmethods import Budget, MethodError, available_methods, get_method
 from kvmethods.runtime.generation import generate, prefill
 from kvmethods.storage.ragged import cache_bytes
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
-from tiny_models import live_tensor_bytes, tiny_model
+from kvmethods.testing import live_tensor_bytes, tiny_model
 
 TINY_HEAD = {"kivi": {"group_size": 8, "residual": 8}}  # the tiny model's head_dim is 16
 

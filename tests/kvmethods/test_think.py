@@ -7,7 +7,7 @@ import torch
 
 from kvmethods import get_method
 from kvmethods.runtime.generation import generate
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from kvmethods.storage.think import ChannelPrunedLayer
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from kvmethods import get_method
 from kvmethods.runtime.generation import generate
 from kvmethods.storage.kivi_layer import kivi_bytes
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 from test_kivi import brute_force
 from test_think import reference_kept_channels

@@ -14,7 +14,7 @@ import torch
 from kvmethods import Budget, get_method
 from kvmethods.runtime.generation import decode_greedy, generate
 from kvmethods.runtime.shared_prefill import shared_prefill
-from tiny_models import tiny_model
+from kvmethods.testing import tiny_model
 from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument, cache_from_kwargs
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
 

@@ -11,11 +11,11 @@ import pytest
 
 from gguf_helpers import truncated_copy, write_tiny_gguf
 from helpers import hook_records, run_bench
-from pytest_kvbench.model_sources import gguf_cache, gguf_index
+from pytest_kvbench.model_sources import gguf_cache, gguf_file, gguf_index
 from pytest_kvbench.model_sources.gguf_file import GgufError, check_architecture, gguf_label, read_info
 from pytest_kvbench.model_sources.named_models import named_models
 from pytest_kvbench.results.record import Record
-from pytest_kvbench.results.table_model import score_tables
+from pytest_kvbench.results.views.table_model import score_tables
 
 pytest.importorskip("gguf")
 
@@ -49,6 +49,50 @@ def test_the_index_spares_rereading_an_unchanged_file_and_rereads_a_changed_one(
     write_tiny_gguf(copy, seed=1)  # same size, other bytes: a new mtime
     os.utime(copy, ns=(copy.stat().st_atime_ns, copy.stat().st_mtime_ns + 1_000_000))
     assert gguf_index.gguf_info(copy).sha256 != first.sha256 and reads == [copy.resolve()]
+
+
+def test_a_file_changed_in_place_with_size_and_mtime_restored_is_hashed_again(cache, tmp_path):
+    """ctime is in the index key: new content with the old size, inode and mtime (os.utime) is read again, and
+    its conversion is the new content's, never the old one."""
+    from pytest_kvbench.engine.gguf_conversion import converted_model
+
+    path = write_tiny_gguf(tmp_path / "inplace.gguf", seed=0)
+    old_folder, old, _ = converted_model(path)
+    before = path.stat()
+    with open(path, "r+b") as file:  # the same inode, the same size, other weights
+        file.write(write_tiny_gguf(tmp_path / "other.gguf", seed=1).read_bytes())
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    folder, info, built = converted_model(path)
+    assert info.sha256 != old.sha256 and info.sha256 == gguf_file.sha256_of(path)
+    assert built and folder != old_folder and gguf_cache.is_intact(folder, info.sha256)
+
+
+def test_the_float_size_is_estimated_from_the_header(tiny, cache):
+    info = gguf_index.gguf_info(tiny)
+    # 2 layers of hidden 64 (4 query / 2 KV heads of 16, ffn 96) and a 261-token vocabulary
+    weights = 261 * 64 + 64 + 2 * (64 + 64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 96 * 64)
+    assert info.parameters == weights
+    assert gguf_file.float_bytes(info) == weights * 4 + gguf_file.CONVERSION_EXTRA_BYTES
+
+
+def test_architectures_the_benchmark_cannot_run_are_refused_with_the_reason(tmp_path):
+    for arch, reason in (("mamba", "no key/value cache"), ("t5", "encoder-decoder")):
+        path = write_tiny_gguf(tmp_path / f"{arch}.gguf", architecture=arch)
+        with pytest.raises(GgufError, match=f"GGUF architecture '{arch}' cannot be benchmarked: .*{reason}"):
+            check_architecture(read_info(path, "0" * 64), path)
+
+
+def test_a_family_the_compressing_methods_cannot_hook_is_refused_unless_only_full_runs(tmp_path):
+    path = write_tiny_gguf(tmp_path / "gemma2.gguf", architecture="gemma2")
+    info = read_info(path, "0" * 64)
+    check_architecture(info, path)  # transformers converts it
+    gguf_file.check_family(info, path, [], ("llama", "qwen2"))  # full alone runs any causal LM
+    with pytest.raises(GgufError, match="'gemma2' cannot be compressed by snapkv: kvmethods compresses llama, qwen2"):
+        gguf_file.check_family(info, path, ["snapkv"], ("llama", "qwen2"))
+    gguf_file.check_family(read_info(tiny_llama := write_tiny_gguf(tmp_path / "l.gguf"), "0" * 64), tiny_llama,
+                           ["snapkv"], ("llama",))
 
 
 def test_a_truncated_file_is_refused_with_the_fix(tiny, tmp_path):

@@ -206,7 +206,7 @@ def cli_dir(tmp_path_factory):
 @st.composite
 def bad_cli_arguments(draw) -> list[str]:
     run = draw(unusable_paths | st.sampled_from(["a_file.txt", "..", "/", "no_such_run", "bench_", "latest"]))
-    verb = draw(st.sampled_from(["show", "export", "compare", "report", "merge", "variance", "options"]))
+    verb = draw(st.sampled_from(["show", "export", "compare", "report", "merge", "variance", "coverage", "options"]))
     if verb == "show":
         return ["show", run]
     if verb == "export":
@@ -219,6 +219,8 @@ def bad_cli_arguments(draw) -> list[str]:
         return ["report", run]
     if verb == "merge":
         return ["merge", run, run, "--into", draw(unusable_paths | st.just("a_file.txt"))]
+    if verb == "coverage":
+        return ["coverage", run, draw(unusable_paths | st.sampled_from(["a_file.txt", "no_such_baseline.json", ""]))]
     if verb == "variance":
         return ["variance", run, "--threshold", draw(st.sampled_from(["nan", "inf", "-1%", "0", "x"]))]
     return [draw(st.sampled_from(["list", "show"])), "--results", draw(unusable_paths | st.just("a_file.txt"))]
@@ -246,7 +248,7 @@ def test_malformed_kvbench_arguments_exit_2_with_one_line(cli_dir, monkeypatch, 
 # functions): the same code pytest_configure runs, without an inner pytest session per case.
 
 from pytest_kvbench.input_values import InputError  # noqa: E402
-from pytest_kvbench.wiring import options  # noqa: E402
+from pytest_kvbench.wiring.grid import options  # noqa: E402
 from pytest_kvbench.wiring.gate import Gate  # noqa: E402
 from pytest_kvbench.cases import Grid  # noqa: E402
 
@@ -293,6 +295,13 @@ def refused(pytester, *args: str) -> str:
     (["--kvbench-compare-fail=latency:20%", "--kvbench-compare-fail= "], "--kvbench-compare-fail is empty"),
     (["--kvbench-compare-fail=score:1,"], "empty element"),
     (["--kvbench-compare-fail=score:1", "--kvbench-compare-fail=score:2%"], "given twice (score:1 and score:2%)"),
+    (["--kvbench-preset=kvpress-leaderboard", "--kvbench-preset=kvcache-factory-longbench"],
+     "--kvbench-preset given twice (kvpress-leaderboard and kvcache-factory-longbench); it takes one value"),
+    (["--kvbench-preset", "kvpress-leaderboard", "--kvbench-preset=kvcache-factory-longbench"],
+     "--kvbench-preset given twice"),
+    (["--kvbench-samples=1", "--kvbench-samples=2", "--kvbench-samples=1"], "--kvbench-samples given 3 times"),
+    (["--kvbench-dtype=float32", "--kvbench-dtype=bfloat16"], "--kvbench-dtype given twice"),
+    (["--kvbench-results=a", "--kvbench-results=b"], "--kvbench-results given twice (a and b)"),
     (["--kvbench-results="], "--kvbench-results is empty"),
     (["--kvbench-resume="], "--kvbench-resume is empty"),
     (["--kvbench-timeout="], "--kvbench-timeout is empty"),
@@ -356,6 +365,13 @@ def test_grid_file_classes_are_refused_in_one_line(pytester, toml, named):
 def test_ini_classes_are_refused_in_one_line(pytester, ini, named):
     pytester.makeini("[pytest]\n" + ini + "\n")
     assert named in refused(pytester)
+
+
+def test_a_one_value_option_repeated_with_the_same_value_or_over_addopts_is_accepted(pytester):
+    pytester.makeini("[pytest]\naddopts = --kvbench-samples=3\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--kvbench-samples=2", "--kvbench-samples", "2",
+                                          "--co")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stderr.str()
 
 
 def test_seed_and_seeds_at_different_levels_follow_the_usual_precedence(pytester):
@@ -435,7 +451,7 @@ def test_any_value_is_a_grid_or_a_one_line_usage_error(workdir, pairs):
     (["export", "a", "--format", "md", "-o", ""], "--output is empty"), (["merge", "a", "b", "--into", ""], "--into"),
     (["variance", "a", "--plot", ""], "--plot is empty"), (["report", "a", "-o", ""], "--output is empty"),
     (["list", "--results", ""], "--results is empty"), (["compare", "a", "b", "--fail", "score:1,"], "empty element"),
-    (["variance", "a", "b", "--threshold", "١%"], "invalid threshold"),
+    (["variance", "a", "b", "--threshold", "١%"], "invalid threshold"), (["coverage", "a", ""], "BASELINE is empty"),
 ])
 def test_kvbench_refuses_empty_arguments_before_anything(cli_dir, monkeypatch, capsys, argv, named):
     monkeypatch.chdir(cli_dir)

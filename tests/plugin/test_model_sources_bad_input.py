@@ -9,6 +9,7 @@ Also ``kvbench models`` (plain and --json).
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import gguf  # noqa: F401 - imported outside pytester's runs, which drop the modules they import
@@ -65,6 +66,60 @@ def test_an_architecture_transformers_cannot_load(workdir):
     odd = write_tiny_gguf(workdir.path / "odd.gguf", architecture="nosucharch")
     message = refused(workdir, str(odd))
     assert "GGUF architecture 'nosucharch' cannot be loaded by transformers" in message and "llama" in message
+
+
+@pytest.mark.parametrize("arch, reason", [("mamba", "no key/value cache"), ("t5", "encoder-decoder")])
+def test_an_architecture_the_benchmark_cannot_run(workdir, arch, reason):
+    message = refused(workdir, str(write_tiny_gguf(workdir.path / f"{arch}.gguf", architecture=arch)))
+    assert f"GGUF architecture '{arch}' cannot be benchmarked" in message and reason in message
+
+
+def test_a_family_the_grid_s_methods_cannot_compress(workdir):
+    gemma = str(write_tiny_gguf(workdir.path / "gemma2.gguf", architecture="gemma2"))
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", gemma, "--kvbench-methods", "full,snapkv")
+    assert "'gemma2' cannot be compressed by snapkv: kvmethods compresses llama, mistral, qwen2, qwen3" in message
+    result = workdir.runpytest_inprocess("-p", "no:cacheprovider", "--kvbench-model", gemma, "--kvbench-methods",
+                                         "full", "--kvbench-context-lengths", "1024")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stderr.str()  # full alone runs any causal LM
+
+
+@pytest.mark.parametrize("where, problem", [("a_file", "is a file, not a directory"), ("/proc", "cannot write there"),
+                                            ("/proc/kvbench/gguf", "cannot create it"),
+                                            ("a_file/below", "is a file, not a directory")])
+def test_a_conversion_cache_that_cannot_be_written(workdir, tiny, monkeypatch, where, problem):
+    (workdir.path / "a_file").write_text("keep\n")
+    monkeypatch.setenv(gguf_cache.CACHE_ENV, where)
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(tiny))
+    assert f"{gguf_cache.CACHE_ENV} {where}" in message and problem in message, message
+    assert (workdir.path / "a_file").read_text() == "keep\n"
+
+
+def test_a_read_only_conversion_cache(workdir, tiny, monkeypatch, tmp_path):
+    """access() says yes to root on a read-only mount; the probe is what refuses (faked here by the OS error
+    a read-only mount gives, since mounting needs privileges)."""
+    import errno
+    import tempfile
+
+    root = tmp_path / "ro"
+    root.mkdir()
+    monkeypatch.setenv(gguf_cache.CACHE_ENV, str(root))
+    real = tempfile.mkdtemp
+
+    def read_only(*args, dir=None, **kwargs):
+        if dir is not None and os.fspath(dir) == str(root):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(tiny))
+    assert f"{root}: cannot write there (read-only file system)" in message
+
+
+def test_no_room_for_the_float_conversion(workdir, tiny, monkeypatch):
+    monkeypatch.setattr(gguf_cache, "free_bytes", lambda root: 5 * 2**20)
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(tiny))  # the header index is written
+    assert "5 MiB free, and the float conversion of tiny.gguf needs about 64 MiB" in message
+    assert "point KVBENCH_GGUF_CACHE at a larger disk" in message
 
 
 @pytest.mark.parametrize("package", ["gguf", "accelerate"])

@@ -3,7 +3,7 @@ imported by a pytest run that loads the plugin but runs no benchmark, nor by col
 
 Each run is a fresh interpreter (subprocess): a probe plugin writes, per process (xdist's workers too),
 which heavy modules are in sys.modules when pytest unconfigures. Timings are measured by
-scripts/measure_startup.py, not here.
+scripts/measure/measure_startup.py, not here.
 """
 
 import json
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kvbench.wiring.gpu_slots import GPU_DRIVER_PATHS
+from pytest_kvbench.wiring.distributed.gpu_slots import GPU_DRIVER_PATHS
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "datasets", "scipy", "matplotlib", "numpy", "pandas", "safetensors", "tokenizers")

@@ -69,6 +69,28 @@ def test_the_allow_variable_turns_the_refusal_into_one_warning_line(pytester, mo
     assert len(warnings) == 1 and warnings[0].startswith("kvbench: warning:"), result.stderr.str()
 
 
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("YES", True), ("0", False), ("false", False),
+                                       ("no", False), ("", False)])
+def test_the_allow_variable_takes_the_documented_switch_values(pytester, monkeypatch, value, on):
+    monkeypatch.setenv(compat.ALLOW_UNTESTED_ENV, value)
+    fake_transformers(pytester, monkeypatch, "5.30.0")
+    result = run(pytester, "--kvbench-methods", "full", "--co", "-q")
+    assert result.ret == (pytest.ExitCode.NO_TESTS_COLLECTED if on else pytest.ExitCode.USAGE_ERROR)
+    assert ("kvbench: warning:" in result.stderr.str()) is on
+
+
+@pytest.mark.parametrize("value", ["garbage", "2", "on", "y", "-1", "1 1"])
+@pytest.mark.parametrize("version", ["5.30.0", None])  # refused whether or not the switch would matter
+def test_any_other_switch_value_is_one_line_and_exit_4(pytester, monkeypatch, value, version):
+    monkeypatch.setenv(compat.ALLOW_UNTESTED_ENV, value)
+    if version:
+        fake_transformers(pytester, monkeypatch, version)
+    result = run(pytester, "--kvbench-methods", "full", "--co", "-q")
+    lines = [line for line in result.stderr.str().splitlines() if line.strip()]
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and len(lines) == 1, lines
+    assert f"{compat.ALLOW_UNTESTED_ENV}={value!r} is not a switch value; use 1, true or yes" in lines[0]
+
+
 def test_an_unrelated_pytest_run_is_not_checked(pytester, monkeypatch):
     monkeypatch.delenv(compat.ALLOW_UNTESTED_ENV, raising=False)
     fake_transformers(pytester, monkeypatch, "9.0.0")

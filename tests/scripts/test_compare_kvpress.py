@@ -1,4 +1,4 @@
-"""The pure parts of scripts/compare_kvpress.py: its arguments, the method -> press mapping, answer matching.
+"""The pure parts of scripts/measure/compare_kvpress.py: its arguments, the method -> press mapping, answer matching.
 
 The timing itself runs two environments and is reported, never asserted (docs/performance.md).
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "measure"))
 import compare_kvpress as CK  # noqa: E402
 
 from kvmethods import get_method  # noqa: E402
@@ -93,7 +93,7 @@ def test_model_folder_and_protocol_reach_the_pytest_run():
 
 def test_the_scores_file_names_both_runs_and_holds_the_table(capsys):
     from pytest_kvbench.results.record import Record
-    from pytest_kvbench.results.runs import Run, RunState
+    from pytest_kvbench.results.run.directories import Run, RunState
     from tests.test_cli_support import make_record
 
     def run(run_id, method, scores, packages):

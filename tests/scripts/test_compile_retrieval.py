@@ -1,4 +1,4 @@
-"""The pieces scripts/compile_retrieval.py designs for the default model's key-matching circuit.
+"""The pieces scripts/default_model/compile_retrieval.py designs for the default model's key-matching circuit.
 
 RoPE kernels: the bag head needs a flat window (every key token of a needle weighs the same, so the
 question's bag equals the needle's), the carry head a kernel that always prefers the latest anchor,
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "default_model"))
 import compile_retrieval as CR  # noqa: E402
 
 

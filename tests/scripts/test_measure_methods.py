@@ -1,4 +1,4 @@
-"""scripts/measure_methods.py's extrapolation of KVzip's cost to a 32-layer model from two short ones."""
+"""scripts/measure/measure_methods.py's extrapolation of KVzip's cost to a 32-layer model from two short ones."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "measure"))
 import measure_methods  # noqa: E402
 
 

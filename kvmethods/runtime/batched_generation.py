@@ -1,0 +1,155 @@
+"""A group's prefilled caches decoded together: one batched forward per step for every member that can batch.
+
+After a shared prefill (shared_prefill.py) each member of a sample holds its own compressed cache of the same
+prompt. Decoding them one after another runs the model's weights once per member and token, at batch 1, where
+an accelerator (and, less so, a CPU) is mostly idle. `generate_batch` decodes them in one batch instead:
+
+- the members' caches become one `storage.batched.BatchedLayer` per layer (padded, masked per member and KV
+  head), plugged into a transformers `DynamicCache`; each layer's attention gets its boolean mask through a
+  pre-hook on the attention module (attention_hooks.attention_masks), the model's forward is never replaced;
+- new tokens keep their true positions (position_ids per member: the same for every member of a sample);
+- the teacher-forced pass of fidelity (the reference's output fed to every member) is one forward of the
+  batch over the targets, after which the tail is dropped and the greedy decoding starts from the same
+  padded copy (no per-member deepcopy of the cache);
+- a member leaves the batch when it stops (an eos, or max_new_tokens), the others go on.
+
+Greedy tokens equal sequential decoding's (`generation.generate(..., prefilled=state)`) up to float rounding
+of a different batch shape, which can flip a near-tie; tests/kvmethods/test_batched_decode.py checks every
+built-in method. Timing rule: a step's wall time is shared equally among the members in that step, so each
+member's `decode_s` is its share of the steps it took part in, and the members' decode_s add up to the
+batch's decoding time. Which methods can batch is a capability (`capabilities.decodes_alone`): those that
+compress while decoding, store their cache their own way (quantizers, ThinK) or declare DECODES_ALONE decode
+alone (generation.generate), as does a cache holding any layer `batched.can_batch` refuses.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from ..core.base import Method
+from ..core.budget import Budget
+from ..core.capabilities import decodes_alone
+from ..attention.attention_hooks import AttentionCall, attention_masks
+from ..storage.batched import BatchedLayer, can_batch
+from ..adapters.transformers_compat import DynamicCache, cache_argument
+from .clock import now
+from .generation import GenerationOutput, PrefilledPrompt, measured_prefill
+
+
+@dataclass
+class BatchRequest:
+    """One member of a batch: its method and budget, and the cache its prefill made."""
+
+    method: Method
+    budget: Budget | None
+    state: PrefilledPrompt
+
+
+def can_decode_in_batch(method: Method, state: PrefilledPrompt) -> bool:
+    """Whether a member decodes in a batch: its method's capabilities allow it, and every layer of its cache is
+    a plain dense or ragged one of one sequence."""
+    return not decodes_alone(method.capabilities) and all(can_batch(layer) for layer in state.cache.layers)
+
+
+def batched_cache(states: list[PrefilledPrompt], room: int) -> DynamicCache:
+    """The members' caches, padded into one DynamicCache of BatchedLayers (the members' caches stay as they are)."""
+    cache = DynamicCache()
+    n_layers = len(states[0].cache.layers)
+    cache.layers = [BatchedLayer([s.cache.layers[i] for s in states], room) for i in range(n_layers)]
+    return cache
+
+
+@contextmanager
+def _batch_masks(model, cache: DynamicCache):
+    def mask_for(call: AttentionCall) -> torch.Tensor:
+        return cache.layers[call.layer_idx].attention_mask(call.hidden.shape[1], call.module.config.num_attention_heads)
+
+    with attention_masks(model, mask_for):
+        yield
+
+
+def _forward(model, cache: DynamicCache, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int):
+    """tokens, positions [B, q] -> logits [B, q or 1, vocab]."""
+    with _batch_masks(model, cache):
+        return model(input_ids=tokens, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
+                     **cache_argument(model, cache)).logits
+
+
+def _teacher_force(model, cache: DynamicCache, states: list[PrefilledPrompt], targets: list[int],
+                   positions: torch.Tensor) -> list[torch.Tensor]:
+    """Each member's [len(targets), vocab] float32 log-probs of the targets (generation._teacher_force_prefilled,
+    for the whole batch in one forward); the cache is back at the prompts afterwards."""
+    first = [torch.log_softmax(s.next_logits.float(), dim=-1).unsqueeze(0) for s in states]
+    if len(targets) <= 1:
+        return [row[: len(targets)] for row in first]
+    device = positions.device
+    tokens = torch.tensor([targets[:-1]], dtype=torch.long, device=device).expand(len(states), -1)
+    steps = positions + torch.arange(len(targets) - 1, device=device)
+    logits = _forward(model, cache, tokens, steps, 0)
+    out = [torch.cat([first[b], torch.log_softmax(logits[b].float(), dim=-1)]) for b in range(len(states))]
+    for layer in cache.layers:
+        layer.drop_tail()
+    return out
+
+
+@torch.inference_mode()
+def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_new_tokens: int, eos: set[int], *,
+                   teacher_targets: list[int] | None = None, return_logprobs: bool = False) -> list[GenerationOutput]:
+    """What generation.generate(model, method, budget, ..., prefilled=state) returns for each request (tokens,
+    stop token, sizes measured before decoding, target_logprobs with teacher_targets, per-step log-probs with
+    return_logprobs), decoded in one batch; `decode_s` is each member's share of the batched steps."""
+    states = [r.state for r in requests]
+    outputs = []
+    for request in requests:  # measured before the batch: what each member's own cache holds
+        out = measured_prefill(model, request.method, request.state, prompt_tokens, 0.0)
+        if request.budget is not None and request.budget.kind == "memory":
+            out.kv_bytes_budget = int(request.budget.value * out.kv_bytes_before)
+        outputs.append(out)
+    room = max(max_new_tokens, len(teacher_targets or []))
+    cache = batched_cache(states, room)
+    device = cache.layers[0].keys.device
+    positions = torch.tensor([[s.next_position] for s in states], dtype=torch.long, device=device)
+    if teacher_targets is not None:
+        targets = [int(t) for t in teacher_targets]
+        for out, logprobs in zip(outputs, _teacher_force(model, cache, states, targets, positions)):
+            out.target_logprobs = logprobs
+    steps: list[list[torch.Tensor]] = [[] for _ in requests]
+    decode_s = [0.0] * len(requests)
+    active = list(range(len(requests)))  # request numbers still decoding, in batch row order
+    logits = torch.stack([s.next_logits for s in states])
+    while True:
+        chosen = logits.argmax(-1).tolist()
+        staying = []
+        for row, number in enumerate(active):
+            if return_logprobs:
+                steps[number].append(torch.log_softmax(logits[row].float(), dim=-1))
+            token = chosen[row]
+            out = outputs[number]
+            if token in eos:
+                out.stop_token = token
+                continue
+            out.tokens.append(token)
+            if len(out.tokens) < max_new_tokens:
+                staying.append(row)
+        if not staying:
+            break
+        if len(staying) < len(active):  # stopped members leave the batch
+            rows = torch.tensor(staying, dtype=torch.long, device=device)
+            for layer in cache.layers:
+                layer.keep_rows(rows)
+            positions = positions[rows]
+            active = [active[row] for row in staying]
+        started = now()
+        tokens = torch.tensor([[outputs[number].tokens[-1]] for number in active], dtype=torch.long, device=device)
+        logits = _forward(model, cache, tokens, positions, 1)[:, -1]
+        positions = positions + 1
+        share = (now() - started) / len(active)  # the step's time, shared equally by its members
+        for number in active:
+            decode_s[number] += share
+    for number, out in enumerate(outputs):
+        out.decode_s = decode_s[number]
+        out.logprobs = torch.stack(steps[number]) if return_logprobs else None
+    return outputs

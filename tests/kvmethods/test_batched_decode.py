@@ -1,0 +1,155 @@
+"""kvmethods.runtime.batched_generation: a sample's members decoded in one batch give the tokens sequential decoding
+gives, for every built-in method, with log-probs within 1e-3 (float32) before any divergence; the padded cache
+masks each member's and head's padding; members leave the batch when they stop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvmethods import Budget, MethodError, available_methods, get_method
+from kvmethods.core.capabilities import Capability, decodes_alone
+from kvmethods.runtime.batched_generation import BatchRequest, batched_cache, can_decode_in_batch, generate_batch
+from kvmethods.runtime.generation import generate, prefill
+from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
+from kvmethods.storage.ragged import RaggedLayer
+from kvmethods.testing import tiny_model
+
+TINY_HEAD = {"kivi": {"group_size": 8, "residual": 8}}  # the tiny model's head_dim is 16
+LOGPROB_TOLERANCE = 1e-3
+
+
+def _built(name: str):
+    try:
+        return get_method(name, **TINY_HEAD.get(name, {}))
+    except MethodError:  # an optional backend is missing (hf_quantized's quanto)
+        return None
+
+
+BUILTINS = [name for name in available_methods() if (method := _built(name)) is not None]
+SHARING = [name for name in BUILTINS if can_share_prefill(_built(name))]
+BUDGETS = [Budget.parse("6"), Budget.parse("r0.5"), Budget.parse("64")]  # 64 keeps the whole prompt
+# A window shorter than the prompt: adakv's heads keep uneven counts on the tiny model (ragged layers)
+UNEVEN = [get_method("adakv", window=4), get_method("adakv", base="pyramidkv", window=4)]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def model(request):
+    return tiny_model(request.param, seed=3, qk_scale=4.0)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_model("llama", seed=3, qk_scale=4.0)
+
+
+def prompt(n=40, seed=None):
+    return [int(t) for t in torch.randint(5, 200, (n,), generator=torch.Generator().manual_seed(seed or n))]
+
+
+def first_divergence(label: str, batched, alone) -> str | None:
+    """None when the tokens are equal; else where they part and both runs' log-probs of both tokens there."""
+    for step, (a, b) in enumerate(zip(batched.tokens + [batched.stop_token], alone.tokens + [alone.stop_token])):
+        if a != b:
+            pb, pa = batched.logprobs[step], alone.logprobs[step]
+            return (f"{label}: step {step}: batched {a} (log-p {float(pb[a]):.6f} vs {float(pb[b]):.6f} for {b}), "
+                    f"alone {b} (log-p {float(pa[b]):.6f} vs {float(pa[a]):.6f} for {a})")
+    return None
+
+
+def _check_equal(label, batched, alone, steps_checked):
+    divergence = first_divergence(label, batched, alone)
+    assert divergence is None, divergence
+    assert batched.tokens == alone.tokens and batched.stop_token == alone.stop_token, label
+    n = len(alone.tokens) + (alone.stop_token is not None)
+    assert batched.logprobs.shape[0] == n == alone.logprobs.shape[0]
+    assert (batched.logprobs - alone.logprobs).abs().max() <= LOGPROB_TOLERANCE, label
+    if alone.target_logprobs is not None:
+        assert (batched.target_logprobs - alone.target_logprobs).abs().max() <= LOGPROB_TOLERANCE, label
+    assert batched.kept_tokens_per_head == alone.kept_tokens_per_head, label
+    assert (batched.kv_bytes_after, batched.kv_bytes_logical) == (alone.kv_bytes_after, alone.kv_bytes_logical)
+    steps_checked.append(n)
+
+
+@pytest.mark.parametrize("protocol", ["question_in_window", "query_agnostic"])
+def test_every_builtin_decodes_the_same_tokens_in_a_batch_as_alone(model, protocol):
+    ids, context_len, new = prompt(), 30, 8
+    requests = [(method, budget) for method in [_built(name) for name in SHARING] + UNEVEN for budget in BUDGETS]
+    reference = generate(model, get_method("full"), Budget.parse("full"), ids, context_len, new, set(), protocol,
+                         return_logprobs=True)
+    targets = reference.tokens
+    shared = shared_prefill(model, requests, ids, context_len, protocol)
+    batch = [(number, BatchRequest(method, budget, state))
+             for number, ((method, budget), state) in enumerate(zip(requests, shared.selections))
+             if can_decode_in_batch(method, state)]
+    # the reference's full cache joins as one more member: dense layers, much longer than the others
+    members = [request for _, request in batch] + [BatchRequest(get_method("full"), None, shared.reference)]
+    outputs = generate_batch(model, members, len(ids), new, set(), teacher_targets=targets, return_logprobs=True)
+    assert {requests[n][0].name for n, _ in batch} >= {"snapkv", "pyramidkv", "adakv", "kvzip", "h2o", "tova"}
+    assert any(isinstance(layer, RaggedLayer) and len(set(layer.kept_per_head)) > 1
+               for _, r in batch for layer in r.state.cache.layers), "no uneven heads: the per-head masks untested"
+    checked: list[int] = []
+    for (number, request), batched in zip(batch, outputs):
+        method, budget = requests[number]
+        alone = generate(model, method, budget, ids, context_len, new, set(), protocol, teacher_targets=targets,
+                         return_logprobs=True, prefilled=request.state)
+        _check_equal(f"{method.name}@{budget.spec}", batched, alone, checked)
+    assert outputs[-1].tokens == reference.tokens
+    assert (outputs[-1].logprobs - reference.logprobs).abs().max() <= LOGPROB_TOLERANCE
+    assert len(checked) == len(batch) and sum(checked) > len(batch)
+
+
+def test_what_decodes_alone_is_a_capability_and_every_other_builtin_batches(model):
+    ids = prompt()
+    alone = {name for name in BUILTINS if decodes_alone(_built(name).capabilities)}
+    assert {"kivi", "think", "rkv", "decoding"} <= alone and not {"snapkv", "adakv", "kvzip", "full"} & alone
+    for name in BUILTINS:
+        method = _built(name)
+        if Capability.RUNS_PREFILL in method.capabilities:
+            continue
+        state = prefill(model, method, Budget.parse("6"), ids, 30, "query_agnostic")
+        assert can_decode_in_batch(method, state) == (name not in alone), name
+
+
+def test_members_leave_the_batch_when_they_stop_and_the_others_go_on(llama):
+    """Different eos ids and lengths: each member stops where it stops alone (max_new_tokens or its eos)."""
+    ids, new = prompt(50, seed=7), 10
+    methods = [(get_method("snapkv"), Budget.parse("5")), (get_method("streamingllm"), Budget.parse("12")),
+               (get_method("adakv"), Budget.parse("8")), (get_method("h2o"), Budget.parse("4"))]
+    alone_runs = [generate(llama, m, b, ids, 50, new, set(), "query_agnostic") for m, b in methods]
+    eos = {alone_runs[0].tokens[4], alone_runs[2].tokens[2]}  # two members stop early, the others maybe not
+    shared = shared_prefill(llama, methods, ids, 50, "query_agnostic")
+    batched = generate_batch(llama, [BatchRequest(m, b, s) for (m, b), s in zip(methods, shared.selections)],
+                             len(ids), new, eos, return_logprobs=True)
+    alone = [generate(llama, m, b, ids, 50, new, eos, "query_agnostic", return_logprobs=True) for m, b in methods]
+    assert [len(o.tokens) for o in batched] == [len(o.tokens) for o in alone]
+    assert any(o.stop_token is not None for o in alone) and any(o.stop_token is None for o in alone)
+    assert len({len(o.tokens) for o in alone}) > 1
+    for (m, b), x, y in zip(methods, batched, alone):
+        _check_equal(f"{m.name}@{b.spec}", x, y, [])
+    assert all(o.decode_s > 0 for o in batched)
+
+
+def test_the_padded_mask_hides_each_members_padding_per_head(llama):
+    ids = prompt()
+    methods = [(UNEVEN[0], Budget.parse("12")), (get_method("pyramidkv"), Budget.parse("10"))]
+    shared = shared_prefill(llama, methods, ids, 40, "question_in_window")
+    cache = batched_cache(shared.selections, room=4)
+    uneven = [i for i, layer in enumerate(shared.selections[0].cache.layers)
+              if isinstance(layer, RaggedLayer) and len(set(layer.kept_per_head)) > 1]
+    assert uneven, "adakv kept its heads evenly everywhere: nothing ragged to test"
+    layer = cache.layers[uneven[0]]
+    lengths = [s.cache.layers[uneven[0]].tokens_per_head() if n == 0 else [s.cache.layers[uneven[0]].keys.shape[-2]] * 2
+               for n, s in enumerate(shared.selections)]
+    assert layer.lengths.tolist() == lengths and layer.prompt == max(map(max, lengths))
+    mask = layer.attention_mask(1, 4)  # the first new token: the prompt part and itself
+    assert mask.shape == (2, 4, 1, layer.prompt + 1)
+    for b, heads in enumerate(lengths):
+        for q_head in range(4):
+            assert mask[b, q_head, 0, : layer.prompt].sum() == heads[q_head // 2]  # query heads share their KV head's row
+    key = torch.zeros(2, 2, 1, layer.keys.shape[-1])
+    layer.update(key, key)
+    mask = layer.attention_mask(2, 4)  # two more after one stored: causal over the tail and themselves
+    assert mask[:, :, :, layer.prompt:].tolist()[0][0] == [[True, True, False], [True, True, True]]
+    layer.drop_tail()
+    assert layer.get_seq_length() == layer.prompt
