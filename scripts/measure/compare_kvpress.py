@@ -39,24 +39,47 @@ from pathlib import Path
 
 from common import Timing, print_medians, print_ratio, timed_command, timed_pytest
 
+from kvmethods.core.capabilities import Capability
+from kvmethods.core.catalog import BASE, BUILTINS
+from kvmethods.spec import MethodSpec
 from pytest_kvbench.comparison.kvpress_scores import NATIVE_PRESSES, score_table
 from pytest_kvbench.results.run.directories import load_run
 
-# our method spec -> (kvpress press, its arguments; a press name builds that press with its defaults). Our
-# settings equal the presses' defaults. Left out: pyramidkv and adakv (kvpress's PyramidKVPress and AdaKVPress
-# fail in its pipeline on this model once a question of several tokens follows the compressed context: a mask
-# sized for layer 0 / "Could not find fake keys"), h2o (ObservedAttentionPress scores differently and needs
-# eager attention).
-METHOD_PRESSES = {
-    "snapkv:window=64:kernel=5": ("SnapKVPress", {}),
-    "streamingllm": ("StreamingLLMPress", {}),
-    "tova": ("TOVAPress", {}),
-    "knorm": ("KnormPress", {}),
-    "expected_attention": ("ExpectedAttentionPress", {}),
-    "criticalkv:window=64:kernel=5": ("CriticalKVPress", {"press": "SnapKVPress"}),
-    "criticalkv:base=expected_attention": ("CriticalKVPress", {"press": "ExpectedAttentionPress"}),
-    "random": ("RandomPress", {"seed": 0}),  # same cost; a different generator, so other positions and answers
-}
+# The methods timed against kvpress, each with the press its catalog row names (kvpress_press) at settings equal
+# to the press's defaults (kvpress_defaults; a wrapper's base gets its own). Left out: pyramidkv and adakv
+# (kvpress's PyramidKVPress and AdaKVPress fail in its pipeline on this model once a question of several tokens
+# follows the compressed context: a mask sized for layer 0 / "Could not find fake keys"), h2o (kvpress has no
+# press scoring the same). random: same cost; a different generator, so other positions and answers.
+TIMED = ["snapkv", "streamingllm", "tova", "knorm", "expected_attention", "criticalkv",
+         "criticalkv:base=expected_attention", "random"]
+
+
+def _literal(value: str):
+    """A press argument as the press takes it: a number stays a number, a press name a name."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def kvpress_pair(method: str) -> tuple[str, tuple[str, dict]]:
+    """Our spec at the press's defaults -> (kvpress press, its arguments; a press name builds that press with its
+    defaults), from the catalog rows: `criticalkv` -> `criticalkv:window=64:kernel=5`, (CriticalKVPress,
+    {press: SnapKVPress})."""
+    spec = MethodSpec.parse(method)
+    entry = BUILTINS[spec.name]
+    press = MethodSpec.parse(entry.kvpress_press)
+    arguments = {name: _literal(str(value)) for name, value in press.params}
+    settings = [method] + ([entry.kvpress_defaults] if entry.kvpress_defaults else [])
+    if Capability.WRAPS in entry.capabilities:
+        base = BUILTINS[dict(spec.params).get(BASE, entry.default(BASE))]
+        arguments["press"] = MethodSpec.parse(base.kvpress_press).name
+        if base.kvpress_defaults and BASE not in dict(spec.params):
+            settings.append(base.kvpress_defaults)
+    return ":".join(settings), (press.name, arguments)
+
+
+METHOD_PRESSES = dict(kvpress_pair(method) for method in TIMED)
 COMPARISONS = {  # name -> (methods, ratio budgets)
     "item": (["snapkv:window=64:kernel=5"], ["r0.9"]),
     "grid": (list(METHOD_PRESSES), ["r0.25", "r0.5", "r0.75", "r0.9"]),
