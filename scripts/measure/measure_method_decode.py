@@ -10,8 +10,8 @@ load falls on all alike. Printed: per method and code, the median wall and CPU (
 and tokens/s, each code's new/old ratio, and the load average. The saved state also records each method's
 own selection seconds of that prefill (`own_s`: where H2O's accumulated attention shows).
 
-    python scripts/random_model.py qwen2.5-0.5b /tmp/qwen05
-    python scripts/measure_method_decode.py --model /tmp/qwen05 --context-length 8192 --state /tmp/state-8k.pt \\
+    python scripts/measure/random_model.py qwen2.5-0.5b /tmp/qwen05
+    python scripts/measure/measure_method_decode.py --model /tmp/qwen05 --context-length 8192 --state /tmp/state-8k.pt \\
         --methods streamingllm,snapkv,pyramidkv,h2o,tova,adakv --tokens 16 --rounds 3 --code /tmp/old --code .
 """
 
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         return child(args)
     if not args.state.exists():
+        sys.path.insert(0, str(ROOT))  # this checkout's packages make the state; each child imports its --code
         make_state(args)
     codes = [code.resolve() for code in args.code or [ROOT]]
     runs: dict[str, list[dict]] = {str(code): [] for code in codes}
