@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from pytest_kvbench.results.runs import RunError, load_run
+from pytest_kvbench.results.run.directories import RunError, load_run
 
 # What an item measured, as opposed to how long it took or what it ran on.
 ITEM_FIELDS = ("status", "score", "aggregate", "fidelity", "n_samples")

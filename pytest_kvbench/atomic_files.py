@@ -1,6 +1,6 @@
 """Whole files written atomically: readers see the old file or the new one, never a part.
 
-Run directories (results/storage.py), baselines, reports and the GGUF conversion cache
+Run directories (results/run/storage.py), baselines, reports and the GGUF conversion cache
 (model_sources/) all write this way, so it lives below all of them: a temporary sibling, fsync, then a
 rename into place.
 """

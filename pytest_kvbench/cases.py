@@ -3,9 +3,9 @@ cases a grid holds, and how each is named.
 
 The engine runs a Case, the pytest wiring makes one item of each, the results are keyed by it: so the model
 lives here, below all three. The grid is resolved once per session from options, ini keys and a TOML file
-(wiring/options.py) and validated, before any model loads, so that a typo is a one-line usage error rather
+(wiring/grid/options.py) and validated, before any model loads, so that a typo is a one-line usage error rather
 than a crash an hour into a sweep. Each Case knows its pytest id, which must stay stable across runs
-(``--lf`` and baselines depend on it), and its comparison key, which results/record.py parses back.
+(``--lf`` and baselines depend on it), and its comparison key, which results/record/__init__.py parses back.
 
 No compression is ``kvmethods.FULL_CACHE``: the budget of the `full` method's cases (one per task, whatever
 the budgets), spelled "full" in keys and labels, left out of item ids.
@@ -22,7 +22,7 @@ from kvmethods import FULL_CACHE, Budget, describe_method
 from kvmethods.spec import MethodSpec  # the one method-spec grammar; Case and the grid file name it here
 from pytest_kvbench.input_values import MAX_SAMPLES, InputError, ascii_int
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL
-from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL, ItemKey, protocol_key_part, task_label
+from pytest_kvbench.record_key import DEFAULT_PROTOCOL, ItemKey, protocol_key_part, task_label
 
 
 def model_label(model: str) -> str:
@@ -92,7 +92,7 @@ class Case:
 class Grid:
     models: list[str] = field(default_factory=lambda: [DEFAULT_MODEL])
     methods: list[MethodSpec] = field(default_factory=list)
-    budgets: list[Budget] = field(default_factory=list)  # parsed once, by options.py
+    budgets: list[Budget] = field(default_factory=list)  # parsed once, by wiring/grid/options.py
     tasks: list[str] = field(default_factory=list)
     tasks_named: bool = False  # the user listed the tasks (else the default grid: default_selection.py)
     smoke_tasks: list[str] = field(default_factory=list)

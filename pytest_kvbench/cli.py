@@ -5,7 +5,7 @@ outside pytest, so every verb works on the run directories under ``results/runs/
 are a contract: 0 success, 1 a regression found by ``compare``, 2 bad input (unknown or
 ambiguous run id, corrupt file, bad option, an output path that cannot be written; all checked
 before anything is printed), always with a one-line message and no traceback. A damaged run
-(results/run_state.py) is read as far as it goes, then named in one line, and exits 2 too.
+(results/run/state.py) is read as far as it goes, then named in one line, and exits 2 too.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ from pytest_kvbench.comparison.verdicts import compare_record, comparison_summar
 from pytest_kvbench import model_listing, user_paths
 from pytest_kvbench.cli_checks import (UsageError, check_no_blank_arguments, check_output_paths,
                                       check_results_dir)
-from pytest_kvbench.results import storage
-from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS
-from pytest_kvbench.results.environment import environment_differences
-from pytest_kvbench.results.export import FORMATS, ExportError, export_records, to_markdown
-from pytest_kvbench.results.merge import merge_runs
-from pytest_kvbench.results.protocol_exports import export_directory
+from pytest_kvbench.results.run import storage
+from pytest_kvbench.results.exports.directory import DIRECTORY_FORMATS
+from pytest_kvbench.results.run.environment import environment_differences
+from pytest_kvbench.results.views.export import FORMATS, ExportError, export_records, to_markdown
+from pytest_kvbench.results.run.merge import merge_runs
+from pytest_kvbench.results.exports.formats import export_directory
 from pytest_kvbench.results.record import Record
-from pytest_kvbench.results.report import ReportError
-from pytest_kvbench.results.reproduction import reproduction_text
-from pytest_kvbench.results.runs import Run, RunError, list_runs, load_run
+from pytest_kvbench.results.report.html_report import ReportError
+from pytest_kvbench.results.views.reproduction import reproduction_text
+from pytest_kvbench.results.run.directories import Run, RunError, list_runs, load_run
 from pytest_kvbench.tasks import TaskError
 from pytest_kvbench.tasks.registry import task_listing
 
@@ -294,7 +294,7 @@ def cmd_export(args) -> int:
 
 def cmd_report(args) -> int:
     # lazy for startup time: the report imports numpy, scipy and matplotlib (every kvbench command pays its imports)
-    from pytest_kvbench.results.report import write_report
+    from pytest_kvbench.results.report.html_report import write_report
 
     runs = [_load(args, r) for r in args.runs]
     target = write_report(runs, args.output, title=args.title)
@@ -323,7 +323,7 @@ def cmd_variance(args) -> int:
     print(tabulate(rows, headers=HEADERS, disable_numparse=True))
     if args.plot.lower() != "none":
         # lazy for startup time: matplotlib
-        from pytest_kvbench.results.figures import save_figure, variance_figure
+        from pytest_kvbench.results.report.figures import save_figure, variance_figure
 
         save_figure(variance_figure([(k, c) for k, c in curves if c.n >= 2]), args.plot)
         print(f"wrote {args.plot}")

@@ -46,7 +46,7 @@ def _output_targets(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     command = args.command
     if command == "export" and args.output:
         # lazy for startup time: the export layouts import numpy and scipy; only `export` needs them
-        from pytest_kvbench.results.directory_export import DIRECTORY_FORMATS
+        from pytest_kvbench.results.exports.directory import DIRECTORY_FORMATS
 
         return [("--output", args.output, "dir" if args.format in DIRECTORY_FORMATS else "file")]
     if command == "report":
@@ -71,7 +71,7 @@ def check_output_paths(args: argparse.Namespace) -> None:
             raise UsageError(str(exc)) from None
         if option == "--plot":
             # lazy for startup time: figures imports numpy and scipy; only `variance --plot` needs it
-            from pytest_kvbench.results.figures import ReportError, plot_format
+            from pytest_kvbench.results.report.figures import ReportError, plot_format
 
             try:
                 plot_format(path)

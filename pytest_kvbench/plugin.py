@@ -1,12 +1,12 @@
 """The pytest11 entry point: wires options, hooks and fixtures of pytest-kvbench together.
 
 Nothing here does benchmark work itself. Configuration resolves and validates the grid
-(wiring/options.py), collection turns it into one item per case (cases.py), the ``kvbench``
+(wiring/grid/options.py), collection turns it into one item per case (cases.py), the ``kvbench``
 fixture (wiring/fixture.py) runs an item (engine/runner.py), each finished item's record goes
-through the ``pytest_kvbench_record`` hook (wiring/hookspecs.py) into the run directory
-(wiring/session.py), and the controller writes the results at the end (results/tables.py), gates
+through the ``pytest_kvbench_record`` hook (hookspecs.py) into the run directory
+(wiring/session.py), and the controller writes the results at the end (results/views/tables.py), gates
 against a baseline (wiring/gate.py) and prints its summary (wiring/terminal_summary.py). xdist's
-hooks are in wiring/xdist_hooks.py.
+hooks are in wiring/distributed/xdist_hooks.py.
 """
 
 from __future__ import annotations
@@ -19,24 +19,27 @@ import pytest
 from pytest_kvbench.cases import GridError
 from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int, shown
 from pytest_kvbench.results import record as records
-from pytest_kvbench.results.storage import new_run_id
+from pytest_kvbench.results.run.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
-from pytest_kvbench.wiring import default_selection, fixture, hookspecs, options, xdist_hooks
+from pytest_kvbench.wiring import default_selection, fixture
+from pytest_kvbench import hookspecs
+from pytest_kvbench.wiring.grid import options
+from pytest_kvbench.wiring.distributed import xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.interrupts import InterruptShield, honour_sigint
 from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, lock_run, suite_of
-from pytest_kvbench.wiring.output_paths import check_run_outputs
-from pytest_kvbench.wiring.progress import ProgressPlugin, SessionProgress
-from pytest_kvbench.wiring.progress_lines import FinishedItemLines
+from pytest_kvbench.wiring.grid.output_paths import check_run_outputs
+from pytest_kvbench.wiring.progress.live import ProgressPlugin, SessionProgress
+from pytest_kvbench.wiring.progress.lines import FinishedItemLines
 from pytest_kvbench.wiring.runner_settings import RunnerSettings
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
                                               RUNNER_SETTINGS_KEY, SESSION_KEY, SHIELD_KEY, VERDICT_KEY)
-from pytest_kvbench.wiring.shards import parse_shard, select_shard
+from pytest_kvbench.wiring.distributed.shards import parse_shard, select_shard
 from pytest_kvbench.wiring.terminal_summary import write_summary
-from pytest_kvbench.wiring.transformers_range import check_transformers, kvbench_options_given
-from pytest_kvbench.wiring.xdist_groups import xdist_group_name
-from pytest_kvbench.wiring.xdist_hooks import check_worker_count, pin_worker_device
+from pytest_kvbench.wiring.grid.transformers_range import check_transformers, kvbench_options_given
+from pytest_kvbench.wiring.distributed.xdist_groups import xdist_group_name
+from pytest_kvbench.wiring.distributed.xdist_hooks import check_worker_count, pin_worker_device
 
 SLOW_CONTEXT = 8192  # RULER items from this context length on are marked slow
 
@@ -75,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if is_worker(config):
             run_id = config.workerinput["kvbench_run_id"]
         elif config.getoption("kvbench_resume") is not None:
-            from pytest_kvbench.wiring.resume import check_resume  # lazy for startup time: reads past runs
+            from pytest_kvbench.wiring.grid.resume import check_resume  # lazy for startup time: reads past runs
 
             run_id = check_resume(config.getoption("kvbench_resume"), results, grid)
         else:

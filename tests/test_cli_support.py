@@ -1,7 +1,7 @@
 """Builders of realistic records and run directories for the baseline, CLI and report tests.
 
 Records have exactly the fields of DEVELOPERS.md ("Contract: records") and the key/item id
-spelling of grid.Case; run directories are written the way the session (results/run_writer.py)
+spelling of grid.Case; run directories are written the way the session (results/run/writer.py)
 writes them (records appended with storage.append_record, run.json with the same fields). The
 test at the bottom keeps these builders honest against the contract.
 """
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from pytest_kvbench import atomic_files
-from pytest_kvbench.results import storage
+from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.record import Record
 
 RUN_ID = "bench_0a1b2c3d_20250102_030405"

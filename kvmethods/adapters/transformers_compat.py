@@ -28,7 +28,7 @@ NEWEST_TESTED = "5.24"  # constraints.txt, CI's main env
 SUPPORTED_TEXT = f">={OLDEST_SUPPORTED},<5.25"
 SUPPORTED = SpecifierSet(SUPPORTED_TEXT)  # pyproject.toml's transformers requirement
 ALLOW_UNTESTED_ENV = "KVBENCH_ALLOW_UNTESTED_TRANSFORMERS"  # on: an untested version only warns (drift CI job); read
-# by pytest_kvbench/wiring/transformers_range.py as a switch (1/true/yes, 0/false/no, empty)
+# by pytest_kvbench/wiring/grid/transformers_range.py as a switch (1/true/yes, 0/false/no, empty)
 
 # Public names re-exported from transformers, imported on first access.
 _LAZY_NAMES = {

@@ -12,7 +12,7 @@ in the item id, the record's params and the baseline key. `per_turn=false` (the 
 unchanged. Only methods that can cut a grown cache back from recent queries can do it (as for `decoding`):
 not those needing every prompt query (h2o), the whole prompt (kvzip), their own prefill (kvpress), uneven
 heads (adakv) or a storage of their own (capabilities.can_cut_back_from_recent_queries). The protocol side
-is protocols/multi_turn.py; the grid refuses the parameter under any other protocol (wiring/protocols.py).
+is protocols/multi_turn.py; the grid refuses the parameter under any other protocol (wiring/grid/cache_protocols.py).
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from pathlib import Path
 from pytest_kvbench import user_paths
 from pytest_kvbench.atomic_files import atomic_write_json
 from pytest_kvbench.results.record import BudgetInfo, Device, Latency, Memory, MethodInfo, Record, TaskInfo, is_number
-from pytest_kvbench.results.record_json import OMITTED_AT_DEFAULT, RecordShapeError, from_json, to_json
-from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL
-from pytest_kvbench.results.storage import read_json
+from pytest_kvbench.results.record.serializer import OMITTED_AT_DEFAULT, RecordShapeError, from_json, to_json
+from pytest_kvbench.record_key import DEFAULT_PROTOCOL
+from pytest_kvbench.results.run.storage import read_json
 
 FORMAT = "kvbench-baseline"
 VERSION = 1

@@ -13,8 +13,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from pytest_kvbench.input_values import ascii_float
-from pytest_kvbench.results.export import config_key
-from pytest_kvbench.results.runs import Run
+from pytest_kvbench.results.views.export import config_key
+from pytest_kvbench.results.run.directories import Run
 from pytest_kvbench.stats import VariationCurve
 
 HEADERS = ["item", "seeds", "mean", "CV per seed", "CV of the mean (seeds: CV)", "seeds needed"]

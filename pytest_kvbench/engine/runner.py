@@ -31,7 +31,7 @@ from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn,
 from pytest_kvbench.engine.shared_prefills import SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
-from pytest_kvbench.results.record_json import from_json
+from pytest_kvbench.results.record.serializer import from_json
 from pytest_kvbench.tasks import get_task
 
 

@@ -2,6 +2,6 @@
 
 A model reference is ``default`` (the embedded model), a named model (``smollm2-135m``, listed in
 ``named_models.toml``), a ``.gguf`` file, a local Hugging Face folder or a hub id. The configure-time
-checks (wiring/model_refs.py), the loader (engine/models.py) and ``kvbench models`` all resolve it
+checks (wiring/grid/model_refs.py), the loader (engine/models.py) and ``kvbench models`` all resolve it
 here, so they agree on what a name means.
 """

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import pytest
 
 from pytest_kvbench.cases import Case
-from pytest_kvbench.results.run_lock import RunInUse
+from pytest_kvbench.results.run.lock import RunInUse
 from pytest_kvbench.tasks import get_task
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
 from pytest_kvbench.wiring.interrupts import honour_sigint
@@ -65,7 +65,7 @@ def expect(config: pytest.Config, nodeids: Iterable[str]) -> None:
 
 def lock_run(config: pytest.Config, what: str = "") -> None:
     """Controller: hold the run directory's lock until pytest unconfigures; a usage error naming the holder
-    when another process has it (results/run_lock.py)."""
+    when another process has it (results/run/lock.py)."""
 
     run = config.stash[SESSION_KEY]
     if run.lock is not None:

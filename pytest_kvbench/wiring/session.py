@@ -1,6 +1,6 @@
 """One benchmark run: its id and directory, the records it produced, and what it writes at the end.
 
-Workers append each finished item's record to ``records.jsonl`` (results/storage.py) the moment it
+Workers append each finished item's record to ``records.jsonl`` (results/run/storage.py) the moment it
 finishes; the controller alone, at session end, reads them all back and writes ``run.json``, the
 per-task prediction files and RESULTS.md. A crash therefore loses at most the running item, and
 ``--kvbench-resume RUN_ID`` can complete the same directory later.
@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pytest_kvbench import atomic_files
 from pytest_kvbench.cases import Grid
-from pytest_kvbench.results import storage
-from pytest_kvbench.results.environment import capture_environment, installed_packages
+from pytest_kvbench.results.run import storage
+from pytest_kvbench.results.run.environment import capture_environment, installed_packages
 from pytest_kvbench.results.record import Record, superseded
-from pytest_kvbench.results.runs import parse_records
+from pytest_kvbench.results.run.directories import parse_records
 
 
 class RunSession:
@@ -40,7 +40,7 @@ class RunSession:
         self.written: list[str] = []  # what finish() wrote (wiring/final_writes.py) ...
         self.write_failures: list = []  # ... and what it could not, with the path and why
         self.cases_by_id: dict | None = None  # filled by the plugin on first use
-        self.lock = None  # the run directory's RunLock while this controller holds it (results/run_lock.py)
+        self.lock = None  # the run directory's RunLock while this controller holds it (results/run/lock.py)
         # a resumed run: the records of its earlier attempts, by key, read once before any item runs here
         self._earlier = {r.key: r for r in self.all_records()} if resumed else {}
 
@@ -49,7 +49,7 @@ class RunSession:
         return self.capture_environment()
 
     def capture_environment(self) -> dict:
-        """Git commit, package versions, command line (results/environment.py), captured once: when the
+        """Git commit, package versions, command line (results/run/environment.py), captured once: when the
         controller's collection found items (plugin.py), or when first read; not at configure, which runs
         in every pytest run of a user (git is a subprocess)."""
         if self._environment is None:
@@ -60,7 +60,7 @@ class RunSession:
     def hold_lock(self) -> None:
         """Controller: lock the run directory before any item runs (RunInUse when another process has it)."""
         if self.lock is None:
-            from pytest_kvbench.results.run_lock import RunLock  # lazy: filelock, for runs only
+            from pytest_kvbench.results.run.lock import RunLock  # lazy: filelock, for runs only
 
             self.lock = RunLock(self.run_dir).acquire()
 
@@ -123,7 +123,7 @@ class RunSession:
 
     def all_records(self) -> list[Record]:
         """Every record of the run (all workers, earlier resumed attempts), the last per case; a line that is
-        not a record is skipped here (``kvbench show`` names it: results/run_state.py)."""
+        not a record is skipped here (``kvbench show`` names it: results/run/state.py)."""
         records = parse_records(storage.scan_records(self.records_path).records, str(self.records_path))
         return storage.latest_per_key(records)
 
@@ -134,7 +134,7 @@ class RunSession:
     def finish(self, *, complete: bool) -> dict:
         """Write run.json, per-task files and RESULTS.md from every record, each on its own (a failure is
         kept in ``write_failures``, the others are still written); return run.json's content."""
-        from pytest_kvbench.results import run_writer  # lazy for startup time: tables and tabulate, at the end only
+        from pytest_kvbench.results.run import writer as run_writer  # lazy for startup time: tables and tabulate, at the end only
         from pytest_kvbench.wiring.final_writes import write_each
 
         records = self.final_records = self.all_records()

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from pytest_kvbench.wiring.gate import Gate
-from pytest_kvbench.wiring.gpu_slots import DeviceSlots
+from pytest_kvbench.wiring.distributed.gpu_slots import DeviceSlots
 from pytest_kvbench.wiring.interrupts import InterruptShield
-from pytest_kvbench.wiring.progress import SessionProgress
+from pytest_kvbench.wiring.progress.live import SessionProgress
 from pytest_kvbench.wiring.session import RunSession
 
 SESSION_KEY = pytest.StashKey[RunSession]()

@@ -13,7 +13,7 @@ from pytest_kvbench.wiring.final_writes import failure_line
 
 def write_summary(terminalreporter, run, gate) -> None:
     # lazy for startup time: tables import tabulate and the task summaries; only at the end of a benchmark run
-    from pytest_kvbench.results.tables import budget_tables, zero_scores
+    from pytest_kvbench.results.views.tables import budget_tables, zero_scores
 
     records = run.final_records if run.final_records is not None else run.all_records()
     terminalreporter.section("kvbench")

@@ -40,7 +40,7 @@ from pathlib import Path
 from common import Timing, print_medians, print_ratio, timed_command, timed_pytest
 
 from pytest_kvbench.comparison.kvpress_scores import NATIVE_PRESSES, score_table
-from pytest_kvbench.results.runs import load_run
+from pytest_kvbench.results.run.directories import load_run
 
 # our method spec -> (kvpress press, its arguments; a press name builds that press with its defaults). Our
 # settings equal the presses' defaults. Left out: pyramidkv and adakv (kvpress's PyramidKVPress and AdaKVPress
@@ -171,7 +171,7 @@ def run_records(run_dir: str | None, python: str, pytest_argv: list[str]) -> lis
 
 def score_markdown(title: str, ours, theirs) -> str:
     """The side-by-side table as a file: which runs (id, date, commit, command, versions) made each side."""
-    from pytest_kvbench.results.tables import provenance
+    from pytest_kvbench.results.views.tables import provenance
 
     def side(name: str, run) -> str:
         kvpress = (run.environment.get("packages") or {}).get("kvpress")

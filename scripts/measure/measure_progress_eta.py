@@ -17,7 +17,7 @@ from pathlib import Path
 import common  # noqa: F401 (this checkout's packages first)
 
 from pytest_kvbench.results.record import Record
-from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
+from pytest_kvbench.wiring.progress.eta import GroupedEstimate, PlannedItem
 
 
 def planned_of(record: Record, samples: int | None) -> PlannedItem:

@@ -18,7 +18,7 @@ from test_cli_support import (
     write_run,
 )
 
-from pytest_kvbench.results.export import score_tables, to_latex, to_markdown
+from pytest_kvbench.results.views.export import score_tables, to_latex, to_markdown
 
 
 @pytest.fixture

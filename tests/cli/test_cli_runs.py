@@ -20,9 +20,9 @@ from test_cli_support import (
 )
 
 from pytest_kvbench.cli import main
-from pytest_kvbench.results import storage
-from pytest_kvbench.results.merge import merge_runs
-from pytest_kvbench.results.runs import RunError, list_runs, load_run
+from pytest_kvbench.results.run import storage
+from pytest_kvbench.results.run.merge import merge_runs
+from pytest_kvbench.results.run.directories import RunError, list_runs, load_run
 
 
 @pytest.fixture
@@ -221,7 +221,7 @@ def test_a_retried_item_counts_once_with_its_last_record(tmp_path):
 
 
 def test_runs_written_by_the_harness_session_read_back(tmp_path):
-    """The lead's RunSession writes the directory; runs.py must read exactly that."""
+    """The lead's RunSession writes the directory; run/directories.py must read exactly that."""
     from kvmethods import Budget
     from pytest_kvbench.cases import Grid, MethodSpec
     from pytest_kvbench.wiring.session import RunSession

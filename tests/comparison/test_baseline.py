@@ -19,7 +19,7 @@ from pytest_kvbench.comparison.baseline_file import (
 )
 from pytest_kvbench.comparison.tolerances import Tolerance, parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
-from pytest_kvbench.results.environment import environment_differences
+from pytest_kvbench.results.run.environment import environment_differences
 from pytest_kvbench.results.record import Record
 
 DEFAULT = parse_tolerances([])

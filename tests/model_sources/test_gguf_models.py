@@ -15,7 +15,7 @@ from pytest_kvbench.model_sources import gguf_cache, gguf_file, gguf_index
 from pytest_kvbench.model_sources.gguf_file import GgufError, check_architecture, gguf_label, read_info
 from pytest_kvbench.model_sources.named_models import named_models
 from pytest_kvbench.results.record import Record
-from pytest_kvbench.results.table_model import score_tables
+from pytest_kvbench.results.views.table_model import score_tables
 
 pytest.importorskip("gguf")
 

@@ -248,7 +248,7 @@ def test_malformed_kvbench_arguments_exit_2_with_one_line(cli_dir, monkeypatch, 
 # functions): the same code pytest_configure runs, without an inner pytest session per case.
 
 from pytest_kvbench.input_values import InputError  # noqa: E402
-from pytest_kvbench.wiring import options  # noqa: E402
+from pytest_kvbench.wiring.grid import options  # noqa: E402
 from pytest_kvbench.wiring.gate import Gate  # noqa: E402
 from pytest_kvbench.cases import Grid  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 from kvmethods import FULL_CACHE, Budget, MethodError
 from pytest_kvbench.cases import Case, Grid, MethodSpec
 from pytest_kvbench.results.record import Record, budget_sort_key
-from pytest_kvbench.results.record_key import DEFAULT_PROTOCOL, protocol_key_part
+from pytest_kvbench.record_key import DEFAULT_PROTOCOL, protocol_key_part
 
 
 def test_full_cache_reads_back_from_its_spelling_and_keeps_everything():

@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 import torch
 
-from pytest_kvbench.wiring.gpu_slots import (
+from pytest_kvbench.wiring.distributed.gpu_slots import (
     DeviceSlots,
     UsageLikeError,
     apply_environment,
@@ -18,8 +18,8 @@ from pytest_kvbench.wiring.gpu_slots import (
     visible_devices,
     worker_index,
 )
-from pytest_kvbench.wiring.shards import parse_shard, select_shard, shard_cuts
-from pytest_kvbench.wiring.xdist_groups import parametrize_id, reference_group_scheduler, xdist_group_name
+from pytest_kvbench.wiring.distributed.shards import parse_shard, select_shard, shard_cuts
+from pytest_kvbench.wiring.distributed.xdist_groups import parametrize_id, reference_group_scheduler, xdist_group_name
 
 # ---------------------------------------------------------------------------- worker ids
 

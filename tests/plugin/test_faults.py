@@ -17,7 +17,7 @@ from helpers import add_bench_files, run_bench
 
 from pytest_kvbench import cli
 from pytest_kvbench.engine import models
-from pytest_kvbench.results import storage
+from pytest_kvbench.results.run import storage
 
 KILLED = "streamingllm-32-passage_retrieval_en"
 GRID = ["--kvbench-methods", "full,streamingllm", "--kvbench-budgets", "32", "--kvbench-tasks", "passage_retrieval_en",

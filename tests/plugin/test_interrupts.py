@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from helpers import BENCH, HOOK_CONFTEST
 
-from pytest_kvbench.results import storage
-from pytest_kvbench.results.run_lock import LOCK_FILE, RunLock
+from pytest_kvbench.results.run import storage
+from pytest_kvbench.results.run.lock import LOCK_FILE, RunLock
 
 FIRST, SECOND = "full-passage_retrieval_en", "streamingllm-32-passage_retrieval_en"
 GRID = ["--kvbench-methods", "full,streamingllm", "--kvbench-budgets", "32", "--kvbench-tasks", "passage_retrieval_en",
@@ -76,7 +76,7 @@ def pytest_configure(config):
             return teardown(self)
         NodeManager.teardown_nodes = teardown_nodes
     if POINT == "writing":  # the controller writes the item folders, run.json and RESULTS.md
-        from pytest_kvbench.results import run_writer
+        from pytest_kvbench.results.run import writer as run_writer
         write_item_files = run_writer.write_item_files
         fired = []
         def first_write(*args):  # once: the end of a run may hold this function (functools.partial) per item

@@ -25,7 +25,7 @@ from transformers import AttentionInterface, AutoConfig  # noqa: F401
 from helpers import file_mtimes
 
 from pytest_kvbench.engine import models
-from pytest_kvbench.wiring import options
+from pytest_kvbench.wiring.grid import options
 
 _EXAMPLES = os.environ.get("KVBENCH_PROPERTY_EXAMPLES")
 PROFILE = settings(max_examples=int(_EXAMPLES) if _EXAMPLES else 30, deadline=None, derandomize=not _EXAMPLES,

@@ -22,8 +22,8 @@ from helpers import add_bench_files, run_bench
 
 from pytest_kvbench.engine import models
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
-from pytest_kvbench.results import storage
-from pytest_kvbench.wiring import model_refs
+from pytest_kvbench.results.run import storage
+from pytest_kvbench.wiring.grid import model_refs
 from pytest_kvbench.cases import GridError
 
 GRID = ["--kvbench-methods", "full", "--kvbench-budgets", "32", "--kvbench-tasks", "passage_retrieval_en",
@@ -197,7 +197,7 @@ def test_the_records_written_before_the_failure_are_kept_and_readable(broken_end
 
 FULL_DISK_AT_SECOND_RECORD = (
     "import errno, os\n"
-    "from pytest_kvbench.results import storage\n"
+    "from pytest_kvbench.results.run import storage\n"
     "real_append, appended = storage.append_record, []\n"
     "def full_disk(path, record):\n"
     "    appended.append(record)\n"

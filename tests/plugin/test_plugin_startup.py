@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kvbench.wiring.gpu_slots import GPU_DRIVER_PATHS
+from pytest_kvbench.wiring.distributed.gpu_slots import GPU_DRIVER_PATHS
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "datasets", "scipy", "matplotlib", "numpy", "pandas", "safetensors", "tokenizers")

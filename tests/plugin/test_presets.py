@@ -10,7 +10,7 @@ import pytest
 
 from helpers import add_bench_files
 from pytest_kvbench.cases import Grid, GridError
-from pytest_kvbench.wiring.presets import available_presets, check_grid, load_preset
+from pytest_kvbench.wiring.grid.presets import available_presets, check_grid, load_preset
 
 # kvpress evaluation/benchmarks/ruler/generate.sh's TASKS, leaderboard.sh's ratios, data_dir "4096".
 KVPRESS_TASKS = ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
@@ -182,8 +182,8 @@ def test_both_presets_collect_their_protocol_on_the_real_model_through_its_path(
 def test_runs_of_different_presets_do_not_merge_and_shards_of_one_keep_it(tmp_path):
     from test_cli_support import OTHER_ID, RUN_ID, standard_records, write_run
 
-    from pytest_kvbench.results.merge import merge_runs
-    from pytest_kvbench.results.runs import RunError, load_run
+    from pytest_kvbench.results.run.merge import merge_runs
+    from pytest_kvbench.results.run.directories import RunError, load_run
 
     write_run(tmp_path, standard_records(seeds=(0,)))
     grid = json.loads((tmp_path / "runs" / RUN_ID / "run.json").read_text())["grid"]

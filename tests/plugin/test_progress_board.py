@@ -5,7 +5,7 @@ import io
 import pytest
 from _pytest._io import TerminalWriter
 
-from pytest_kvbench.wiring.progress_board import CLEAR_ROW, RESTORE, SAVE, WorkersBoard
+from pytest_kvbench.wiring.progress.board import CLEAR_ROW, RESTORE, SAVE, WorkersBoard
 
 TOTAL_ITEMS = 10
 

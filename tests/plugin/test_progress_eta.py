@@ -2,7 +2,7 @@
 
 import pytest
 
-from pytest_kvbench.wiring.progress_eta import GroupedEstimate, PlannedItem
+from pytest_kvbench.wiring.progress.eta import GroupedEstimate, PlannedItem
 
 MEMBERS = 15  # full + 7 methods x 2 budgets: the default job's reference group
 

@@ -8,9 +8,9 @@ import pytest
 from test_cli_support import OTHER_ID, RUN_ID, assert_usage_error, make_record, run_cli, typed, write_run
 
 from helpers import BENCH, SMALL_GRID, collected_ids, hook_records, run_bench
-from pytest_kvbench.results.report import build_report
-from pytest_kvbench.results.runs import load_run
-from pytest_kvbench.results.table_model import score_tables
+from pytest_kvbench.results.report.html_report import build_report
+from pytest_kvbench.results.run.directories import load_run
+from pytest_kvbench.results.views.table_model import score_tables
 
 
 def test_a_grid_holds_several_protocols_named_in_the_item_ids(bench):

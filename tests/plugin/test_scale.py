@@ -6,7 +6,7 @@ import multiprocessing
 import pytest
 
 from helpers import HOOK_CONFTEST, SMALL_GRID, run_bench
-from pytest_kvbench.results import storage
+from pytest_kvbench.results.run import storage
 
 
 def run_json(results):

@@ -27,9 +27,9 @@ LAYERS = (
     ("pytest_kvbench", "pytest_kvbench.input_values", "pytest_kvbench.user_paths",  # leaf helpers
      "pytest_kvbench.atomic_files", "pytest_kvbench.stats"),
     ("pytest_kvbench.model_sources", "pytest_kvbench.tasks"),  # what a model reference and a task are
-    # Case, Grid, item ids and keys: what every part above runs or names (results/record_key.py, where it
-    # exists, builds and parses the key for Case.key and every view, so it belongs here)
-    ("pytest_kvbench.cases", "pytest_kvbench.results.record_key"),
+    # Case, Grid, item ids and keys: what every part above runs or names (record_key.py, beside cases.py,
+    # builds and parses the key for Case.key and every view, so it belongs here)
+    ("pytest_kvbench.cases", "pytest_kvbench.record_key"),
     ("pytest_kvbench.results",),  # the record's definition, storage and views
     ("pytest_kvbench.comparison",),  # baselines and verdicts over records
     ("pytest_kvbench.engine",),  # one item's work: makes a record

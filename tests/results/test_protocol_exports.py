@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from test_cli_support import RUN_ID, assert_usage_error, make_record, make_samples, run_cli, write_run
 
-from pytest_kvbench.results.kvcache_factory_export import DATASETS
+from pytest_kvbench.results.exports.kvcache_factory_layout import DATASETS
 
 # evaluate.py's EvaluationConfig fields, as save_config writes them (threshold / head_compression_ratio
 # are dropped when unset).

@@ -19,10 +19,10 @@ from test_cli_support import assert_usage_error, run_cli
 
 from kvmethods import Budget
 from pytest_kvbench.results.record import Device, Latency, MeterScope, Record, RecordError
-from pytest_kvbench.results.record_json import from_json, to_json
-from pytest_kvbench.results.record_key import ItemKey
-from pytest_kvbench.results.record_schema import SCHEMA_VERSION, RecordVersionError, migrate
-from pytest_kvbench.results.runs import load_run
+from pytest_kvbench.results.record.serializer import from_json, to_json
+from pytest_kvbench.record_key import ItemKey
+from pytest_kvbench.results.record.schema import SCHEMA_VERSION, RecordVersionError, migrate
+from pytest_kvbench.results.run.directories import load_run
 from pytest_kvbench.cases import Case, MethodSpec
 
 V1 = Path(__file__).parent / "data" / "run_v1"

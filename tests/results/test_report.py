@@ -17,8 +17,8 @@ from test_cli_support import (
     write_run,
 )
 
-from pytest_kvbench.results.report import build_report
-from pytest_kvbench.results.runs import load_run
+from pytest_kvbench.results.report.html_report import build_report
+from pytest_kvbench.results.run.directories import load_run
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM = next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
@@ -74,7 +74,7 @@ def test_plots_carry_the_data(results):
 
 
 def test_score_bands_are_the_samples_bootstrap_interval_or_the_seeds_t_interval():
-    from pytest_kvbench.results.budget_figures import score_interval
+    from pytest_kvbench.results.report.budget_figures import score_interval
 
     one_run = typed(make_record([1, 0, 1, 1, 0, 1, 1, 0]))
     mean, low, high = score_interval([one_run])

@@ -11,11 +11,11 @@ import pytest
 from helpers import HOOK_CONFTEST, hook_records, run_bench
 
 from pytest_kvbench.engine.hardware.device_description import cpu_model
-from pytest_kvbench.results.export import to_markdown
+from pytest_kvbench.results.views.export import to_markdown
 from pytest_kvbench.results.record import Record
-from pytest_kvbench.results.record_schema import SCHEMA_VERSION
-from pytest_kvbench.results.table_model import score_tables
-from pytest_kvbench.results.tables import results_markdown
+from pytest_kvbench.results.record.schema import SCHEMA_VERSION
+from pytest_kvbench.results.views.table_model import score_tables
+from pytest_kvbench.results.views.tables import results_markdown
 
 HYPHEN_CONFTEST = HOOK_CONFTEST + '''
 from dataclasses import dataclass

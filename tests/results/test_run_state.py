@@ -9,8 +9,8 @@ import json
 import pytest
 from test_cli_support import RUN_ID, make_record, run_cli, standard_records, write_run
 
-from pytest_kvbench.results import storage
-from pytest_kvbench.results.runs import RunError, load_run
+from pytest_kvbench.results.run import storage
+from pytest_kvbench.results.run.directories import RunError, load_run
 
 SEEDS = (0, 1, 2)  # variance needs several seeds of one item
 COMMANDS = {  # command -> its arguments for one run (RUN_ID)

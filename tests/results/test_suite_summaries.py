@@ -3,10 +3,10 @@ and average, in RESULTS.md and in the LaTeX export."""
 
 from dataclasses import replace
 
-from pytest_kvbench.results.export import to_latex
+from pytest_kvbench.results.views.export import to_latex
 from pytest_kvbench.results.record import Record
-from pytest_kvbench.results.tables import results_markdown
-from pytest_kvbench.tasks.summaries import suite_summaries
+from pytest_kvbench.results.views.tables import results_markdown
+from pytest_kvbench.results.views.suite_summaries import suite_summaries
 
 
 def record(method, budget, task, suite, score, splits=None, seed=0):

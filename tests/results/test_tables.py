@@ -1,7 +1,7 @@
 """RESULTS.md tables: full row first, Avg, best compressed score in bold, needle heatmaps."""
 
 from pytest_kvbench.results.record import Record
-from pytest_kvbench.results.tables import budget_tables, needle_heatmaps, results_markdown
+from pytest_kvbench.results.views.tables import budget_tables, needle_heatmaps, results_markdown
 
 
 def record(method, budget, task, score, ctx=None, samples=None, kl=0.1, **fields):

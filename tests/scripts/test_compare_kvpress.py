@@ -93,7 +93,7 @@ def test_model_folder_and_protocol_reach_the_pytest_run():
 
 def test_the_scores_file_names_both_runs_and_holds_the_table(capsys):
     from pytest_kvbench.results.record import Record
-    from pytest_kvbench.results.runs import Run, RunState
+    from pytest_kvbench.results.run.directories import Run, RunState
     from tests.test_cli_support import make_record
 
     def run(run_id, method, scores, packages):

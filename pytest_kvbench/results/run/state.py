@@ -1,0 +1,153 @@
+"""Reading a run directory's files and saying what was found: complete, incomplete, or damaged and recovered.
+
+A run directory holds its records twice: ``records.jsonl``, appended as each item finishes, and
+``run.json``, written at the end with every record. When one of them is damaged (run.json
+truncated by a full disk, records.jsonl ending in garbage) the records are recovered from what can
+still be read, so that nothing finished is lost; but the run is then not "complete": its state
+names what was wrong, file and line, and ``kvbench`` exits 2 for it (a corrupt run is an error,
+docs/resilience.md). A torn last line of records.jsonl is not damage: it is a record whose
+writer was killed mid-write (storage.RecordsScan), i.e. an item that did not finish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_kvbench.results.run import storage
+from pytest_kvbench.results.record import Record, RecordError
+
+SHOWN_ITEMS = 8  # unfinished items named in a state line; the rest are counted
+
+
+class RunError(ValueError):
+    """A run that cannot be found or read; the message is one line naming the file or id."""
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What reading a run found. ``damage``: one phrase per problem with its files (empty: intact)."""
+
+    complete: bool
+    has_run_file: bool
+    damage: tuple[str, ...] = ()
+    source: str = storage.RECORDS_FILE  # where the records were read from
+    unfinished: tuple[str, ...] = ()  # items run.json names as not finished
+    torn_lines: tuple[int, ...] = ()  # records.jsonl lines torn by a killed writer (skipped)
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.damage)
+
+    def label(self) -> str:
+        """One line: ``complete``, ``incomplete: ...`` or ``damaged (what was wrong); records recovered from ...``."""
+        if self.damage:
+            return f"damaged ({'; '.join(self.damage)}); its records were recovered from {self.source}"
+        torn = (f" (records.jsonl line {', '.join(map(str, self.torn_lines))}: torn by a killed writer, skipped)"
+                if self.torn_lines else "")
+        if self.complete:
+            return "complete" + torn
+        if not self.has_run_file:
+            return "incomplete: no run.json (the run is still going, or was stopped before its end)" + torn
+        if self.unfinished:
+            shown = ", ".join(self.unfinished[:SHOWN_ITEMS]) + (", ..." if len(self.unfinished) > SHOWN_ITEMS else "")
+            return f"incomplete: {len(self.unfinished)} item(s) not finished ({shown})" + torn
+        return "incomplete: interrupted" + torn
+
+
+def parse_record(raw: object) -> tuple[Record | None, str | None]:
+    """(the record, None), or (None, what makes it unusable by the read commands): the one check of a
+    record read back, for both files (the typed record's own reading: results/record/__init__.py)."""
+    try:
+        return Record.from_json(raw), None
+    except RecordError as exc:
+        return None, str(exc)
+
+
+def _parse_all(raws: list, where: list) -> tuple[list[Record], list[tuple[object, str]]]:
+    """The usable records of ``raws`` and (where, what is wrong) of the others; ``where``: each one's place."""
+    records, problems = [], []
+    for number, (raw, place) in enumerate(zip(raws, where), start=1):
+        record, problem = parse_record(raw)
+        if problem is None:
+            records.append(record)
+        else:
+            problems.append((place, f"record {number} {problem}"))
+    return records, problems
+
+
+def _summary(problems: list[str]) -> str:
+    return problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+
+
+def _read_info(path: Path, damage: list[str]) -> tuple[dict, list[Record] | None]:
+    """run.json's content and its usable records (None: no run.json, or none readable)."""
+    if not path.exists():
+        return {}, None
+    try:
+        info = storage.read_json(path, str(path), RunError)
+    except RunError as exc:
+        damage.append(str(exc))
+        return {}, None
+    if not isinstance(info, dict):
+        damage.append(f"{path}: run.json must be a JSON object, found {type(info).__name__}")
+        return {}, None
+    raws = info.get("records", [])
+    if not isinstance(raws, list):
+        damage.append(f"{path}: 'records' must be a list")
+        return info, None
+    records, problems = _parse_all(raws, [path] * len(raws))
+    if problems:
+        damage.append(_summary([f"{place}: {problem}" for place, problem in problems]))
+    return info, records
+
+
+def _read_log(path: Path, damage: list[str]) -> tuple[list[Record] | None, tuple[int, ...]]:
+    """records.jsonl's usable records (None: no file, or unreadable) and its torn lines."""
+    if not path.exists():
+        return None, ()
+    try:
+        scan = storage.scan_records(path)
+    except UnicodeDecodeError:
+        damage.append(f"{path}: records file is not UTF-8 text")
+        return None, ()
+    except OSError as exc:
+        damage.append(f"cannot read {path}: {exc.strerror or exc}")
+        return None, ()
+    records, problems = _parse_all(scan.records, scan.record_lines)
+    problems = sorted(scan.bad + problems)
+    if problems:
+        damage.append(_summary([f"{path}:{line}: {problem}" for line, problem in problems]))
+    return records, tuple(scan.torn)
+
+
+def read_run_files(path: Path) -> tuple[dict, list[Record], RunState]:
+    """(run.json's content, the records, the state) of the run directory ``path``.
+
+    The records are records.jsonl's (the live log, one per item, the last appended winning); records
+    that only run.json still holds are added back and named as damage. RunError when neither file
+    yields a record and one of them is damaged: there is nothing to recover.
+    """
+    damage: list[str] = []
+    info, info_records = _read_info(path / storage.RUN_FILE, damage)
+    log_records, torn = _read_log(path / storage.RECORDS_FILE, damage)
+    sources = []
+    records = storage.latest_per_key(log_records or [])
+    if log_records is not None:
+        sources.append(storage.RECORDS_FILE)
+    if info_records:
+        have = {r.key for r in records}
+        only_in_info = [r for r in info_records if r.key not in have]
+        if only_in_info and log_records is not None:
+            damage.append(f"records.jsonl lacks {len(only_in_info)} record(s) that run.json holds")
+        if only_in_info:
+            records += only_in_info
+            sources.append(storage.RUN_FILE)
+    if damage and not records:
+        raise RunError(damage[0])
+    unfinished = info.get("unfinished") if isinstance(info.get("unfinished"), list) else []
+    state = RunState(
+        complete=bool(info.get("complete")) and not damage, has_run_file=(path / storage.RUN_FILE).exists(),
+        damage=tuple(damage), source=" and ".join(sources) or storage.RUN_FILE,
+        unfinished=tuple(str(u.get("item_id")) for u in unfinished if isinstance(u, dict)), torn_lines=torn)
+    return info, records, state

@@ -1,0 +1,193 @@
+"""The one table model every view renders: Method x Task per model and budget, as papers print them.
+
+RESULTS.md, the terminal summary, ``kvbench show`` and ``export`` (Markdown, LaTeX, JSON) and the
+HTML report all draw ``score_tables``: one table per (model, budget), the uncompressed ``full``
+row first as the reference of every budget, an Avg column over tasks, the best compressed result
+of each column marked, several seeds of a cell averaged with the half-width of their 95%
+interval, and per method the mean fidelity (KL, greedy agreement), KV memory kept (bytes the stored
+tensors hold), peak memory and, under a byte budget, the share of the budget used. Rows,
+columns and budgets are named from each record's key (results/record/__init__.py) and ordered one way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from statistics import fmean
+
+from kvmethods import FULL_CACHE
+from pytest_kvbench.results.record import Record, budget_sort_key, is_number
+from pytest_kvbench.record_key import DEFAULT_PROTOCOL
+from pytest_kvbench.results.views.suite_summaries import suite_summaries
+
+AVG = "Avg"
+MiB = 2**20
+TABLE_RESAMPLES = 2_000  # per cell: a printed half-width to two decimals needs no more
+
+
+@dataclass
+class Cell:
+    """One (method, task) cell: a score per seed, summarised as mean and 95% interval over seeds;
+    ``sample_scores`` (x 100) give one seed's interval, a bootstrap over the item's samples."""
+
+    values: list[float]
+    sample_scores: list[float] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float:
+        return fmean(self.values)
+
+    @property
+    def half_width(self) -> float | None:
+        if len(self.values) < 2:
+            return None
+        from pytest_kvbench.stats import seed_summary  # lazy for startup time: scipy, only where seeds repeat
+
+        _, low, high = seed_summary(self.values)
+        return (high - low) / 2
+
+    @property
+    def sample_half_width(self) -> float | None:
+        """Half-width of the 95% bootstrap interval of the mean over samples (one seed's spread)."""
+        if len(self.sample_scores) < 2:
+            return None
+        from pytest_kvbench.stats import bootstrap_mean  # lazy for startup time: scipy, only where an interval is shown
+
+        _, low, high = bootstrap_mean(self.sample_scores, n_resamples=TABLE_RESAMPLES)
+        return (high - low) / 2 if math.isfinite(low) and math.isfinite(high) else None
+
+
+def _mean_of(values: Iterable[object]) -> float | None:
+    present = [float(v) for v in values if is_number(v)]
+    return fmean(present) if present else None
+
+
+@dataclass
+class ScoreTable:
+    """Method x Task for one model and budget."""
+
+    model: str
+    budget: str
+    tasks: list[str]
+    methods: list[str]
+    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    records: dict[str, list[Record]] = field(default_factory=dict)  # per method, every record of its row
+    protocol: str = DEFAULT_PROTOCOL
+
+    def value(self, method: str, column: str) -> float | None:
+        """Mean score of a cell, or the method's average over all tasks for the ``Avg`` column."""
+        if column == AVG:
+            means = [self.cells[(method, t)].mean for t in self.tasks if (method, t) in self.cells]
+            return fmean(means) if means and len(means) == len(self.tasks) else None
+        cell = self.cells.get((method, column))
+        return cell.mean if cell else None
+
+    @property
+    def columns(self) -> list[str]:
+        return self.tasks + [AVG]
+
+    def best(self, column: str) -> float | None:
+        """Best compressed value of a column; None when there is no contest (fewer than two
+        compressed methods, or all of them equal: bold on every row would say nothing)."""
+        compressed = [m for m in self.methods if m != FULL_CACHE.spec]
+        values = [v for m in compressed if (v := self.value(m, column)) is not None]
+        if len(values) < 2 or max(values) == min(values):
+            return None
+        return max(values)
+
+    def is_best(self, method: str, column: str) -> bool:
+        value, best = self.value(method, column), self.best(column)
+        return method != FULL_CACHE.spec and value is not None and best is not None and math.isclose(value, best)
+
+    @property
+    def seeds_per_cell(self) -> int:
+        return max((len(c.values) for c in self.cells.values()), default=0)
+
+    def mean_kl(self, method: str) -> float | None:
+        """Mean KL(full || method) over the row's records (nats)."""
+        return _mean_of(r.fidelity.kl for r in self.records[method])
+
+    def mean_agreement(self, method: str) -> float | None:
+        return _mean_of(r.fidelity.agreement for r in self.records[method])
+
+    def mean_kv_mib(self, method: str) -> float | None:
+        """Mean KV cache kept after compression, MiB; None when not measured (or zero)."""
+        kv = _mean_of(r.memory.kv_bytes_after for r in self.records[method])
+        return kv / MiB if kv else None
+
+    def mean_peak_mib(self, method: str) -> float | None:
+        """Mean peak memory of the row's items (CPU resident or CUDA allocated, reset per item), MiB."""
+        peak = _mean_of(r.memory.peak_bytes for r in self.records[method])
+        return peak / MiB if peak else None
+
+    @property
+    def is_byte_budget(self) -> bool:
+        return self.budget.startswith("m")
+
+    def budget_use(self, method: str) -> float | None:
+        """Mean over samples of the bytes stored / the bytes a byte budget allows (above 1: over budget)."""
+        return _mean_of(s["kv_bytes_physical"] / s["kv_bytes_budget"] for r in self.records[method]
+                        for s in r.samples if s.get("kv_bytes_budget") and s.get("kv_bytes_physical"))
+
+    def records_by_task(self) -> dict[str, dict[str, list[Record]]]:
+        """The table's records as ``{method: {task label: [records]}}``: what a suite's summary
+        (results/views/suite_summaries.py) reads."""
+        grouped: dict[str, dict[str, list[Record]]] = {}
+        for method, records in self.records.items():
+            for r in records:
+                grouped.setdefault(method, {}).setdefault(r.labels.task, []).append(r)
+        return grouped
+
+    def summaries(self) -> list:
+        """The suite summaries (LongBench v2 splits, InfiniteBench columns) of this table's records."""
+        return suite_summaries(self.records_by_task())
+
+    @property
+    def heading(self) -> str:
+        heading = f"{self.model} — " + ("full cache" if self.budget == FULL_CACHE.spec else f"budget {self.budget}")
+        return heading if self.protocol == DEFAULT_PROTOCOL else f"{heading} — protocol {self.protocol}"
+
+
+def cell_text(table: ScoreTable, method: str, column: str, pm: str | None = " ± ", over_samples: bool = False) -> str:
+    """A cell as printed: the mean to two decimals, ``± half-width`` of its 95% interval when several
+    seeds ran (``over_samples``: else a bootstrap over the samples of its one seed; ``pm=None``: the mean alone)."""
+    value = table.value(method, column)
+    if value is None:
+        return "-"
+    text = f"{value:.2f}"
+    cell = table.cells.get((method, column))
+    half_width = None if cell is None or pm is None else cell.half_width
+    if half_width is None and over_samples and cell is not None and pm is not None:
+        half_width = cell.sample_half_width
+    if half_width is not None:
+        text += f"{pm}{half_width:.2f}"
+    return text
+
+
+def _task_order(label: str) -> tuple[str, int]:
+    """Tasks by name, then context length as a number (niah@4096 before niah@16384)."""
+    name, _, ctx = label.partition("@")
+    return (name, int(ctx) if ctx.isdigit() else 0)
+
+
+def score_tables(records: Iterable[Record]) -> list[ScoreTable]:
+    """One table per (model, protocol, budget) from the scored records; ``full`` rows join every budget."""
+    scored = [(r.labels, r.model_title, r) for r in records if r.is_scored]
+    settings = list(dict.fromkeys((title, label.protocol) for label, title, _ in scored))
+    tables = []
+    for model, protocol in settings:
+        mine = [(label, r) for label, title, r in scored if (title, label.protocol) == (model, protocol)]
+        budgets = sorted({label.budget for label, _ in mine if label.budget != FULL_CACHE.spec}, key=budget_sort_key) or [FULL_CACHE.spec]
+        for budget in budgets:
+            rows = [(label, r) for label, r in mine if label.budget in (budget, FULL_CACHE.spec)]
+            methods = sorted({label.method for label, _ in rows}, key=lambda m: (m != FULL_CACHE.spec, m))
+            tasks = sorted({label.task for label, _ in rows}, key=_task_order)
+            table = ScoreTable(model, budget, tasks, methods, protocol=protocol)
+            for label, r in rows:
+                cell = table.cells.setdefault((label.method, label.task), Cell([]))
+                cell.values.append(float(r.score))
+                cell.sample_scores += r.sample_scores
+                table.records.setdefault(label.method, []).append(r)
+            tables.append(table)
+    return tables

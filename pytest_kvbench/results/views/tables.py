@@ -1,0 +1,138 @@
+"""RESULTS.md and the terminal summary: the table model (views/table_model.py) printed with tabulate.
+
+Each (model, budget) table shows the task columns (mean ± 95% half-width) and Avg, then the fidelity columns (mean KL,
+greedy agreement), the mean KV memory kept (measured from the stored tensors), the peak memory and,
+for a byte budget, the share of it used; the best compressed score of each column is bold
+in Markdown. Needle grids (views/needle_grid.py) follow as depth x context length tables.
+"""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from pytest_kvbench.results.views.needle_grid import needle_grids
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.results.views.table_model import ScoreTable, cell_text, score_tables
+
+HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Peak MiB"]
+BUDGET_USE = "KV/budget"  # only in the tables of byte budgets ("m0.25")
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _rows(table: ScoreTable, bold: bool) -> list[list[str]]:
+    rows = []
+    for method in table.methods:
+        cells = [method]
+        for column in table.columns:
+            text = cell_text(table, method, column, over_samples=True)
+            cells.append(f"**{text}**" if bold and table.is_best(method, column) else text)
+        cells += [_fmt(table.mean_kl(method), 4), _fmt(table.mean_agreement(method), 3),
+                  _fmt(table.mean_kv_mib(method), 2), _fmt(table.mean_peak_mib(method), 1)]
+        if table.is_byte_budget:
+            cells.append(_fmt(table.budget_use(method), 3))
+        rows.append(cells)
+    return rows
+
+
+def budget_tables(records: list[Record], fmt: str = "github", bold: bool = True) -> list[tuple[str, str]]:
+    """[(heading, table text)] for every model and budget, each followed by its suite summaries."""
+    tables = []
+    for table in score_tables(records):
+        headers = ["Method"] + table.columns + HEADERS_AFTER_TASKS + ([BUDGET_USE] if table.is_byte_budget else [])
+        tables.append((table.heading, tabulate(_rows(table, bold), headers=headers, tablefmt=fmt, disable_numparse=True)))
+        tables += [(f"{table.heading} — {summary.title}", summary_table(summary, table.methods, fmt))
+                   for summary in table.summaries()]
+    return tables
+
+
+def summary_table(summary, methods: list[str], fmt: str) -> str:
+    """A suite's summary (results/views/suite_summaries.py) as one table, rows in the main table's method order."""
+    rows = [[m] + [_fmt(summary.values[m].get(c), 1) for c in summary.columns] for m in methods if m in summary.values]
+    return tabulate(rows, headers=["Method"] + summary.columns, tablefmt=fmt, disable_numparse=True)
+
+
+def needle_heatmaps(records: list[Record], fmt: str = "github") -> list[tuple[str, str]]:
+    """Depth x context length tables of the needle-grid tasks, one per model/task/method/budget."""
+    tables = []
+    for grid in needle_grids(records):
+        rows = [[f"{depth:g}%"] + [_fmt(grid.score(depth, length), 0) for length in grid.lengths]
+                for depth in grid.depths]
+        tables.append((grid.title, tabulate(rows, headers=["depth \\ tokens"] + [str(n) for n in grid.lengths],
+                                            tablefmt=fmt, disable_numparse=True)))
+    return tables
+
+
+def gguf_models(records: list[Record]) -> list[str]:
+    """One line per GGUF-derived model: the file, its sha256, quantization and architecture."""
+    seen: dict[str, dict] = {}
+    for r in records:
+        if isinstance(r.model.gguf, dict):
+            seen.setdefault(r.model_title, r.model.gguf)
+    return [f"- {title}: `{g.get('file')}`, sha256 `{g.get('sha256')}`, {g.get('quantization')}, "
+            f"architecture {g.get('architecture')} (dequantized to float weights by transformers)"
+            for title, g in seen.items()]
+
+
+def zero_scores(records: list[Record]) -> list[str]:
+    """Item ids of the records that scored exactly 0: worth a look (a broken prompt, a method bug)."""
+    return sorted(str(r.item_id) for r in records if r.score == 0)
+
+
+def provenance(environment: dict) -> str:
+    """What made the run, in one line: the command, Python and the packages' versions, the platform, and
+    whether the git tree had uncommitted changes to tracked files."""
+    versions = ", ".join(f"{name} {version}" for name, version in (environment.get("versions") or {}).items()
+                         if version)
+    dirty = " (with uncommitted changes)" if environment.get("git_dirty") else ""
+    return (f"Made by `{environment.get('command', 'n/a')}` with Python {environment.get('python', 'n/a')}, "
+            f"{versions or 'versions n/a'}; {environment.get('platform', 'n/a')}; tree{dirty or ' clean'}.")
+
+
+def results_markdown(run: dict, records: list[Record]) -> str:
+    """The whole RESULTS.md of a run."""
+    environment = run.get("environment") or {}
+    lines = [
+        "# Results",
+        "",
+        f"Run `{run['run_id']}` — {run.get('start', '')} — commit `{environment.get('git_commit') or 'n/a'}`"
+        + (" (incomplete)" if not run.get("complete", True) else ""),
+        "",
+        provenance(environment),
+        "",
+        "Scores are the task's official metric x 100 (mean over samples; mean over seeds when several ran),",
+        "± the half-width of their 95% interval: Student t over seeds when several ran, else a bootstrap over samples.",
+        "KL: mean KL(full || method) over answer tokens (nats); Agree: greedy-token agreement with the full cache;",
+        "KV MiB: mean KV-cache bytes the stored tensors hold after compression (quantized codes, scales, zero points",
+        "and full-precision window included); Peak MiB: the item's peak memory (CPU resident, or CUDA allocated);",
+        "KV/budget (byte budgets `mF`: F x the full cache's bytes): stored bytes over the budget's allowance.",
+        "Best compressed score per column in bold.",
+        "",
+    ]
+    ggufs = gguf_models(records)
+    if ggufs:
+        lines += ["## Models from GGUF files", "", *ggufs, ""]
+    for heading, table in budget_tables(records):
+        lines += [f"## {heading}", "", table, ""]
+    heatmaps = needle_heatmaps(records)
+    if heatmaps:
+        lines += ["## Needle in a haystack: score by depth and context length", ""]
+        for heading, table in heatmaps:
+            lines += [f"### {heading}", "", table, ""]
+    zeros = zero_scores(records)
+    if zeros:
+        lines += ["## Items scoring exactly 0", "", ", ".join(f"`{z}`" for z in zeros), ""]
+    unfinished = run.get("unfinished") or []
+    if unfinished:
+        lines += ["## Items not finished", "",
+                  f"The run is incomplete. Finish it with `{run.get('resume_command')}`.", ""]
+        lines += [f"- `{u['item_id']}`: {u.get('reason')}" for u in unfinished]
+        lines.append("")
+    problems = [r for r in records if r.status in ("failed", "error") and not r.crashed]
+    if problems:
+        lines += ["## Failed items", ""]
+        lines += [f"- `{r.item_id}`: {r.message or r.status}" for r in problems]
+        lines.append("")
+    return "\n".join(lines)
