@@ -121,7 +121,7 @@ def states(capsys, results: Path, run_id: str) -> dict[str, str]:
     assert code == 0, err
     seen["export"] = json.loads(out)["state"]
     code, out, err = kvbench(capsys, results, "compare", run_id, run_id)
-    assert code in (0, 1), err
+    assert code in (0, 1) or "has no scored items" in err, err  # the state comes first, whatever follows
     line = next(line for line in out.splitlines() if line.startswith(f"run {run_id} is "))
     seen["compare"] = line[len(f"run {run_id} is "):]
     return seen
@@ -148,6 +148,10 @@ def records(results: Path, run_id: str) -> list[dict]:
 def killed_in_second_item(tmp_path_factory):
     """kill -9 of a serial run inside its second item: (results, run id)."""
     base = tmp_path_factory.mktemp("kill9")
+    (base / "work").mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(base / "work")]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "the checkout a run is made in"], check=True)
     bench = Bench(base / "work", base / "res", block=SECOND)
     bench.blocked_pid()
     bench.signal_group(signal.SIGKILL)
@@ -171,10 +175,12 @@ def test_kill_9_inside_an_item_names_the_item_and_keeps_the_provenance(capsys, k
     state = assert_one_state(capsys, results, run_id)
     assert state.startswith("incomplete: stopped before its end") and f"1 item(s) not finished ({SECOND})" in state
     _, out, _ = kvbench(capsys, results, "show", run_id)
-    assert "commit: -" not in out and "command: -" not in out and "pytest" in out  # written when the run started
+    commit = subprocess.run(["git", "-C", str(results.parent / "work"), "rev-parse", "HEAD"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert f"commit: {commit}" in out and "command: pytest " in out  # written when the run started
     assert f"not finished: {SECOND}" in out and f"--kvbench-resume {run_id}" in out
     environment = run_json(results, run_id)["environment"]
-    assert environment["command"] and environment.get("python") and environment.get("packages")
+    assert environment["command"].startswith("pytest ") and environment["versions"]["torch"]
 
 
 def test_kill_9_before_the_first_record_leaves_a_run_that_names_every_item(capsys, killed_before_any_record):
@@ -193,22 +199,19 @@ def test_a_lock_only_folder_is_started_no_item_finished_and_can_be_resumed_or_cl
     assert code == 0 and not folder.exists(), (out, err)
 
 
-def test_a_killed_xdist_worker_s_item_is_re_run_superseding_its_crash_record(capsys, tmp_path):
-    """--dist loadgroup puts a crashed worker's work unit back in the queue: the item runs again in the same
-    session. The re-run record supersedes the crash record, and the run is complete with 1 crashed item."""
-    bench = Bench(tmp_path / "work", tmp_path / "res", "-n", "2", "--dist", "loadgroup", block=SECOND)
+def test_a_killed_xdist_worker_leaves_its_item_unfinished_in_every_command(capsys, tmp_path):
+    """The worker dies inside the item (kill -9, as the OOM killer): a crash record, the item not finished; what
+    a later record of that item supersedes is tested in tests/results/test_run_state.py (one process)."""
+    bench = Bench(tmp_path / "work", tmp_path / "res", "-n", "2", block=SECOND)
     os.kill(bench.blocked_pid(), signal.SIGKILL)
     proc = bench.finish()
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     results, run_id = tmp_path / "res", only_run(tmp_path / "res")
-    crash, rerun = [r for r in records(results, run_id) if r["item_id"] == SECOND]
-    assert crash["crashed"] and rerun["status"] == "passed"
-    assert rerun["supersedes"] == {"status": "error", "message": crash["message"], "crashed": True}
-    state = assert_one_state(capsys, results, run_id)
-    assert state == f"complete with 1 crashed item ({SECOND}: worker gw1 crashed, re-run)" or \
-        state.startswith("complete with 1 crashed item (" + SECOND), state
+    (crash,) = [r for r in records(results, run_id) if r["item_id"] == SECOND]
+    assert crash["crashed"] and crash["status"] == "error"
+    assert assert_one_state(capsys, results, run_id) == f"incomplete: 1 item(s) not finished ({SECOND})"
     document = run_json(results, run_id)
-    assert document["complete"] is True and [c["item_id"] for c in document["crashed"]] == [SECOND]
+    assert document["complete"] is False and [u["item_id"] for u in document["unfinished"]] == [SECOND]
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])

@@ -34,7 +34,8 @@ LAYERS = (
     ("pytest_kvbench.comparison",),  # baselines and verdicts over records
     ("pytest_kvbench.engine",),  # one item's work: makes a record
     ("pytest_kvbench.wiring", "pytest_kvbench.model_listing"),  # the pytest side
-    ("pytest_kvbench.plugin", "pytest_kvbench.cli", "pytest_kvbench.cli_checks"),  # entry points
+    ("pytest_kvbench.plugin", "pytest_kvbench.cli", "pytest_kvbench.cli_checks",  # entry points
+     "pytest_kvbench.cli_clean"),
 )
 
 # Circles allowed while they are being removed: (why, regex every member's basename matches, package). Empty:
