@@ -9,9 +9,10 @@
 # and pytest's own PYTEST_ADDOPTS, which sbatch passes on to the job with the rest of the environment.
 #
 # The cluster lives in a temporary directory (slurm.conf, munge key and socket, state, logs): nothing under
-# /etc is changed and the daemons started here are stopped on exit, failure included. Where SLURM cannot be
-# installed or started, this prints "SKIPPED: <reason>" and exits 0; a failed shard, merge or comparison
-# exits 1.
+# /etc is changed and the daemons started here are stopped on exit, failure included. Only where the SLURM
+# packages cannot be installed at all (not root, no apt-get, or apt-get failed) does this print
+# "SKIPPED: <reason>" and exit 0. A missing kvbench command, a cluster that does not come up, or a failed shard,
+# merge or comparison prints "FAILED: <reason>" and exits 1: those are broken installs or a broken example.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -30,7 +31,7 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
     skip "slurm-wlm and munge are not installed, and installing them needs root and apt-get"
   fi
 fi
-command -v kvbench >/dev/null 2>&1 || skip "no kvbench console script on PATH (install the package first)"
+command -v kvbench >/dev/null 2>&1 || fail "no kvbench console script on PATH (the package is not installed: pip install -e .)"
 
 # --- a one-node cluster in a temporary directory ------------------------------------------------------
 CLUSTER=$(mktemp -d "${TMPDIR:-/tmp}/kvbench-slurm.XXXXXX")
@@ -109,7 +110,7 @@ for _ in $(seq 60); do
   sleep 1
 done
 [ "$(sinfo -h -n localhost -o %t 2>/dev/null)" = idle ] \
-  || { tail -n 20 "$CLUSTER"/log/*.log; skip "the one-node cluster did not come up (logs above)"; }
+  || fail "the one-node cluster did not come up within 60 s (the daemons' logs follow)"
 echo "one-node SLURM cluster up: $(sinfo -h -N -o '%N %c CPUs %m MB %G')"
 
 # --- the README's example, as written ---------------------------------------------------------------

@@ -95,6 +95,8 @@ class Grid:
     budgets: list[Budget] = field(default_factory=list)  # parsed once, by wiring/grid/options.py
     tasks: list[str] = field(default_factory=list)
     tasks_named: bool = False  # the user listed the tasks (else the default grid: default_selection.py)
+    tasks_added: list[str] = field(default_factory=list)  # named by -k / -m, added to the default grid (named_tasks.py)
+    tasks_unavailable: list[str] = field(default_factory=list)  # named by -k / -m, but without data or extra here
     smoke_tasks: list[str] = field(default_factory=list)
     context_lengths: list[int] = field(default_factory=list)
     samples: int | None = None

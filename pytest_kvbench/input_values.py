@@ -25,6 +25,8 @@ MAX_SAMPLES = 1_000_000
 MAX_TOKENS = 10_000_000
 # --kvbench-shard N: one part per machine; 10,000 machines is beyond any cluster this runs on
 MAX_SHARDS = 10_000
+# --kvbench-decode-batch N: members of a sample decoding in one batch; far above any grid's methods x budgets
+MAX_DECODE_BATCH = 1024
 
 _ASCII_INT = re.compile(r"\+?[0-9]+", re.ASCII)
 _ASCII_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
@@ -101,3 +103,18 @@ def env_switch(name: str) -> bool:
         return word in SWITCH_ON
     raise InputError(f"environment variable {name}={shown(raw)} is not a switch value; use 1, true or yes "
                      f"(on), or 0, false, no or empty (off)")
+
+
+SHARD_OPTION = "--kvbench-shard"  # read here: the grid checks it at configure, the plugin cuts items with it
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """``--kvbench-shard "2/3"`` -> ``(2, 3)``: 1-based part K of N (ASCII digits, N <= MAX_SHARDS);
+    ValueError (one line) otherwise."""
+    match = re.fullmatch(r"\s*([0-9]{1,6})\s*/\s*([0-9]{1,6})\s*", str(spec))
+    if match:
+        k, n = int(match.group(1)), int(match.group(2))
+        if 1 <= n <= MAX_SHARDS and 1 <= k <= n:
+            return k, n
+    raise ValueError(f"{SHARD_OPTION} expects K/N with 1 <= K <= N <= {MAX_SHARDS:,} in ASCII digits (e.g. 2/3), "
+                     f"got {shown(spec)}")

@@ -17,17 +17,17 @@ import os
 import pytest
 
 from pytest_kvbench.cases import GridError
-from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int, shown
+from pytest_kvbench.input_values import MAX_TOKENS, ascii_float, ascii_int, parse_shard, shown
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.run.storage import new_run_id
-from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
+from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS, SUITES, suite_of
 from pytest_kvbench.wiring import default_selection, fixture
 from pytest_kvbench import hookspecs
-from pytest_kvbench.wiring.grid import options
+from pytest_kvbench.wiring.grid import decode_batch_option, options
 from pytest_kvbench.wiring.distributed import xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.interrupts import InterruptShield, honour_sigint
-from pytest_kvbench.wiring.items import SUITES, case_of, expect, is_empty_case_item, is_worker, lock_run, suite_of
+from pytest_kvbench.wiring.items import case_of, expect, is_empty_case_item, is_worker, lock_run
 from pytest_kvbench.wiring.grid.output_paths import check_run_outputs
 from pytest_kvbench.wiring.progress.live import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.progress.lines import FinishedItemLines
@@ -35,7 +35,7 @@ from pytest_kvbench.wiring.runner_settings import RunnerSettings
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
                                               RUNNER_SETTINGS_KEY, SESSION_KEY, SHIELD_KEY, VERDICT_KEY)
-from pytest_kvbench.wiring.distributed.shards import parse_shard, select_shard
+from pytest_kvbench.wiring.distributed.shards import select_shard
 from pytest_kvbench.wiring.terminal_summary import write_summary
 from pytest_kvbench.wiring.grid.transformers_range import check_transformers, kvbench_options_given
 from pytest_kvbench.wiring.distributed.xdist_groups import xdist_group_name
@@ -56,6 +56,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
+    decode_batch_option.add_option(parser)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -85,6 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
             run_id = new_run_id()
         if not is_worker(config):
             check_run_outputs(results, run_id)
+        decode_batch = decode_batch_option.decode_batch(config)
     except GridError as exc:
         raise pytest.UsageError(str(exc)) from None
     if is_worker(config):
@@ -106,7 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if threads is not None and threads > cores:
         raise pytest.UsageError(f"--kvbench-torch-threads {threads}: more threads than the {cores} CPU cores here")
     config.stash[RUNNER_SETTINGS_KEY] = RunnerSettings(grid, run_id, timeout, threads,
-                                                        share_prefill=not config.getoption("kvbench_no_share_prefill"))
+                                                        share_prefill=not config.getoption("kvbench_no_share_prefill"),
+                                                        decode_batch=decode_batch)
     if session.resumed and session.is_controller:
         lock_run(config, f"--kvbench-resume {run_id}: ")  # a second resume of the same run is refused here
         from pytest_kvbench.wiring.grid.resume import repair_before_running  # lazy for startup time: resumes only

@@ -29,12 +29,12 @@ from ..core.budget import Budget
 from ..core.capabilities import Capability
 from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (GROUP_PROTOCOLS: this contract's name too)
 from ..core.errors import MethodError
-from ..core.families import check_family, decoder_layers
+from ..core.families import check_family
 from ..attention.hooks import capturing_window_queries, compressing_prefill, per_layer_causal_masks, store_selection
-from ..core.memory_budget import CacheGeometry, operating_point
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name, ragged_attention
 from ..adapters.transformers_compat import DynamicCache, cache_argument
+from .budget_plan import plan_budget
 from .clock import now
 
 # GROUP_PROTOCOLS (catalog.py): samples sharing a context run as one group (kvmethods/runtime/protocols/); a single
@@ -126,13 +126,6 @@ def _check_request(method: Method, input_ids: list[int], context_len: int, proto
         raise MethodError(f"{method!r} is not a kvmethods Method")
 
 
-def tokens_kept(model, method: Method, budget: Budget, prompt_len: int, compressed_len: int) -> int:
-    """Tokens per layer a budget lets the compressed part of the prompt keep (prefill and shared_prefill)."""
-    if budget.kind == "memory":  # the whole prompt's bytes count, the uncompressed question included
-        return operating_point(method, budget, prompt_len, CacheGeometry.of(model), prompt_len - compressed_len)
-    return budget.tokens_for(compressed_len)
-
-
 @torch.inference_mode()
 def prefill(model, method: Method, budget: Budget, input_ids: list[int], context_len: int, protocol: str,
             total_tokens: int | None = None) -> PrefilledPrompt:
@@ -141,12 +134,8 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     capabilities = method.capabilities
     if Capability.COMPRESSES in capabilities:
         check_family(model, method.name, total_tokens or len(input_ids))
-    budget = Budget.parse(budget)
-    compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
-    n_layers = len(decoder_layers(model))
-    budget_tokens = tokens_kept(model, method, budget, len(input_ids), compressed_len)
-    layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
-    active = Capability.COMPRESSES in capabilities and compressed_len > 0 and min(layer_budgets) < compressed_len
+    plan = plan_budget(model, method, budget, len(input_ids), context_len, protocol)
+    budget, compressed_len, n_layers, layer_budgets = plan.budget, plan.compressed_len, plan.n_layers, plan.layer_budgets
     cache = DynamicCache()
     kept_indices: list = [None] * n_layers
     logits = None
@@ -154,12 +143,10 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     with ExitStack() as stack:  # a channel-pruning storage (ThinK) scores with the last queries
         window = method.query_window
         queries = stack.enter_context(capturing_window_queries(model, cache, window)) if window else {}
-        if active:
-            if len(layer_budgets) != n_layers or min(layer_budgets) < 1:
-                raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
+        if plan.compresses:
             if Capability.RUNS_PREFILL in capabilities:
                 ratio = budget.value if budget.kind == "ratio" else None
-                with method.prefill_context(model, budget_tokens, compressed_len, ratio):
+                with method.prefill_context(model, plan.tokens, compressed_len, ratio):
                     logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
             elif Capability.SCORES_WHOLE_PROMPT in capabilities:
                 logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
@@ -179,9 +166,8 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     uneven = _uneven(cache)
     if compressed_len < len(input_ids):
         logits = _forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
-    decode_target = int(budget.value) if budget.kind == "tokens" else budget_tokens
-    decode_budgets = method.layer_budgets(decode_target, n_layers, max(decode_target, compressed_len))
-    return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices), scoring_s, decode_budgets)
+    return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices), scoring_s,
+                           plan.decode_layer_budgets())
 
 
 def _uneven(cache: DynamicCache) -> bool:

@@ -33,7 +33,8 @@ from ..core.budget import FULL_CACHE, Budget
 from ..core.capabilities import Capability, prefills_alone
 from ..core.errors import MethodError
 from ..core.families import check_family, decoder_layers, rotary_embedding
-from .generation import PrefilledPrompt, _check_request, _forward, _store_quantized, prefill, tokens_kept
+from .budget_plan import compressed_length, plan_budget
+from .generation import PrefilledPrompt, _check_request, _forward, _store_quantized, prefill
 from ..attention.hooks import store_selection
 from ..attention.kernel_memo import KernelMemo
 from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
@@ -68,17 +69,6 @@ class _Selection:
     seconds: float = 0.0
     scoring_s: float = 0.0  # of seconds: its share of a whole-prompt scoring pass (KVzip)
     error: BaseException | None = None  # what the method raised: the others go on without it
-
-
-def _plan(model, method: Method, budget, prompt_len: int, compressed_len: int, n_layers: int) -> _Selection:
-    budget_tokens = tokens_kept(model, method, Budget.parse(budget), prompt_len, compressed_len)
-    layer_budgets = method.layer_budgets(budget_tokens, n_layers, compressed_len)
-    # keeps everything, as prefill() does
-    if Capability.COMPRESSES not in method.capabilities or min(layer_budgets) >= compressed_len:
-        layer_budgets = [compressed_len] * n_layers
-    elif len(layer_budgets) != n_layers or min(layer_budgets) < 1:
-        raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {layer_budgets}")
-    return _Selection(method, layer_budgets, kept=[None] * n_layers)
 
 
 def _adopt(cache: DynamicCache, layer_idx: int, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -214,7 +204,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
             raise MethodError(f"{method.name} changes the prefill forward and cannot share it")
         if Capability.COMPRESSES in method.capabilities:
             check_family(model, method.name, total_tokens or len(input_ids))
-    compressed_len = len(input_ids) if protocol == "question_in_window" else context_len
+    compressed_len = compressed_length(len(input_ids), context_len, protocol)
     if compressed_len == 0:  # nothing to compress: every request is a plain prefill
         started = now()
         plain = [prefill(model, full_method, FULL_CACHE, input_ids, context_len, protocol)]
@@ -222,8 +212,8 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
         return SharedPrefill(plain[0], plain[1:], now() - started, [0.0] * len(requests),
                              [None] * len(requests))
     n_layers = len(decoder_layers(model))
-    selections = [_plan(model, method, budget, len(input_ids), compressed_len, n_layers)
-                  for method, budget in requests]
+    plans = [plan_budget(model, method, budget, len(input_ids), context_len, protocol) for method, budget in requests]
+    selections = [_Selection(plan.method, plan.layer_budgets, kept=[None] * n_layers) for plan in plans]
     full = DynamicCache()
     started = now()
     with _selecting_hooks(model, full, selections):

@@ -16,12 +16,14 @@ from typing import Any
 
 from kvmethods import FULL_CACHE, get_method
 from kvmethods.runtime.clock import now
+from kvmethods.runtime.batched_generation import BatchRequest, can_decode_in_batch, generate_batch
 from kvmethods.runtime.generation import GROUP_PROTOCOLS, generate, record_fields
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid
 from pytest_kvbench.engine.fidelity import ReferenceCache, compare, reference_of
 from pytest_kvbench.engine.finite_logits import check_logits_finite
-from pytest_kvbench.engine.group_decode import decode_members
+from pytest_kvbench.engine.decode_batching import DecodeBatching
+from pytest_kvbench.engine.group_decode import BatchDecoder, decode_members
 from pytest_kvbench.engine.hardware.device_description import describe_device
 from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
 from pytest_kvbench.engine.hardware.item_meter import ItemMeter
@@ -67,9 +69,11 @@ def shares_prefill(case: Case) -> bool:
 class Runner:
     """Runs cases; one instance per worker process (held by the session)."""
 
-    def __init__(self, grid: Grid, run_id: str, timeout_s: float | None = None, share_prefill: bool = True) -> None:
+    def __init__(self, grid: Grid, run_id: str, timeout_s: float | None = None, share_prefill: bool = True,
+                 decode_batch: int | str = 1) -> None:
         self.grid = grid
         self.shared = SharedPrefills(share_prefill)
+        self.batching = DecodeBatching(decode_batch)  # --kvbench-decode-batch: members per decoding batch
         self.run_id = run_id
         self.timeout_s = timeout_s
         self.models = ModelCache()
@@ -153,7 +157,16 @@ class Runner:
             return self._compressed(member, self._method(member), member.budget, task, sample, prompt, loaded,
                                     reference, state)
 
-        decode_members(case, members, shared, sample.id, decode, self.shared, limit, self._time_left)
+        def decode_together(batch: list[Case], states: list) -> list:
+            return self._compressed_batch(batch, states, task, sample, prompt, loaded, reference)
+
+        def size(states: list) -> int:
+            return self.batching.size(states, task.max_new_tokens, len(reference.target_ids),
+                                      int(states[0].next_logits.shape[-1]))
+
+        batch = BatchDecoder(self.batching, lambda member, state: can_decode_in_batch(self._method(member), state),
+                             decode_together, size)
+        decode_members(case, members, shared, sample.id, decode, self.shared, limit, self._time_left, batch)
 
     def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
         return shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
@@ -169,6 +182,24 @@ class Runner:
         logprobs, result.target_logprobs = result.target_logprobs, None
         check_logits_finite(logprobs, f"{case.id} sample {sample.id}")
         return (result, *compare(reference, logprobs))
+
+    def _compressed_batch(self, cases: list[Case], states: list, task, sample, prompt, loaded: LoadedModel,
+                          reference) -> list:
+        """_compressed for several members at once (one batched decoding): per member (generation, kl, agreement),
+        or what failed that member alone (non-finite log-probs)."""
+        requests = [BatchRequest(self._method(case), case.budget, state) for case, state in zip(cases, states)]
+        results = generate_batch(loaded.model, requests, len(prompt.input_ids), task.max_new_tokens,
+                                 loaded.eos_token_ids, teacher_targets=reference.target_ids)
+        made: list = []
+        for case, result in zip(cases, results):
+            logprobs, result.target_logprobs = result.target_logprobs, None
+            try:
+                check_logits_finite(logprobs, f"{case.id} sample {sample.id}")
+            except Exception as exc:  # noqa: BLE001 - that member's failure, the others' results stand
+                made.append(exc)
+                continue
+            made.append((result, *compare(reference, logprobs)))
+        return made
 
     # -- the item ------------------------------------------------------------------------------
     def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> records.Record:
@@ -278,6 +309,10 @@ class Runner:
         kv = kv_cache_figures([r["kv_bytes_before"] for r in rows], [r["kv_bytes_after"] for r in rows])
         latency = latency_figures([r["prefill_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
                                   [r["new_tokens"] for r in rows], total_s)
+        alone = [r for r in rows if r.get("decode_batch", 1) == 1]  # samples decoded alone: the method's own speed
+        latency["decode_tokens_per_s_alone"] = latency_figures(
+            [], [r["decode_ms"] / 1000.0 for r in alone], [r["new_tokens"] for r in alone])["decode_tokens_per_s"]
+        latency["decode_batch_note"] = self.batching.shrunk
         return replace(
             records.Record.identity(case, self.run_id, case.protocol),
             device=from_json(records.Device, self.device_description(loaded.device), "device"),

@@ -35,7 +35,7 @@ class DecodedSample:
     result: Any  # kvmethods.runtime.generation.GenerationOutput, its target_logprobs dropped
     kl: float
     agreement: float
-    timing: dict  # shared_prefill_ms (the group's forward) and compression_ms (this item's own part)
+    timing: dict  # shared_prefill_ms (the group's forward), compression_ms (this item's own part), decode_batch
     host: str  # the key of the item whose run decoded it
 
 
@@ -49,6 +49,7 @@ class SharedPrefills:
         self._spent: Counter[str] = Counter()  # seconds of an item's decoding done in other items' runs
         self._hosted: Counter[str] = Counter()  # other items' sample decodes run inside an item's run
         self._elsewhere: Counter[str] = Counter()  # an item's own sample decodes run inside another's
+        self._alone: set[str] = set()  # items with a sample decoded alone (their own decode speed measured)
 
     def plan(self, cases: Iterable[Case]) -> None:
         """The items this worker will run, in any order."""
@@ -66,8 +67,14 @@ class SharedPrefills:
 
     def keep(self, case: Case, sample_id: str, decoded: DecodedSample) -> None:
         self._decoded[(case.key, sample_id)] = decoded
+        if decoded.timing.get("decode_batch", 1) == 1:
+            self._alone.add(case.key)
         if decoded.host != case.key:
             self._hosted[decoded.host] += 1
+
+    def measured_alone(self, case: Case) -> bool:
+        """Whether a sample of the item was decoded alone (batch 1) already: its own decode speed is measured."""
+        return case.key in self._alone
 
     def fail(self, case: Case, sample_id: str, error: BaseException) -> None:
         """`case` failed on this sample while another item's run decoded it: raised when `case` gets there."""

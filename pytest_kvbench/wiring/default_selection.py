@@ -6,7 +6,8 @@ items only add flat zero rows. Its measured full-cache scores are data next to t
 (``default_model/task_scores.toml``); items of tasks scored 0 there are deselected (pytest's
 ``pytest_deselected``, so pytest counts them) when the user selected nothing: no ``-m``, no ``-k``, no
 task list and no protocol but the default. Naming a task, a marker or a keyword selects from the whole grid as before, so the smoke subset
-(``-m smoke``) and its baseline are unchanged.
+(``-m smoke``) and its baseline are unchanged; a task or suite named in ``-k`` / ``-m`` that is not in the default
+grid joins it first (named_tasks.py), so ``-k qasper`` finds qasper. The run header names both.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kvbench.cases import DEFAULT_MODEL, DEFAULT_PROTOCOL, Case, Grid
+from pytest_kvbench.wiring.grid import named_tasks
 from pytest_kvbench.wiring.items import case_of
 from pytest_kvbench.wiring.grid.options import tomllib  # the standard library's, or tomli before Python 3.11
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
@@ -75,8 +77,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash.get(SESSION_KEY, None)
-    left_out = left_out_tasks(config, run.grid) if run is not None else []
-    if not left_out:
+    if run is None:
         return []
-    return [f"kvbench: default selection: tasks the embedded model's full cache scores 0 on are left out "
-            f"({', '.join(left_out)}); select them with --kvbench-tasks, -m or -k"]
+    lines = named_tasks.header_lines(run.grid.tasks_added, run.grid.tasks_unavailable)
+    left_out = left_out_tasks(config, run.grid)
+    if left_out:
+        lines.append(f"kvbench: default selection: tasks the embedded model's full cache scores 0 on are left out "
+                     f"({', '.join(left_out)}); select them with --kvbench-tasks, -m or -k")
+    return lines

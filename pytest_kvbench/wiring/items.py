@@ -7,28 +7,18 @@ the case up here. Other tests in the same session map to None.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 
 import pytest
 
 from pytest_kvbench.cases import Case
 from pytest_kvbench.results.run.lock import RunInUse
-from pytest_kvbench.tasks import get_task
-from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS
+from pytest_kvbench.tasks.registry import SUITES, suite_of
 from pytest_kvbench.wiring.interrupts import honour_sigint
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
 
-SUITES = tuple(SUITE_DESCRIPTIONS)  # one marker and one bench/test_<suite>.py per task suite
-
-
 def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
-
-
-@functools.cache
-def suite_of(task: str) -> str:
-    return get_task(task).suite
 
 
 def case_of(item: pytest.Item) -> Case | None:

@@ -23,6 +23,7 @@ class RunnerSettings:
     timeout_s: float | None
     torch_threads: int | None  # --kvbench-torch-threads (checked at configure)
     share_prefill: bool = True
+    decode_batch: int | str = 1  # --kvbench-decode-batch (checked at configure): "auto" or members per batch
 
 
 def runner_of(config: pytest.Config):
@@ -37,6 +38,7 @@ def runner_of(config: pytest.Config):
         if settings.torch_threads is not None:
             torch.set_num_threads(settings.torch_threads)
         runner = config.stash[RUNNER_KEY] = Runner(settings.grid, settings.run_id, settings.timeout_s,
-                                                   share_prefill=settings.share_prefill)
+                                                   share_prefill=settings.share_prefill,
+                                                   decode_batch=settings.decode_batch)
         runner.shared.plan(config.stash.get(PLANNED_CASES_KEY, []))
     return runner

@@ -7,22 +7,26 @@ pytest sessions in one process (pytester) never share them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from pytest_kvbench.wiring.gate import Gate
-from pytest_kvbench.wiring.distributed.gpu_slots import DeviceSlots
-from pytest_kvbench.wiring.interrupts import InterruptShield
-from pytest_kvbench.wiring.progress.live import SessionProgress
-from pytest_kvbench.wiring.session import RunSession
+# The keys' value types only: distributed/ and progress/ sit above the run's modules and read these keys.
+if TYPE_CHECKING:
+    from pytest_kvbench.wiring.distributed.gpu_slots import DeviceSlots
+    from pytest_kvbench.wiring.gate import Gate
+    from pytest_kvbench.wiring.interrupts import InterruptShield
+    from pytest_kvbench.wiring.progress.live import SessionProgress
+    from pytest_kvbench.wiring.session import RunSession
 
-SESSION_KEY = pytest.StashKey[RunSession]()
+SESSION_KEY = pytest.StashKey["RunSession"]()
 RUNNER_SETTINGS_KEY = pytest.StashKey[object]()  # what the Runner is built from, at configure (runner_settings.py)
 RUNNER_KEY = pytest.StashKey[object]()  # the Runner, built when the first item needs it
 PLANNED_CASES_KEY = pytest.StashKey[list]()  # the cases this process shares prefills among (collection's)
-GATE_KEY = pytest.StashKey[Gate]()
-SLOTS_KEY = pytest.StashKey[DeviceSlots]()
-PROGRESS_KEY = pytest.StashKey[SessionProgress]()
+GATE_KEY = pytest.StashKey["Gate"]()
+SLOTS_KEY = pytest.StashKey["DeviceSlots"]()
+PROGRESS_KEY = pytest.StashKey["SessionProgress"]()
 RECORD_KEY = pytest.StashKey[dict]()  # item stash: the item's measured record
 VERDICT_KEY = pytest.StashKey[dict]()  # item stash: the gate's verdict on it
-SHIELD_KEY = pytest.StashKey[InterruptShield]()  # holds a Ctrl-C off while the controller writes the run
+SHIELD_KEY = pytest.StashKey["InterruptShield"]()  # holds a Ctrl-C off while the controller writes the run
 INTERRUPTED_WORKERS_KEY = pytest.StashKey[set]()  # xdist workers stopped by Ctrl-C (not crashed)

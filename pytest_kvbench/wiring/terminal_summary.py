@@ -25,6 +25,9 @@ def write_summary(terminalreporter, run, gate) -> None:
     if zeros:
         shown = ", ".join(zeros[:8]) + (", ... (list in RESULTS.md)" if len(zeros) > 8 else "")
         terminalreporter.write_line(f"{len(zeros)} item(s) scored exactly 0 (check these): {shown}", yellow=True)
+    shrunk = sorted({r.latency.decode_batch_note for r in records if r.latency.decode_batch_note})
+    if shrunk:  # once, whatever number of items (and workers) saw it
+        terminalreporter.write_line(f"{shrunk[0]} (no sample lost; --kvbench-decode-batch sets the limit)", yellow=True)
     for line in gate.summary_lines():
         terminalreporter.write_line(line)
     if run.unfinished:

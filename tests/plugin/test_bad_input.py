@@ -402,6 +402,18 @@ def test_issue_31_classes_end_to_end(workdir, args):
     assert_one_line_usage_error(workdir, *args)
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "1025", "2.5", "Auto2", "١", "", "99999999999999999999999"])
+def test_a_decode_batch_that_is_not_auto_or_a_whole_number_in_range_is_one_line(workdir, value):
+    line = assert_one_line_usage_error(workdir, f"--kvbench-decode-batch={value}")
+    assert "--kvbench-decode-batch" in line
+
+
+def test_a_bad_decode_batch_ini_key_is_one_line(workdir):
+    workdir.makeini("[pytest]\nkvbench_decode_batch = lots\n")
+    line = assert_one_line_usage_error(workdir)
+    assert "ini key kvbench_decode_batch must be 'auto' or a whole number from 1 to 1,024" in line
+
+
 def test_kvbench_compare_refuses_an_empty_tolerance(cli_dir, monkeypatch, capsys):
     monkeypatch.chdir(cli_dir)
     assert cli.main(["compare", "a", "b", "--fail", ""]) == cli.EXIT_USAGE

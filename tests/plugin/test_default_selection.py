@@ -38,10 +38,16 @@ def test_the_default_selection_runs_only_the_scored_tasks(bench):
     assert "default selection" in header and all(task in header for task in UNSCORED)
 
 
-@pytest.mark.parametrize("select", [["-m", "infinitebench"], ["-k", "passkey"], ["--kvbench-tasks", "passkey"]])
+@pytest.mark.parametrize("select", [["-k", "passkey"], ["--kvbench-tasks", "passkey"]])
 def test_a_task_left_out_stays_selectable(bench, select):
     ids = collected_ids(bench.runpytest("--collect-only", "-q", *ONE_METHOD, *select))
     assert sorted(ids) == ["full-passkey", "snapkv-128-passkey"]
+
+
+def test_a_suite_marker_selects_the_left_out_task_among_its_suite(bench):
+    """-m infinitebench: passkey (left out by default) runs, with the rest of its suite (test_named_tasks.py)."""
+    ids = collected_ids(bench.runpytest("--collect-only", "-q", *ONE_METHOD, "-m", "infinitebench"))
+    assert {"full-passkey", "snapkv-128-passkey"} <= set(ids) and len(ids) > 2
 
 
 def test_the_smoke_subset_is_the_whole_grids(bench):

@@ -18,7 +18,8 @@ from pytest_kvbench.wiring.distributed.gpu_slots import (
     visible_devices,
     worker_index,
 )
-from pytest_kvbench.wiring.distributed.shards import parse_shard, select_shard, shard_cuts
+from pytest_kvbench.input_values import parse_shard
+from pytest_kvbench.wiring.distributed.shards import select_shard, shard_cuts
 from pytest_kvbench.wiring.distributed.xdist_groups import parametrize_id, reference_group_scheduler, xdist_group_name
 
 # ---------------------------------------------------------------------------- worker ids

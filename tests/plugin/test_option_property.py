@@ -66,7 +66,7 @@ WORKING = {
     "--kvbench-data": ["fixtures"], "--kvbench-max-prompt-tokens": ["320"], "--kvbench-preset": ["kvpress-leaderboard"],
     "--kvbench-config": ["grid.toml"], "--kvbench-results": ["results", "a_dir"], "--kvbench-save": ["baseline.json"],
     "--kvbench-compare-fail": ["score:1", "latency:20%"], "--kvbench-shard": ["1/2", "2/2"],
-    "--kvbench-timeout": ["2.5", "60"], "--kvbench-torch-threads": ["1"],
+    "--kvbench-timeout": ["2.5", "60"], "--kvbench-torch-threads": ["1"], "--kvbench-decode-batch": ["auto", "1", "8"],
 }
 working = st.sampled_from(sorted({value for values in WORKING.values() for value in values}))
 empty = st.sampled_from(["", " ", "\t", "\n"])

@@ -25,15 +25,24 @@ PACKAGES = ("kvmethods", "pytest_kvbench")
 LAYERS = (
     ("kvmethods",),  # compression methods and generation: know nothing of the benchmark
     ("pytest_kvbench", "pytest_kvbench.input_values", "pytest_kvbench.user_paths",  # leaf helpers
-     "pytest_kvbench.atomic_files", "pytest_kvbench.stats"),
+     "pytest_kvbench.atomic_files", "pytest_kvbench.stats", "pytest_kvbench.hookspecs"),
     ("pytest_kvbench.model_sources", "pytest_kvbench.tasks"),  # what a model reference and a task are
     # Case, Grid, item ids and keys: what every part above runs or names (record_key.py, beside cases.py,
     # builds and parses the key for Case.key and every view, so it belongs here)
     ("pytest_kvbench.cases", "pytest_kvbench.record_key"),
-    ("pytest_kvbench.results",),  # the record's definition, storage and views
+    # results/, by room: the record's definition, its views (records -> text), the run directory (which
+    # writes RESULTS.md through the views), then what reads whole runs (the HTML report, other projects' layouts)
+    ("pytest_kvbench.results", "pytest_kvbench.results.record"),
+    ("pytest_kvbench.results.views",),
+    ("pytest_kvbench.results.run",),
+    ("pytest_kvbench.results.report", "pytest_kvbench.results.exports"),
     ("pytest_kvbench.comparison",),  # baselines and verdicts over records
     ("pytest_kvbench.engine",),  # one item's work: makes a record
-    ("pytest_kvbench.wiring", "pytest_kvbench.model_listing"),  # the pytest side
+    # wiring/, by room: the grid read at configure, the run's own modules (wiring/*.py), then what rides on
+    # the run (xdist and shards, live progress), reading its stash keys and items
+    ("pytest_kvbench.wiring.grid", "pytest_kvbench.model_listing"),
+    ("pytest_kvbench.wiring",),
+    ("pytest_kvbench.wiring.distributed", "pytest_kvbench.wiring.progress"),
     ("pytest_kvbench.plugin", "pytest_kvbench.cli", "pytest_kvbench.cli_checks",  # entry points
      "pytest_kvbench.cli_clean"),
 )
@@ -218,6 +227,40 @@ def test_no_upward_imports():
     assert upward == [], "imports from a higher layer (LAYERS):\n" + "\n".join(upward)
 
 
+def unit_of(module: str) -> str:
+    """A folder without subfolders is one unit (results/run, wiring/grid, tasks/ruler, ...); in a folder that has
+    subfolders (pytest_kvbench/, tasks/, wiring/, ...) each module is its own unit."""
+    path = MODULES[module]
+    folder = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    has_subfolders = any(other.startswith(folder + ".") and MODULES[other].name == "__init__.py"
+                         for other in MODULES if other != folder)
+    return module if has_subfolders or not folder else folder
+
+
+def arrows_back_up(package: str) -> list[str]:
+    """Imports between units of `package` that lie on a circle of units: whatever order the folders are put in,
+    one of these points back up (a lower folder importing a higher one)."""
+    edges: dict[str, set[str]] = {}
+    found: dict[tuple[str, str], str] = {}
+    for imp in imports():
+        if not imp.importer.startswith(package + ".") and imp.importer != package:
+            continue
+        a, b = unit_of(imp.importer), unit_of(imp.imported)
+        if a != b:
+            edges.setdefault(a, set()).add(b)
+            edges.setdefault(b, set())
+            found.setdefault((a, b), f"{imp.importer}:{imp.line} -> {imp.imported}")
+    circles = strongly_connected(edges)
+    return sorted(found[(a, b)] for circle in circles for a in circle for b in circle if (a, b) in found)
+
+
+def test_no_folder_imports_a_higher_one():
+    """Not only between the layers above: inside them too (wiring/grid, wiring/progress, results/run, tasks/ruler,
+    ...), no folder imports one that imports it back, so every folder can be read and tested without those above."""
+    upward = arrows_back_up("pytest_kvbench")
+    assert upward == [], "imports on a circle of folders:\n" + "\n".join(upward)
+
+
 def test_imports_inside_functions_say_why_they_are_lazy():
     silent = [f"{MODULES[name].relative_to(ROOT)}:{line}" for name, line, commented in lazy_import_groups()
               if not commented]
@@ -226,6 +269,13 @@ def test_imports_inside_functions_say_why_they_are_lazy():
 
 
 # -- the checker itself -----------------------------------------------------------------------------------
+
+def test_a_folder_is_one_unit_unless_it_has_subfolders():
+    assert unit_of("pytest_kvbench.results.run.writer") == "pytest_kvbench.results.run"
+    assert unit_of("pytest_kvbench.wiring.session") == "pytest_kvbench.wiring.session"
+    assert unit_of("pytest_kvbench.tasks.registry") == "pytest_kvbench.tasks.registry"
+    assert unit_of("pytest_kvbench.cases") == "pytest_kvbench.cases"
+
 
 def test_tarjan_finds_circles_and_only_them():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
@@ -237,6 +287,10 @@ def test_layers_put_a_module_under_its_longest_prefix():
     assert layer_of("pytest_kvbench.engine.hardware.sampler") == layer_of("pytest_kvbench.engine")
     assert layer_of("pytest_kvbench.input_values") < layer_of("pytest_kvbench.cases") < layer_of(
         "pytest_kvbench.engine") < layer_of("pytest_kvbench.wiring") < layer_of("pytest_kvbench.plugin")
+    assert layer_of("pytest_kvbench.results.record") < layer_of("pytest_kvbench.results.views.tables") < layer_of(
+        "pytest_kvbench.results.run.writer") < layer_of("pytest_kvbench.results.report.html_report")
+    assert layer_of("pytest_kvbench.wiring.grid.options") < layer_of("pytest_kvbench.wiring.session") < layer_of(
+        "pytest_kvbench.wiring.progress.live")
     assert layer_of("kvmethods.core.registry") == 0
     assert layer_of("elsewhere") is None
 

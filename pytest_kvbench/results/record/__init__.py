@@ -102,6 +102,11 @@ class Latency:
     prefill_ms: float | None = None
     decode_tokens_per_s: float | None = None
     total_s: float | None = None
+    # the method's own decode speed: samples decoded alone (batch 1; decode_tokens_per_s also counts batched
+    # samples, whose step times are shared among the batch's members); None when none was
+    decode_tokens_per_s_alone: float | None = field(default=None, metadata=OMITTED_AT_DEFAULT)
+    # the decode batch shrank after out of memory (the worker's first such); absent otherwise
+    decode_batch_note: str | None = field(default=None, metadata=OMITTED_AT_DEFAULT)
     extra: dict = field(default_factory=dict)
 
 

@@ -5,24 +5,7 @@ Deterministic and machine-independent, so N machines given the same grid run eve
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
-
-from pytest_kvbench.input_values import MAX_SHARDS, shown
-
-SHARD_OPTION = "--kvbench-shard"
-
-
-def parse_shard(spec: str) -> tuple[int, int]:
-    """``"2/3"`` -> ``(2, 3)``: 1-based part K of N (ASCII digits, N <= MAX_SHARDS); ValueError (one line)
-    otherwise."""
-    match = re.fullmatch(r"\s*([0-9]{1,6})\s*/\s*([0-9]{1,6})\s*", str(spec))
-    if match:
-        k, n = int(match.group(1)), int(match.group(2))
-        if 1 <= n <= MAX_SHARDS and 1 <= k <= n:
-            return k, n
-    raise ValueError(f"{SHARD_OPTION} expects K/N with 1 <= K <= N <= {MAX_SHARDS:,} in ASCII digits (e.g. 2/3), "
-                     f"got {shown(spec)}")
 
 
 def shard_cuts(group_sizes: Sequence[int], n: int, slack: float = 0.1) -> list[int]:

@@ -15,9 +15,10 @@ import pytest
 from kvmethods import FULL_CACHE, Budget, MethodError, describe_method
 from kvmethods.core.capabilities import Capability
 from pytest_kvbench import tasks as task_registry, user_paths
-from pytest_kvbench.input_values import MAX_TOKENS, shown, shown_list, split_list
+from pytest_kvbench.input_values import MAX_TOKENS, parse_shard, shown, shown_list, split_list
 from pytest_kvbench.wiring.grid import canonical
 from pytest_kvbench.wiring.grid import model_refs
+from pytest_kvbench.wiring.grid import named_tasks
 from pytest_kvbench.wiring.grid import presets
 from pytest_kvbench.wiring.grid.cache_protocols import (check_decoding_intervals, check_per_turn, check_tasks_serve_protocols,
                                              parse_protocols)
@@ -30,7 +31,7 @@ from pytest_kvbench.cases import (
     parse_seed,
 )
 from pytest_kvbench.tasks import TaskError, check_context_length, get_task
-from pytest_kvbench.wiring.distributed.shards import parse_shard
+from pytest_kvbench.tasks.sources import is_fixture_dir
 
 try:  # Python >= 3.11
     import tomllib
@@ -314,7 +315,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.models = [str(m).strip() for m in sources.listed("model") or [DEFAULT_MODEL]]
     methods = sources.listed("methods") or DEFAULT_METHODS
     grid.methods = [_method_spec(m) for m in methods]
-    grid.budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]
+    budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]  # parsed into the grid by _validate
     grid.tasks = [str(t).strip() for t in sources.listed("tasks") or []]
     samples, where = sources.scalar("samples")
     if samples == presets.ALL_SAMPLES and where == sources.preset_where:
@@ -338,8 +339,8 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.max_prompt_tokens = _token_count(max_prompt, where) if max_prompt is not None else None
     if sources.preset is not None:
         grid.preset = sources.preset.name
-        presets.check_grid(grid, sources.preset, sources.preset_where, sources.given_against_preset())
-    _validate(grid)
+        presets.check_grid(grid, sources.preset, sources.preset_where, sources.given_against_preset(), budgets)
+    _validate(grid, budgets, selection=(config.option.keyword, config.option.markexpr))
     return grid
 
 
@@ -370,9 +371,10 @@ def _seeds(sources: _Sources) -> list[int]:
     return [parse_seed(seed_value, seed_where)] if seed_value is not None else [0]
 
 
-def _validate(grid: Grid) -> None:
+def _validate(grid: Grid, budgets: list[str], selection: tuple[str | None, str | None] = (None, None)) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
-    repeated values are reduced to one canonical spelling (canonical.py)."""
+    repeated values are reduced to one canonical spelling (canonical.py). ``selection``: pytest's -k and -m
+    expressions, whose task names join a default grid (named_tasks.py)."""
     methods, compressing = [], []
     for spec in grid.methods:  # describe_method names the valid methods for an unknown one
         try:
@@ -387,7 +389,7 @@ def _validate(grid: Grid) -> None:
         methods.append(canonical.method(spec, described.name, described.params))
     grid.methods = [spec for spec, _ in canonical.unique(methods, key=lambda pair: pair[1])]
     try:
-        grid.budgets = canonical.unique((Budget.parse(b) for b in grid.budgets), key=lambda budget: budget.spec)
+        grid.budgets = canonical.unique((Budget.parse(b) for b in budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
     if FULL_CACHE in grid.budgets:
@@ -398,6 +400,10 @@ def _validate(grid: Grid) -> None:
         raise GridError(f"--kvbench-budgets: {shown(too_large[0])} tokens is more than any context ({MAX_TOKENS:,} at most)")
     tasks_named = grid.tasks_named = bool(grid.tasks)
     grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
+    if not tasks_named:  # -k qasper / -m infinitebench select from every task the registry knows
+        on_fixtures = is_fixture_dir(grid.data_dir) or (grid.data_dir is None and set(grid.models) == {DEFAULT_MODEL})
+        grid.tasks_added, grid.tasks_unavailable = named_tasks.added_tasks(*selection, grid.tasks, on_fixtures)
+        grid.tasks = grid.tasks + grid.tasks_added
     try:
         grid.tasks = canonical.unique(task_registry.get_task(task).name for task in grid.tasks)
     except task_registry.TaskError as exc:

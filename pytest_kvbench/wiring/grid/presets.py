@@ -18,6 +18,7 @@ each preset and the sources of its values.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -115,11 +116,12 @@ def _canonical(key: str, values: list) -> list:
     return out
 
 
-def check_grid(grid: Grid, preset: Preset, preset_where: str, given: dict[str, str]) -> None:
-    """GridError when a value the user set (``given``: grid key -> where it came from) contradicts the
-    preset; values the preset filled in agree by construction. Run before the grid's own validation, so a
+def check_grid(grid: Grid, preset: Preset, preset_where: str, given: dict[str, str],
+               budgets: Sequence[str] = ()) -> None:
+    """GridError when a value the user set (``given``: grid key -> where it came from; ``budgets``: the budgets
+    as given, not parsed yet) contradicts the preset; values the preset filled in agree by construction. Run before the grid's own validation, so a
     contradiction is named as one (not as, say, a task that cannot serve a protocol)."""
-    chosen = {"tasks": grid.tasks, "budgets": grid.budgets, "context_lengths": grid.context_lengths,
+    chosen = {"tasks": grid.tasks, "budgets": list(budgets), "context_lengths": grid.context_lengths,
               "protocol": grid.protocols, "samples": grid.samples, "max_prompt_tokens": grid.max_prompt_tokens}
     for key, where in given.items():
         setting = preset.settings.get(key)

@@ -1,0 +1,77 @@
+"""How many members of a sample decode in one batch (`--kvbench-decode-batch auto|N`), and shrinking on OOM.
+
+A sample's members decode in batches of at most N (kvmethods.runtime.batched_generation); `1` is the sequential
+decoding of before, member by member. `auto` sizes the batch when it is formed:
+
+- on CUDA, from the free memory (torch.cuda.mem_get_info) against what one member costs in the batch: its
+  padded cache (the longest member's bytes, padding included) with room for the new tokens, plus the
+  teacher-forced pass's logits (targets x vocabulary, float32, twice for the log-softmax); half the free
+  memory is used, the rest left to activations;
+- on CPU, AUTO_CPU members: a CPU's decoding is bound by reading the weights once per step, and beyond a few
+  dozen members the padded attention grows while the weights are already shared (docs/performance.md).
+
+An out-of-memory error in a batch is not a member's failure: the memory is freed, the limit halves for the
+rest of the run (`shrunk` keeps one line saying so, the terminal summary shows it once) and the members are
+decoded again in smaller batches, down to one, where an out-of-memory error fails the member as before.
+No sample is lost: a batch re-decodes from the members' prefilled caches, which it never changes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pytest_kvbench.input_values import MAX_DECODE_BATCH
+
+AUTO = "auto"
+AUTO_CPU = 32  # members per batch on CPU under auto
+AUTO_MEMORY_SHARE = 0.5  # of the free CUDA memory, for the batch's caches and logits
+
+
+def _cache_bytes(state) -> int:
+    """Bytes a member's cache takes once padded into a batch: per layer, its longest head x heads x (K + V)."""
+    total = 0
+    for layer in state.cache.layers:
+        keys = layer.keys
+        longest = max(getattr(layer, "tokens_per_head", lambda: [keys.shape[-2]])())
+        total += 2 * keys.shape[1] * longest * keys.shape[-1] * keys.element_size()
+    return total
+
+
+class DecodeBatching:
+    """The batch limit of one worker: the setting, and what out-of-memory errors taught it."""
+
+    def __init__(self, setting: int | str = 1) -> None:
+        self.setting = setting
+        self.limit: int | None = None if setting == AUTO else int(setting)
+        self.shrunk: str | None = None  # one line for the terminal summary, once a batch ran out of memory
+        self._first: int | None = None  # the batch size that first ran out of memory
+
+    @property
+    def sequential(self) -> bool:
+        return self.limit == 1
+
+    def size(self, states: list, new_tokens: int, targets: int, vocab: int) -> int:
+        """Members per batch for these prefilled states (generation.PrefilledPrompt): the setting, or under
+        auto the free memory's (CUDA) or AUTO_CPU; never above a limit an out-of-memory error set."""
+        if self.setting != AUTO:
+            return max(1, self.limit)
+        device = states[0].cache.layers[0].keys.device if states else torch.device("cpu")
+        if device.type != "cuda":
+            size = AUTO_CPU
+        else:
+            free, _ = torch.cuda.mem_get_info(device)
+            longest = max(_cache_bytes(s) for s in states)
+            new = max(new_tokens, targets)
+            per_token = longest // max(1, max(s.next_position for s in states))
+            member = longest + per_token * new + 2 * 4 * max(1, targets) * vocab
+            size = int(free * AUTO_MEMORY_SHARE // max(1, member))
+        return max(1, min(size, MAX_DECODE_BATCH, self.limit or MAX_DECODE_BATCH))
+
+    def out_of_memory(self, batch: int) -> int:
+        """A batch of `batch` members ran out of memory: the limit halves (at least 1); returns it."""
+        smaller = max(1, batch // 2)
+        if self.limit is None or smaller < self.limit:
+            self._first = self._first or batch
+            self.shrunk = f"decode batch shrank from {self._first} to {smaller} members after out of memory"
+            self.limit = smaller
+        return self.limit
