@@ -43,7 +43,8 @@ class RunSession:
         self.start = time.time()
         self.final_records: list[Record] | None = None  # what finish() wrote, for the terminal summary
         self.expected: dict[str, tuple[str, str]] = {}  # key -> (item id, node id) of the selected items
-        self.unfinished: list[dict] = []  # what finish() found missing
+        self.unfinished: list[dict] = []  # what finish() found missing ...
+        self.crashed: list[dict] = []  # ... and what crashed, then ran again
         self.written: list[str] = []  # what finish() wrote (wiring/final_writes.py) ...
         self.write_failures: list = []  # ... and what it could not, with the path and why
         self.cases_by_id: dict | None = None  # filled by the plugin on first use
@@ -177,6 +178,7 @@ class RunSession:
         previous = self._previous_run()
         expected = self.expected_items(previous)
         self.unfinished = unfinished_of(expected, records)  # the readers' own computation (results/run/state.py)
+        self.crashed = crashed_then_run(history, records)
         complete = complete and not self.unfinished
         start = previous.get("start_ts", self.start) if previous else self.start
         end = time.time()
@@ -185,7 +187,7 @@ class RunSession:
             duration_s=round(end - start, 3), complete=complete, resumed=self.resumed or bool(previous),
             grid=self.grid.as_dict(), records=records,
             environment=self.environment | {"packages": installed_packages()},  # read once, at the end
-            expected=expected, unfinished=self.unfinished, crashed=crashed_then_run(history, records),
+            expected=expected, unfinished=self.unfinished, crashed=self.crashed,
             resume_command=None if complete else self.resume_command())
         files, markdown = run_writer.run_files(self.run_dir, run, records)
         # settings.json too: a run stopped before its first record can be resumed

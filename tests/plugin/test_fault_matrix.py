@@ -183,6 +183,28 @@ def test_kill_9_inside_an_item_names_the_item_and_keeps_the_provenance(capsys, k
     assert environment["command"].startswith("pytest ") and environment["versions"]["torch"]
 
 
+def test_a_resume_of_a_damaged_run_says_what_it_repaired_before_running(capsys, tmp_path, killed_in_second_item):
+    killed_results, run_id = killed_in_second_item
+    results = tmp_path / "res"
+    shutil.copytree(killed_results, results)
+    run_dir = results / "runs" / run_id
+    with open(run_dir / storage.RECORDS_FILE, "a") as log:
+        log.write("garbage\n")
+    (run_dir / storage.RUN_FILE).write_text((run_dir / storage.RUN_FILE).read_text()[:100])
+    code, _, err = kvbench(capsys, results, "show", run_id)
+    assert code == 2 and "is damaged (" in err
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *GRID, "--kvbench-results",
+                           str(results), "--kvbench-resume", run_id, "--co", "-q"], cwd=killed_results.parent / "work",
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0] == (f"kvbench: --kvbench-resume {run_id} found the run damaged and repaired it before running: "
+                        f"1 line(s) of records.jsonl that are not records (line 2) moved to records.jsonl.damaged; "
+                        f"run.json could not be read: kept as run.json.damaged, written again by this run")
+    assert (run_dir / "records.jsonl.damaged").read_text() == "garbage\n"
+
+
 def test_kill_9_before_the_first_record_leaves_a_run_that_names_every_item(capsys, killed_before_any_record):
     results, run_id = killed_before_any_record
     assert records(results, run_id) == []

@@ -196,6 +196,25 @@ def test_records_only_run_json_holds_are_put_back_by_the_repair(tmp_path, run_di
     assert len(storage.read_records(log)) == 30 and not load_run(RUN_ID, tmp_path).state.damaged
 
 
+def test_the_results_directory_s_table_says_which_run_it_shows_and_where_the_others_are(tmp_path):
+    from pytest_kvbench.wiring.session import RunSession
+
+    first = session(tmp_path, is_controller=True)
+    first.add(standard_records()[0])
+    first.finish(complete=True)
+    alone = (tmp_path / "RESULTS.md").read_text()
+    assert alone == (tmp_path / "runs" / RUN_ID / "RESULTS.md").read_text() and "other run" not in alone
+    later = "bench_9f8e7d6c_20250103_101010"
+    second = RunSession(first.grid, tmp_path, later, is_controller=True, environment={"command": "pytest bench/"})
+    second.add(standard_records(run_id=later)[1])
+    second.finish(complete=True)
+    shared = (tmp_path / "RESULTS.md").read_text()
+    assert f"This file shows the last run written here, `{later}`, only. 1 other run(s) share this results " \
+           f"directory (`{RUN_ID}`)" in shared
+    assert f"kvbench list --results {tmp_path}" in shared and "runs/<run id>/RESULTS.md" in shared
+    assert "other run" not in (tmp_path / "runs" / later / "RESULTS.md").read_text()
+
+
 def test_a_torn_last_line_of_a_killed_writer_is_named_but_is_no_damage(capsys, tmp_path, run_dir):
     with open(run_dir / storage.RECORDS_FILE, "a") as handle:
         handle.write('{"run_id": "bench_0a1b2c3d_20250102_030405", "key": "half')
