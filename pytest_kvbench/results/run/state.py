@@ -1,7 +1,10 @@
 """Reading a run directory's files and saying what was found: complete, incomplete, or damaged and recovered.
 
 A run directory holds its records twice: ``records.jsonl``, appended as each item finishes, and
-``run.json``, written at the end with every record. When one of them is damaged (run.json
+``run.json``, written when the run starts (its selected items, settings and provenance, no ``end``) and
+again at its end with every record. Which items did not finish is computed here from run.json's
+``expected`` and the records (``unfinished_of``), by every reader and by the session itself, so every
+command says the same of a run whatever stopped it (kill -9, Ctrl-C, a dead xdist worker). When one of them is damaged (run.json
 truncated by a full disk, records.jsonl ending in garbage) the records are recovered from what can
 still be read, so that nothing finished is lost; but the run is then not "complete": its state
 names what was wrong, file and line, and ``kvbench`` exits 2 for it (a corrupt run is an error,
