@@ -26,7 +26,7 @@ from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, che
 from pytest_kvbench.comparison.gate_coverage import coverage_message, uncompared
 from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
-from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
+from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table, score_alone_note
 from pytest_kvbench import cli_clean, model_listing, user_paths
 from pytest_kvbench.cli_checks import (UsageError, check_no_blank_arguments, check_output_paths,
                                       check_results_dir)
@@ -255,9 +255,12 @@ def cmd_compare(args) -> int:
     print(comparison_table(verdicts))
     print()
     print(comparison_summary(verdicts, unrun))
+    note = score_alone_note(baseline, tolerances)
+    if note:
+        print(note)
     for verdict in verdicts:
         if verdict.failed:
-            print(f"REGRESSION {verdict.message}")
+            print(f"{verdict.status.upper()} {verdict.message}")
     failed = any(v.failed for v in verdicts)
     if args.strict and any(v.status == "mismatch" for v in verdicts):
         failed = True

@@ -36,7 +36,7 @@ from ..attention.attention_hooks import AttentionCall, attention_masks
 from ..storage.batched import BatchedLayer, can_batch
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 from .clock import now
-from .generation import GenerationOutput, PrefilledPrompt, measured_prefill
+from .generation import GenerationOutput, PrefilledPrompt, cached_forward_kernels, measured_prefill
 
 
 @dataclass
@@ -73,7 +73,7 @@ def _batch_masks(model, cache: DynamicCache):
 
 def _forward(model, cache: DynamicCache, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int):
     """tokens, positions [B, q] -> logits [B, q or 1, vocab]."""
-    with _batch_masks(model, cache):
+    with _batch_masks(model, cache), cached_forward_kernels(model, cache.get_seq_length()):  # no cuDNN graphs
         return model(input_ids=tokens, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                      **cache_argument(model, cache)).logits
 

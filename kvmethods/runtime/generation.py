@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..core.base import Method
 from ..core.budget import Budget
@@ -33,6 +34,7 @@ from ..core.families import check_family
 from ..attention.hooks import capturing_window_queries, compressing_prefill, per_layer_causal_masks, store_selection
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name, ragged_attention
+from ..attention.window_layer import WindowLayer
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 from .budget_plan import plan_budget
 from .clock import now
@@ -103,16 +105,34 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
+# sdpa's kernels for a forward over a cache that already holds tokens (decoding, teacher forcing, the question
+# after a compressed context), on CUDA. torch prefers cuDNN's attention on Hopper (sdp_utils.cpp,
+# check_prefer_cudnn_attention, when cuDNN > 9.15), and cuDNN builds an execution graph for every new shape:
+# each decoding step has a new key length, each PyramidKV layer and each padded ragged layer its own, so a
+# decode built hundreds of graphs (an H200 measured PyramidKV at 0.7 tok/s at 8k and 32 tok/s at 32k with
+# the same layer lengths, its graphs then built; docs/gpus.md). Flash and memory-efficient attention take any
+# length without a build. The prompt's own forward (one shape per sample) keeps torch's choice.
+CACHED_FORWARD_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def cached_forward_kernels(model, cached: int):
+    """sdpa restricted to CACHED_FORWARD_BACKENDS for a CUDA forward after `cached` cached tokens, else nothing."""
+    if cached == 0 or _device(model).type != "cuda":
+        return contextlib.nullcontext()
+    return sdpa_kernel(CACHED_FORWARD_BACKENDS)
+
+
 def _forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_keep: int) -> torch.Tensor:
     device = _device(model)
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     positions = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
     kwargs = dict(input_ids=input_ids, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                   **cache_argument(model, cache))
-    if uneven:
-        with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
-            return model(**kwargs).logits[0]
-    return model(**kwargs).logits[0]
+    with cached_forward_kernels(model, start):
+        if uneven:
+            with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
+                return model(**kwargs).logits[0]
+        return model(**kwargs).logits[0]
 
 
 def _check_request(method: Method, input_ids: list[int], context_len: int, protocol: str) -> None:
@@ -132,8 +152,8 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     """Run the prompt through the model, compressing per the protocol; nothing is decoded yet."""
     _check_request(method, input_ids, context_len, protocol)
     capabilities = method.capabilities
-    if Capability.COMPRESSES in capabilities:
-        check_family(model, method.name, total_tokens or len(input_ids))
+    if capabilities & (Capability.COMPRESSES | Capability.OWN_STORAGE):
+        check_family(model, method, total_tokens or len(input_ids))
     plan = plan_budget(model, method, budget, len(input_ids), context_len, protocol)
     budget, compressed_len, n_layers, layer_budgets = plan.budget, plan.compressed_len, plan.n_layers, plan.layer_budgets
     cache = DynamicCache()
@@ -173,12 +193,14 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
 def _uneven(cache: DynamicCache) -> bool:
     """Layers hold different lengths or are ragged: forwards need per-layer masks."""
     lengths = {layer.get_seq_length() for layer in cache.layers}
-    return len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
+    return len(lengths) > 1 or any(isinstance(layer, (RaggedLayer, WindowLayer)) for layer in cache.layers)
 
 
 def _store_quantized(method: Method, cache: DynamicCache, queries: dict) -> None:
     """Hand every layer's kept keys/values to the method's own storage (KIVI: quantized, window in full)."""
     for i, layer in enumerate(cache.layers):
+        if isinstance(layer, WindowLayer):  # a sliding layer kept as its window stays as it is
+            continue
         if isinstance(layer, RaggedLayer):
             raise MethodError(f"{method.name}: a ragged (head-adaptive) cache layer cannot be quantized")
         cache.layers[i] = method.storage_layer(layer.keys, layer.values, queries.get(i))

@@ -21,6 +21,9 @@ from kvmethods import (
     get_method,
     register_method,
 )
+from kvmethods.attention.hooks import per_layer_causal_masks
+from kvmethods.core.families import decoder_layers
+from kvmethods.runtime import generation
 from kvmethods.runtime.generation import PROTOCOLS, generate, prefill, teacher_force
 from kvmethods.testing import tiny_model
 from kvmethods.adapters.transformers_compat import cache_argument
@@ -156,6 +159,48 @@ def test_teacher_forcing_on_uneven_pyramid_caches_matches_stepwise_decoding(mode
     assert teacher_force(model, method, "24", PROMPT, 40, greedy, protocol).argmax(-1).tolist() == greedy
 
 
+def test_a_decoding_step_over_uneven_layers_runs_unmasked_and_a_multi_token_forward_masked(model):
+    state = prefill(model, get_method("pyramidkv", window=8), "24", PROMPT, len(PROMPT), "question_in_window")
+    assert state.uneven and len(set(layer_lengths(state.cache))) > 1
+    seen = []
+
+    def record(module, args, kwargs):  # registered after per_layer_causal_masks' hooks: sees what they set
+        seen.append(kwargs.get("attention_mask"))
+
+    for ids in ([5], [6, 7]):
+        seen.clear()
+        lengths = layer_lengths(state.cache)
+        with per_layer_causal_masks(model, state.cache):
+            handles = [layer.self_attn.register_forward_pre_hook(record, with_kwargs=True)
+                       for layer in decoder_layers(model)]
+            try:
+                step_logits = generation._forward(model, state.cache, ids, state.next_position, False, 1)
+            finally:
+                for handle in handles:
+                    handle.remove()
+        state.next_position += len(ids)
+        if len(ids) == 1:  # every layer sees its whole cache: sdpa's unmasked path, as for even layers
+            assert seen == [None] * len(lengths)
+        else:
+            assert [tuple(mask.shape) for mask in seen] == [(1, 1, 2, n + 2) for n in lengths]
+            assert all(bool((mask[0, 0, 0, -1] < 0) and (mask[0, 0, 1] == 0).all()) for mask in seen)
+        assert torch.isfinite(step_logits).all()
+
+
+def test_forwards_over_a_filled_cache_keep_cudnn_attention_off_on_cuda(model, monkeypatch):
+    cudnn = torch.backends.cuda.cudnn_sdp_enabled()
+    monkeypatch.setattr(generation, "_device", lambda model: torch.device("cuda"))
+    with generation.cached_forward_kernels(model, 0):  # the prompt's own forward: torch's choice
+        assert torch.backends.cuda.cudnn_sdp_enabled() == cudnn
+    with generation.cached_forward_kernels(model, 40):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == cudnn
+    monkeypatch.setattr(generation, "_device", lambda model: torch.device("cpu"))
+    with generation.cached_forward_kernels(model, 40):  # CPU: nothing changes
+        assert torch.backends.cuda.cudnn_sdp_enabled() == cudnn
+
+
 def test_teacher_force_full_equals_plain_forward(model):
     targets = PROMPT[:7]
     logp = teacher_force(model, get_method("full"), "8", PROMPT, 30, targets, "query_agnostic")
@@ -214,13 +259,13 @@ def test_malformed_kept_indices_from_a_method_are_reported(model):
 
 def test_unsupported_families_and_sliding_windows_are_named():
     gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=256, n_positions=128, bos_token_id=0, eos_token_id=1)).eval()
-    with pytest.raises(MethodError, match="snapkv cannot compress model family 'gpt2'; supported families: llama"):
+    with pytest.raises(MethodError, match="snapkv cannot compress model family 'gpt2': it has no decoder `layers`"):
         generate(gpt2, get_method("snapkv"), "16", PROMPT, len(PROMPT), 2, set(), "question_in_window")
+    # every layer of a mistral with a window is a sliding layer: kept as its window (window - 1 tokens), not
+    # compressed further (kvmethods/families/layout.py)
     mistral = tiny_model("mistral", sliding_window=32)
-    with pytest.raises(MethodError, match="h2o cannot compress model family 'mistral' with sliding-window"):
-        generate(mistral, get_method("h2o"), "16", PROMPT, len(PROMPT), 2, set(), "question_in_window")
-    out = generate(mistral, get_method("h2o"), "16", PROMPT[:24], 24, 8, set(), "question_in_window")
-    assert out.kept_tokens_per_layer == [16] * mistral.config.num_hidden_layers
+    out = generate(mistral, get_method("h2o"), "16", PROMPT, len(PROMPT), 2, set(), "question_in_window")
+    assert out.kept_tokens_per_layer == [31] * mistral.config.num_hidden_layers
 
 
 def test_bad_protocol_and_context_len_are_method_errors(model):
