@@ -133,9 +133,31 @@ def results_markdown(run: dict, records: list[Record]) -> str:
                   f"The run is incomplete. Finish it with `{run.get('resume_command')}`.", ""]
         lines += [f"- `{u['item_id']}`: {u.get('reason')}" for u in unfinished]
         lines.append("")
+    crashed = run.get("crashed") or []
+    if crashed:
+        lines += ["## Items whose worker crashed, then run again", ""]
+        lines += [f"- `{c.get('item_id')}`: {c.get('message')}" for c in crashed]
+        lines.append("")
     problems = [r for r in records if r.status in ("failed", "error") and not r.crashed]
     if problems:
         lines += ["## Failed items", ""]
         lines += [f"- `{r.item_id}`: {r.message or r.status}" for r in problems]
         lines.append("")
     return "\n".join(lines)
+
+
+SHOWN_OTHER_RUNS = 5
+
+
+def shared_results_markdown(markdown: str, run_id: str, others: list[str], results_dir: str) -> str:
+    """The results directory's RESULTS.md: the run's own, saying which run it shows and, when other runs share
+    the directory, where they are (their own RESULTS.md, ``kvbench list``)."""
+    if not others:
+        return markdown
+    named = ", ".join(f"`{name}`" for name in others[-SHOWN_OTHER_RUNS:]) + (", ..." if len(others) > SHOWN_OTHER_RUNS else "")
+    note = (f"This file shows the last run written here, `{run_id}`, only. {len(others)} other run(s) share this "
+            f"results directory ({named}): each has its own `runs/<run id>/RESULTS.md`; "
+            f"`kvbench list --results {results_dir}` lists them all.")
+    lines = markdown.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith("Run `")), 1) + 1
+    return "\n".join(lines[:at] + ["", note] + lines[at:])
