@@ -14,7 +14,7 @@ from pytest_kvbench.results.views.needle_grid import needle_grids
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.views.table_model import ScoreTable, cell_text, score_tables
 
-HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Peak MiB"]
+HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Dec tok/s", "Peak MiB"]
 BUDGET_USE = "KV/budget"  # only in the tables of byte budgets ("m0.25")
 
 
@@ -30,7 +30,8 @@ def _rows(table: ScoreTable, bold: bool) -> list[list[str]]:
             text = cell_text(table, method, column, over_samples=True)
             cells.append(f"**{text}**" if bold and table.is_best(method, column) else text)
         cells += [_fmt(table.mean_kl(method), 4), _fmt(table.mean_agreement(method), 3),
-                  _fmt(table.mean_kv_mib(method), 2), _fmt(table.mean_peak_mib(method), 1)]
+                  _fmt(table.mean_kv_mib(method), 2), _fmt(table.decode_tokens_per_s(method), 1),
+                  _fmt(table.mean_peak_mib(method), 1)]
         if table.is_byte_budget:
             cells.append(_fmt(table.budget_use(method), 3))
         rows.append(cells)
@@ -106,7 +107,9 @@ def results_markdown(run: dict, records: list[Record]) -> str:
         "± the half-width of their 95% interval: Student t over seeds when several ran, else a bootstrap over samples.",
         "KL: mean KL(full || method) over answer tokens (nats); Agree: greedy-token agreement with the full cache;",
         "KV MiB: mean KV-cache bytes the stored tensors hold after compression (quantized codes, scales, zero points",
-        "and full-precision window included); Peak MiB: the item's peak memory (CPU resident, or CUDA allocated);",
+        "and full-precision window included); Dec tok/s: the method's own decode speed (tokens per second of the",
+        "samples it decoded alone, at batch 1: docs/batched-decoding.md); Peak MiB: the item's peak memory (CPU",
+        "resident, or CUDA allocated);",
         "KV/budget (byte budgets `mF`: F x the full cache's bytes): stored bytes over the budget's allowance.",
         "Best compressed score per column in bold.",
         "",
