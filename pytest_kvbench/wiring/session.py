@@ -13,7 +13,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_kvbench import atomic_files
 from pytest_kvbench.cases import Grid
 from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.run.environment import capture_environment, installed_packages
@@ -108,18 +107,13 @@ class RunSession:
         if earlier is not None:
             raw = raw | {"supersedes": superseded(earlier)}
         try:
-            self._write_settings()
+            storage.write_settings(self.run_dir, self.grid.as_dict())
             storage.append_record(self.records_path, raw)
         except OSError as exc:
             return (f"kvbench: the record of {raw.get('item_id') or raw.get('key')} could not be written to "
                     f"{self.records_path} ({(exc.strerror or str(exc)).lower()}); the records before it are kept")
         return None
 
-    def _write_settings(self) -> None:
-        """settings.json, once: what --kvbench-resume checks a later attempt against."""
-        settings = self.run_dir / storage.SETTINGS_FILE
-        if not settings.exists():
-            atomic_files.atomic_write_json(settings, self.grid.as_dict())
 
     def all_records(self) -> list[Record]:
         """Every record of the run (all workers, earlier resumed attempts), the last per case; a line that is
@@ -132,8 +126,9 @@ class RunSession:
 
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
-        """Write run.json, per-task files and RESULTS.md from every record, each on its own (a failure is
-        kept in ``write_failures``, the others are still written); return run.json's content."""
+        """Write what results/run/writer.py says ends the run (settings.json, item folders, run.json, both
+        RESULTS.md copies), each on its own (a failure is kept in ``write_failures``, the others are still
+        written); return run.json's content."""
         from pytest_kvbench.results.run import writer as run_writer  # lazy for startup time: tables and tabulate, at the end only
         from pytest_kvbench.wiring.final_writes import write_each
 
@@ -149,12 +144,8 @@ class RunSession:
             grid=self.grid.as_dict(), records=records,
             environment=self.environment | {"packages": installed_packages()},  # read once, at the end
             unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
-        files, markdown = run_writer.run_files(self.run_dir, run, records)
-        # settings.json too: a run stopped before its first record can be resumed
-        files.insert(0, (storage.SETTINGS_FILE, self.run_dir / storage.SETTINGS_FILE, self._write_settings))
-        table = self.results_dir / storage.RESULTS_FILE
-        files.append((f"{storage.RESULTS_FILE} of the results directory", table,
-                      lambda: atomic_files.atomic_write_text(table, markdown)))
+        files = run_writer.end_of_run_files(self.run_dir, run, records, settings=self.grid.as_dict(),
+                                            results_dir=self.results_dir)
         self.written, self.write_failures = write_each(files)
         return run
 

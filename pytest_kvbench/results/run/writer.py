@@ -1,4 +1,4 @@
-"""The one writer of a run directory's finished form: item folders, run.json and RESULTS.md.
+"""The one writer of a run directory's finished form: item folders, run.json and both RESULTS.md copies.
 
 The session (at the end of a run, and of a resumed one) and ``kvbench merge`` both end a run
 here, so a run directory has one layout whoever made it (DEVELOPERS.md, *Run directory*):
@@ -97,28 +97,35 @@ def run_document(*, run_id: str, start: str | None, start_ts: float | None, end:
             "records": [r.to_json() for r in records]}
 
 
-def run_files(run_dir: Path, run: dict, records: list[Record]) -> tuple[list[tuple[str, Path, Callable[[], object]]],
-                                                                     str]:
-    """What ending a run writes, in order: (what, path, the function that writes it) for each item folder,
-    run.json (``run``, from run_document) and the run's RESULTS.md; and the RESULTS.md text. The session
-    writes them one by one so that one failure (a full disk) leaves the others written
-    (wiring/final_writes.py). Item folders name the seed when the records hold several seeds.
+def end_of_run_files(run_dir: Path, run: dict, records: list[Record], *, settings: dict | None = None,
+                     results_dir: Path | None = None) -> list[tuple[str, Path, Callable[[], object]]]:
+    """Every file ending a run writes, in order: (what, path, the function that writes it). ``settings``
+    (the session's grid): settings.json first, when it is not there yet (a run stopped before its first record
+    can then be resumed); then each item folder, run.json (``run``, from run_document) and the run's
+    RESULTS.md; with ``results_dir`` (the session, not a merge), the same RESULTS.md text again as the
+    results directory's. The caller writes them one by one, so that one failure (a full disk) leaves the
+    others written (wiring/final_writes.py). Item folders name the seed when the records hold several seeds.
     """
     show_seed = len({r.seed for r in records}) > 1
     markdown = results_markdown(run, records)
-    files: list[tuple[str, Path, Callable[[], object]]] = [
-        ("item folder", item_dir(run_dir, record, show_seed), partial(write_item_files, run_dir, record, show_seed))
-        for record in records if record.samples]
+    files: list[tuple[str, Path, Callable[[], object]]] = []
+    if settings is not None:
+        files.append((storage.SETTINGS_FILE, run_dir / storage.SETTINGS_FILE,
+                      partial(storage.write_settings, run_dir, settings)))
+    files += [("item folder", item_dir(run_dir, record, show_seed),
+               partial(write_item_files, run_dir, record, show_seed)) for record in records if record.samples]
     files.append((storage.RUN_FILE, run_dir / storage.RUN_FILE,
                   partial(atomic_files.atomic_write_json, run_dir / storage.RUN_FILE, run)))
-    files.append((f"the run's {RESULTS_FILE}", run_dir / RESULTS_FILE, partial(atomic_files.atomic_write_text, run_dir / RESULTS_FILE,
-                                                                markdown)))
-    return files, markdown
+    files.append((f"the run's {RESULTS_FILE}", run_dir / RESULTS_FILE,
+                  partial(atomic_files.atomic_write_text, run_dir / RESULTS_FILE, markdown)))
+    if results_dir is not None:
+        table = results_dir / RESULTS_FILE
+        files.append((f"{RESULTS_FILE} of the results directory", table,
+                      partial(atomic_files.atomic_write_text, table, markdown)))
+    return files
 
 
-def write_run(run_dir: Path, run: dict, records: list[Record]) -> str:
-    """Item folders, run.json and the run's RESULTS.md, all atomic; returns the RESULTS.md text."""
-    files, markdown = run_files(run_dir, run, records)
-    for _, _, write in files:
+def write_run(run_dir: Path, run: dict, records: list[Record]) -> None:
+    """Item folders, run.json and the run's RESULTS.md, all atomic (``kvbench merge``'s staging directory)."""
+    for _, _, write in end_of_run_files(run_dir, run, records):
         write()
-    return markdown
