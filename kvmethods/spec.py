@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .core.budget import Budget
-from .core.catalog import KVPRESS_PREFIX, PER_TURN, PREFILL_CHUNK, SEPARATOR
+from .core.catalog import BASE, KVPRESS_PREFIX, PER_TURN, PREFILL_CHUNK, SEPARATOR
 from .core.errors import MethodError
 from .core.params import ParamSpec, coerce, describe_params
 
 __all__ = ["BASE", "Budget", "MethodSpec", "spelling"]
 
-BASE = "base"  # a wrapper's parameter naming the method it wraps (wrappers/wrapping.py)
 _ASSIGN, _PAIRS, _PART = "=", ":", "."
 # Parameters any evicting method takes; at their neutral value (false, 0) the method leaves them out of its own.
 _ANY_METHOD = {PER_TURN: bool, PREFILL_CHUNK: int}

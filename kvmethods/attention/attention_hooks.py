@@ -12,15 +12,17 @@ function registered with transformers' public AttentionInterface for the duratio
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from ..core.families import decoder_layers
+from ..families.layout import PROJECTION, LayerLayout
+from ..families.probe import attention_modules, describe
 from ..runtime.layer_inputs import LayerInputs
+from .query_capture import capturing_queries
 from ..adapters.transformers_compat import attention_implementation
 
 
@@ -41,7 +43,8 @@ def attention_function(model, name: str, state: ContextVar, value) -> Iterator[N
 @dataclass(frozen=True)
 class AttentionCall:
     """What one attention forward received: its module and layer, the layer's input hidden states
-    and the RoPE cos/sin of their positions (None where the model passed none)."""
+    and the RoPE cos/sin of their positions (None where the model passed none); for layers whose queries
+    the hooks cannot recompute (layout "captured"), the RoPE'd queries its attention function received."""
 
     module: torch.nn.Module
     layer_idx: int
@@ -49,17 +52,25 @@ class AttentionCall:
     hidden: torch.Tensor
     cos: torch.Tensor | None
     sin: torch.Tensor | None
+    captured: torch.Tensor | None = None  # [batch, q_heads, n, dim]
+    layout: LayerLayout | None = None
 
     def layer_inputs(self, keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor | None = None,
                      rotary=None, memo=None) -> LayerInputs:
         return LayerInputs(self.module, self.layer_idx, self.n_layers, self.hidden, self.cos, self.sin,
-                           keys, values, queries, rotary, memo)
+                           keys, values, queries, rotary, memo, self.captured, self.layout)
 
 
-def _call(module: torch.nn.Module, layer_idx: int, n_layers: int, args: tuple, kwargs: dict) -> AttentionCall:
+def _call(module: torch.nn.Module, layer_idx: int, n_layers: int, args: tuple, kwargs: dict,
+          captured: torch.Tensor | None = None, layout: LayerLayout | None = None) -> AttentionCall:
     hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
     cos, sin = kwargs.get("position_embeddings") or (None, None)
-    return AttentionCall(module, layer_idx, n_layers, hidden, cos, sin)
+    return AttentionCall(module, layer_idx, n_layers, hidden, cos, sin, captured, layout)
+
+
+def _hooked(model) -> list[tuple[int, torch.nn.Module]]:
+    """(layer index, attention module) of every layer with a softmax attention (linear layers have none)."""
+    return [(i, module) for i, module in enumerate(attention_modules(model)) if module is not None]
 
 
 @contextmanager
@@ -75,32 +86,43 @@ def _registered(handles: Iterable[RemovableHandle]) -> Iterator[None]:
 
 @contextmanager
 def after_attention(model, hook: Callable[[AttentionCall], None]) -> Iterator[None]:
-    """While active, hook(call) runs after each layer's attention forward (the layer's keys and values
-    are in the cache by then)."""
-    modules = [layer.self_attn for layer in decoder_layers(model)]
+    """While active, hook(call) runs after each softmax attention layer's forward (the layer's keys and values
+    are in the cache by then). Families whose queries only the attention call knows have them captured."""
+    layout = describe(model)
+    n_layers = len(layout.layers)
+    with ExitStack() as stack:
+        calls = stack.enter_context(capturing_queries(model)) if layout.needs_capture else None
 
-    def for_layer(layer_idx: int):
-        return lambda module, args, kwargs, output: hook(_call(module, layer_idx, len(modules), args, kwargs))
+        def for_layer(layer_idx: int):
+            layer = layout.layers[layer_idx]
+            wants = layer.queries != PROJECTION and calls is not None
 
-    with _registered(module.register_forward_hook(for_layer(i), with_kwargs=True)
-                     for i, module in enumerate(modules)):
+            def after(module, args, kwargs, output):
+                captured = calls.take(layer_idx) if wants else None
+                hook(_call(module, layer_idx, n_layers, args, kwargs, captured, layer))
+
+            return after
+
+        stack.enter_context(_registered(module.register_forward_hook(for_layer(i), with_kwargs=True)
+                                        for i, module in _hooked(model)))
         yield
 
 
 @contextmanager
 def attention_masks(model, mask_for: Callable[[AttentionCall], torch.Tensor]) -> Iterator[None]:
-    """While active, each layer's attention forward gets mask_for(call) as its attention_mask."""
-    modules = [layer.self_attn for layer in decoder_layers(model)]
+    """While active, each softmax attention layer's forward gets mask_for(call) as its attention_mask."""
+    layout = describe(model)
+    n_layers = len(layout.layers)
 
     def for_layer(layer_idx: int):
         def set_mask(module, args, kwargs):
-            kwargs["attention_mask"] = mask_for(_call(module, layer_idx, len(modules), args, kwargs))
+            call = _call(module, layer_idx, n_layers, args, kwargs, layout=layout.layers[layer_idx])
+            kwargs["attention_mask"] = mask_for(call)
             return args, kwargs
 
         return set_mask
 
-    with _registered(module.register_forward_pre_hook(for_layer(i), with_kwargs=True)
-                     for i, module in enumerate(modules)):
+    with _registered(module.register_forward_pre_hook(for_layer(i), with_kwargs=True) for i, module in _hooked(model)):
         yield
 
 
@@ -119,13 +141,14 @@ class ProjectedQueries:
 
 @contextmanager
 def projected_queries(model) -> Iterator[ProjectedQueries]:
-    """While active, keeps each layer's q_proj output (models whose attention has a q_proj module)."""
+    """While active, keeps each layer's q_proj output (layers whose queries the hooks recompute from it)."""
     store = ProjectedQueries()
+    layout = describe(model)
 
     def for_layer(layer_idx: int):
         return lambda module, args, output: store._by_layer.__setitem__(layer_idx, output)
 
-    with _registered(layer.self_attn.q_proj.register_forward_hook(for_layer(i))
-                     for i, layer in enumerate(decoder_layers(model))
-                     if isinstance(getattr(layer.self_attn, "q_proj", None), torch.nn.Module)):
+    with _registered(module.q_proj.register_forward_hook(for_layer(i)) for i, module in _hooked(model)
+                     if layout.layers[i].queries == PROJECTION and isinstance(getattr(module, "q_proj", None),
+                                                                              torch.nn.Module)):
         yield store

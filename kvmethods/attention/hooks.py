@@ -25,7 +25,9 @@ from ..core.base import Method
 from ..core.capabilities import Capability
 from ..core.errors import MethodError
 from ..core.families import decoder_layers, rotary_embedding
+from ..families.layout import SLIDING
 from ..storage.ragged import RaggedLayer, visibility_mask
+from .window_layer import WindowLayer, keep_window
 from ..adapters.transformers_compat import DynamicCache
 
 
@@ -69,9 +71,9 @@ def store_selection(cache: DynamicCache, layer_idx: int, method: Method, selecti
         cache.layers[layer_idx] = RaggedLayer(keys, values, mask)
         return mask
     indices = _validated(selection, method, (*keys.shape[:2], n_keep), keys.shape[-2])
-    gather = indices.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
-    layer.keys = keys.gather(2, gather)
-    layer.values = values.gather(2, gather)
+    gather = indices.unsqueeze(-1)  # values may be narrower than keys (DeepSeek-V3's decompressed latent cache)
+    layer.keys = keys.gather(2, gather.expand(-1, -1, -1, keys.shape[-1]))
+    layer.values = values.gather(2, gather.expand(-1, -1, -1, values.shape[-1]))
     return indices
 
 
@@ -86,6 +88,9 @@ def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: 
     def compress(call: AttentionCall) -> None:
         layer = cache.layers[call.layer_idx]
         queries = projected.take(call)
+        if call.layout is not None and call.layout.kind == SLIDING:  # kept as its window, not compressed
+            kept[call.layer_idx] = keep_window(cache, call.layer_idx, call.layout.window)
+            return
         n_keep = layer_budgets[call.layer_idx]
         if n_keep >= layer.keys.shape[-2]:
             return
@@ -120,6 +125,8 @@ def per_layer_causal_masks(model, cache: DynamicCache) -> Iterator[None]:
         layer, new_tokens = cache.layers[call.layer_idx], call.hidden.shape[1]
         if isinstance(layer, RaggedLayer):
             return layer.attention_mask(new_tokens, call.module.config.num_attention_heads, call.hidden.dtype)
+        if isinstance(layer, WindowLayer):  # a sliding layer sees its window, by positions
+            return layer.attention_mask(new_tokens, call.hidden.dtype, call.hidden.device)
         # every head sees the layer's cache, then the new tokens causally
         length = torch.tensor([layer.get_seq_length()], device=call.hidden.device)
         return visibility_mask(length, int(length), 0, new_tokens, call.hidden.dtype)

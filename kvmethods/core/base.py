@@ -18,11 +18,10 @@ import torch
 
 from ..runtime.layer_inputs import LayerInputs
 from .capabilities import Capability
-from .catalog import declared_capabilities
 from .params import check_known, checked_values, declared_params, describe_params, param
 
-# param (params.py) and declared_capabilities (catalog.py): what every built-in method module declares with
-__all__ = ["Method", "capability_mismatch", "declared_capabilities", "param", "top_positions"]
+# param (params.py): what every method module declares its parameters with
+__all__ = ["Method", "capability_mismatch", "param", "top_positions"]
 
 
 def top_positions(scores: torch.Tensor, n_keep: int) -> torch.Tensor:
@@ -41,9 +40,15 @@ class Method:
     """
 
     name: ClassVar[str] = ""
-    # What the runtime must know to run the method (capabilities.py): an evicting method by default; a
-    # built-in takes its catalog row's, a third-party method declares its own. Wrappers refine it per instance.
+    # What the runtime must know to run the method (capabilities.py): an evicting method by default. Every
+    # method declares its own; wrappers refine it per instance.
     capabilities: ClassVar[Capability] = Capability.COMPRESSES
+    # The same algorithm in other harnesses (a built-in's catalog row carries them: exports, comparisons):
+    kvpress_press: ClassVar[str] = ""  # the kvpress press running it, as `kvpress:` spec tail ("SnapKVPress");
+    # a wrapper's press wraps its base's press (`kvpress:AdaKVPress:press=SnapKVPress`)
+    kvpress_defaults: ClassVar[str] = ""  # our parameters equal to that press's defaults ("window=64:kernel=5")
+    kvpress_name: ClassVar[str] = ""  # its name in kvpress evaluation's PRESS_REGISTRY (export --format kvpress)
+    kvcache_factory_name: ClassVar[str] = ""  # KVCache-Factory's --method (export --format kvcache-factory)
     query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
     prefill_chunk: ClassVar[int] = 0  # > 0: the prompt is prefilled this many tokens at a time (chunked.py)
 

@@ -6,9 +6,9 @@ keeps uneven heads (adakv), compresses while decoding (rkv), ... It asks the met
 its name, so a new method that declares what it does takes the right path (and one that declares a hook
 it does not implement is refused when it is registered: base.capability_mismatch).
 
-A built-in declares its capabilities once, in its catalog row (catalog.py, read without torch); its class
-takes them from there. A third-party method declares `capabilities = Capability.X | Capability.Y` on its
-class (kvmethods/README.md, "Adding your own method"). Wrappers and compositions refine them per instance
+Every method declares `capabilities = Capability.X | Capability.Y` on its class (kvmethods/README.md, "Adding
+your own method"); a built-in's catalog row (catalog_rows.py, generated from the class, read without torch)
+carries a copy for validation without imports. Wrappers and compositions refine them per instance
 from the methods they wrap (wrapping.py, delegation.py). This module imports nothing (the plugin reads it
 at configure time).
 """
@@ -36,6 +36,7 @@ class Capability(Flag):
     COMPRESSES_WHILE_DECODING = auto()  # while_decoding(): cuts the cache back while generating (decoding, rkv)
     RECOMPRESSES_PER_TURN = auto()  # cut back to its budget after each multi-turn turn (per_turn=true)
     WRAPS = auto()  # builds on a base method named by its `base` parameter (wrapping.py)
+    PRE_ROPE_QUERIES = auto()  # its scores need pre-RoPE queries and RoPE at future positions (expected_attention)
     DECODES_ALONE = auto()  # its decoding cannot join a batch of other members' caches (a third party's own cache)
 
 
@@ -54,7 +55,7 @@ NOT_FROM_RECENT_QUERIES = (Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREF
 # Any of these: the method cannot evict chunk by chunk during the prefill (chunked.py).
 NOT_CHUNK_BY_CHUNK = Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREFILL | Capability.HEAD_ADAPTIVE
 # What a wrapper needs because its base needs it (adakv over kvzip scores the whole prompt, like kvzip).
-INHERITED_FROM_BASE = Capability.SCORES_WHOLE_PROMPT | Capability.NEEDS_ALL_QUERIES
+INHERITED_FROM_BASE = Capability.SCORES_WHOLE_PROMPT | Capability.NEEDS_ALL_QUERIES | Capability.PRE_ROPE_QUERIES
 # The rewrites of the cache while or after decoding: an answer that must leave the cache is decoded on a copy.
 REWRITES_WHILE_DECODING = Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN
 

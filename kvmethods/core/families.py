@@ -1,65 +1,32 @@
-"""Which model families the compressing methods can handle, checked before any work is done.
+"""Which models the compressing methods can handle, checked before any work is done.
 
-The hooks rely on a layout shared by the standard decoder families: `model.get_decoder().layers[i].self_attn`
-with q_proj/k_proj, rotate-half RoPE passed as `position_embeddings`, and full (not sliding-window)
-attention over the cache. Those are verified by tests for the families below; anything else gets a
-MethodError naming the family rather than silently wrong numbers. Sliding-window attention is refused only
-when the sequence is longer than the window (shorter sequences never see the window).
+What a model is made of is described once, as data (kvmethods/families/: layout.py says what a layer kind means,
+probe.py reads it off a loaded model); this module is what the runtime calls: where the layers are, and
+`check_family`, which refuses with one line a method the description says cannot work on this model
+(layout.refusal), instead of silently wrong numbers. It never compares a family's name.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
+from .capabilities import SCORER
 from .errors import MethodError
-from .family_names import SUPPORTED_FAMILIES
+from ..families.layout import refusal
+from ..families.probe import decoder_layers, describe, model_family, rotary_embedding  # noqa: F401 (re-exported)
 
 
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    layers = getattr(decoder, "layers", None)
-    if layers is None:
-        raise MethodError(f"model family {model_family(model)!r} has no decoder `layers` list kvmethods can hook")
-    return layers
-
-
-def rotary_embedding(model: nn.Module) -> nn.Module | None:
-    """The decoder's shared rotary-embedding module (`rotary_emb`), used to rotate to future positions."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    return getattr(decoder, "rotary_emb", None)
-
-
-def model_family(model: nn.Module) -> str:
-    return getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
-
-
-def sliding_window_in_use(config) -> int | None:
-    """The sliding-window size if any layer attends through one, else None."""
-    window = getattr(config, "sliding_window", None)
-    if not window:
-        return None
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None and "sliding_attention" not in layer_types:
-        return None
-    if getattr(config, "use_sliding_window", True) is False:
-        return None
-    return int(window)
-
-
-def check_family(model: nn.Module, method_name: str, total_tokens: int) -> None:
-    """MethodError unless `method_name` can compress this model for a sequence of total_tokens."""
-    family = model_family(model)
-    if family not in SUPPORTED_FAMILIES:
-        raise MethodError(
-            f"{method_name} cannot compress model family {family!r}; supported families: {', '.join(SUPPORTED_FAMILIES)}"
-        )
-    window = sliding_window_in_use(model.config)
-    if window is not None and total_tokens > window:
-        raise MethodError(
-            f"{method_name} cannot compress model family {family!r} with sliding-window attention ({window}) "
-            f"over {total_tokens} tokens: compressed caches no longer map cache index to position"
-        )
-    for layer in decoder_layers(model):
-        attention = getattr(layer, "self_attn", None)
-        if attention is None or not hasattr(attention, "q_proj"):
-            raise MethodError(f"{method_name} cannot compress model family {family!r}: no self_attn.q_proj in its layers")
+def check_family(model: nn.Module, method, total_tokens: int) -> None:
+    """MethodError unless `method` (a Method; a name is taken as a plain scorer) can compress this model for
+    a sequence of total_tokens."""
+    name = method if isinstance(method, str) else method.name
+    capabilities = SCORER if isinstance(method, str) else method.capabilities
+    try:
+        layout = describe(model)
+    except MethodError as exc:  # no layout the hooks know: say so for this method
+        family = model_family(model)
+        raise MethodError(f"{name} cannot compress model family {family!r}: "
+                          f"{str(exc).replace(f'model family {family!r} ', 'it ')}") from None
+    reason = refusal(layout, capabilities, total_tokens)
+    if reason is not None:
+        raise MethodError(f"{name} cannot compress model family {model_family(model)!r}: {reason}")

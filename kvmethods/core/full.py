@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Method, declared_capabilities
+from .base import Method
+from .capabilities import Capability
 
 
 @dataclass
 class Full(Method):
     name = "full"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = Capability(0)
+    kvpress_name = "no_press"
+    kvcache_factory_name = "FullKV"

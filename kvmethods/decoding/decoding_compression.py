@@ -22,11 +22,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..attention.attention_hooks import AttentionCall, after_attention
-from ..core.base import Method, declared_capabilities, param
-from ..core.capabilities import Capability, can_cut_back_from_recent_queries
+from ..core.base import Method, param
+from ..core.capabilities import Capability, SCORER, can_cut_back_from_recent_queries
 from ..core.errors import MethodError
 from ..core.families import decoder_layers, rotary_embedding
 from ..attention.hooks import store_selection
+from ..attention.window_layer import WindowLayer
 from ..runtime.layer_inputs import LayerInputs
 from ..wrappers.wrapping import WrapperMethod
 
@@ -46,10 +47,13 @@ def compressing_decode(model, state, scorer: Method, interval: int, *, cut_at_ex
         steps, buffered[layer_idx] = buffered[layer_idx], []
         layer = state.cache.layers[layer_idx]
         n_keep = state.decode_layer_budgets[layer_idx]
+        if isinstance(layer, WindowLayer):  # a sliding layer keeps its window by itself
+            return
         if steps and layer.keys.shape[-2] > n_keep:
-            hidden, cos, sin = (torch.cat(parts, dim=1) for parts in
+            hidden, cos, sin = (torch.cat(parts, dim=1) if parts[0] is not None else None for parts in
                                 zip(*((step.hidden, step.cos, step.sin) for step in steps)))
-            window = replace(steps[-1], hidden=hidden, cos=cos, sin=sin)
+            captured = None if steps[-1].captured is None else torch.cat([step.captured for step in steps], dim=2)
+            window = replace(steps[-1], hidden=hidden, cos=cos, sin=sin, captured=captured)
             inputs = window.layer_inputs(layer.keys, layer.values, None, rotary)
             store_selection(state.cache, layer_idx, scorer, scorer.kept_indices(inputs, n_keep), n_keep)
 
@@ -78,7 +82,7 @@ def check_decoding_scorer(owner: str, scorer: Method, interval: int) -> None:
 @dataclass
 class DecodingCompression(WrapperMethod):
     name = "decoding"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER | Capability.COMPRESSES_WHILE_DECODING | Capability.WRAPS
     base: str = param("snapkv", "prefill-time scorer that also cuts the cache back while decoding")
     interval: int = param(128, "new tokens between two compressions while decoding (R-KV's buffer)", minimum=1)
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param
+from ..core.base import Method, param
+from ..core.capabilities import Capability, SCORER
 from .decoding_compression import check_decoding_scorer, compressing_decode
 from ..core.errors import MethodError
 from ..runtime.layer_inputs import LayerInputs
@@ -41,7 +42,7 @@ def key_redundancy(keys: torch.Tensor, threshold: float) -> torch.Tensor:
 @dataclass
 class RKV(Method):
     name = "rkv"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER | Capability.COMPRESSES_WHILE_DECODING
     window: int = param(8, "recent queries that vote (and are always kept)", minimum=1)
     kernel: int = param(7, "max-pooling kernel along positions", minimum=1)
     mix_lambda: float = param(0.07, "weight of importance against redundancy", minimum=0.0)

@@ -33,6 +33,7 @@ from ..core.families import check_family
 from ..attention.hooks import capturing_window_queries, compressing_prefill, per_layer_causal_masks, store_selection
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name, ragged_attention
+from ..attention.window_layer import WindowLayer
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 from .budget_plan import plan_budget
 from .clock import now
@@ -132,8 +133,8 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
     """Run the prompt through the model, compressing per the protocol; nothing is decoded yet."""
     _check_request(method, input_ids, context_len, protocol)
     capabilities = method.capabilities
-    if Capability.COMPRESSES in capabilities:
-        check_family(model, method.name, total_tokens or len(input_ids))
+    if capabilities & (Capability.COMPRESSES | Capability.OWN_STORAGE):
+        check_family(model, method, total_tokens or len(input_ids))
     plan = plan_budget(model, method, budget, len(input_ids), context_len, protocol)
     budget, compressed_len, n_layers, layer_budgets = plan.budget, plan.compressed_len, plan.n_layers, plan.layer_budgets
     cache = DynamicCache()
@@ -173,12 +174,14 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
 def _uneven(cache: DynamicCache) -> bool:
     """Layers hold different lengths or are ragged: forwards need per-layer masks."""
     lengths = {layer.get_seq_length() for layer in cache.layers}
-    return len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
+    return len(lengths) > 1 or any(isinstance(layer, (RaggedLayer, WindowLayer)) for layer in cache.layers)
 
 
 def _store_quantized(method: Method, cache: DynamicCache, queries: dict) -> None:
     """Hand every layer's kept keys/values to the method's own storage (KIVI: quantized, window in full)."""
     for i, layer in enumerate(cache.layers):
+        if isinstance(layer, WindowLayer):  # a sliding layer kept as its window stays as it is
+            continue
         if isinstance(layer, RaggedLayer):
             raise MethodError(f"{method.name}: a ragged (head-adaptive) cache layer cannot be quantized")
         cache.layers[i] = method.storage_layer(layer.keys, layer.values, queries.get(i))

@@ -5,6 +5,10 @@ kwargs (hidden_states, position_embeddings) and the DynamicCache layer (keys/val
 per KV head). Queries are not kept by the model, so methods that need attention recompute the few they
 need with the module's own q_proj (and q_norm, as in Qwen3) and the standard rotate-half RoPE; during
 the compressed prefill a forward hook on q_proj hands over its output, so only norm and RoPE are redone.
+Where the family's description (kvmethods/families/layout.py) says the layer's queries cannot be redone that
+way, they are the ones the attention call received (`captured_queries`, RoPE'd); where it says the layer
+has no RoPE, queries are never rotated, and `rope_at` is the identity. Learned sink logits (gpt-oss) are
+read from the module attribute the description names.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import torch
 from torch import nn
 
 from ..attention.kernel_memo import KernelMemo
+from ..core.errors import MethodError
+from ..families.layout import LayerLayout
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -35,6 +41,8 @@ class LayerInputs:
     projected_queries: torch.Tensor | None = None  # [batch, T, q_heads * head_dim], q_proj output if captured
     rotary: nn.Module | None = None  # the decoder's rotary_emb: cos/sin at any position (rope_at)
     memo: KernelMemo | None = None  # kernels shared with the other selections of a shared prefill
+    captured_queries: torch.Tensor | None = None  # [batch, q_heads, T, head_dim] RoPE'd, from the attention call
+    layout: LayerLayout | None = None  # what the family's description says of this layer (None: plain)
 
     @property
     def seq_len(self) -> int:
@@ -61,6 +69,11 @@ class LayerInputs:
         """[batch, num_q_heads, n, head_dim] queries of the last `last` positions (all if None), RoPE'd
         at their positions unless rope=False (pre-RoPE, after Qwen3's q_norm)."""
         n = self.hidden_states.shape[1] if last is None else last
+        if self.captured_queries is not None:
+            if not rope and self.rotates:
+                raise MethodError(f"layer {self.layer_idx}: pre-RoPE queries cannot be recomputed for this family "
+                                  f"(its attention computes them otherwise)")
+            return self.captured_queries[:, :, -n:]
         if self.projected_queries is not None:
             projected = self.projected_queries[:, -n:]
         else:
@@ -71,15 +84,31 @@ class LayerInputs:
         if q_norm is not None:
             q = q_norm(q)
         q = q.transpose(1, 2)
-        if not rope:
+        if not rope or not self.rotates:
             return q
         cos = self.cos[:, -n:].unsqueeze(1)
         sin = self.sin[:, -n:].unsqueeze(1)
         return q * cos + _rotate_half(q) * sin
 
+    @property
+    def rotates(self) -> bool:
+        """Whether the layer rotates queries and keys by RoPE (False: smollm3's no-RoPE layers)."""
+        return self.layout is None or self.layout.rope
+
+    @property
+    def sink_logits(self) -> torch.Tensor | None:
+        """[q_heads] learned sink logits that enter the layer's softmax (gpt-oss), else None."""
+        name = self.layout.sinks if self.layout is not None else None
+        return getattr(self.module, name) if name else None
+
     def rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin) [n, head_dim] of the model's RoPE at the given positions (e.g. future ones)."""
+        """(cos, sin) [n, head_dim] of the model's RoPE at the given positions (e.g. future ones); cos 1 and
+        sin 0 (no rotation) on a layer without RoPE."""
+        if not self.rotates:
+            ones = torch.ones(len(positions), self.head_dim, dtype=self.keys.dtype, device=self.keys.device)
+            return ones, torch.zeros_like(ones)
         if self.rotary is None:
             raise ValueError("LayerInputs.rotary is not set: the model has no decoder rotary_emb")
-        cos, sin = self.rotary(self.keys, positions.unsqueeze(0).to(self.keys.device))
+        layer_type = () if self.layout is None or self.layout.rope_layer_type is None else (self.layout.rope_layer_type,)
+        cos, sin = self.rotary(self.keys, positions.unsqueeze(0).to(self.keys.device), *layer_type)
         return cos[0], sin[0]

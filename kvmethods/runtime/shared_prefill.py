@@ -38,6 +38,8 @@ from .generation import PrefilledPrompt, _check_request, _forward, _store_quanti
 from ..attention.hooks import store_selection
 from ..attention.kernel_memo import KernelMemo
 from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
+from ..attention.window_layer import WindowLayer, keep_window
+from ..families.layout import SLIDING
 from ..storage.ragged import RaggedLayer
 from ..adapters.transformers_compat import DynamicCache, DynamicLayer
 from .clock import now
@@ -95,8 +97,13 @@ def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
             # whole-prompt scorers select after the forward (_select_from_whole_prompt)
             if selection.error is not None or Capability.SCORES_WHOLE_PROMPT in selection.method.capabilities:
                 continue
-            if n_keep >= keys.shape[-2]:
+            sliding = call.layout is not None and call.layout.kind == SLIDING
+            if n_keep >= keys.shape[-2] and not (sliding and min(selection.layer_budgets) < keys.shape[-2]):
                 _adopt(selection.cache, layer_idx, keys, values)
+                continue
+            if sliding:  # kept as its window (a view of the full layer), as compressing_prefill does
+                _adopt(selection.cache, layer_idx, keys, values)
+                selection.kept[layer_idx] = keep_window(selection.cache, layer_idx, call.layout.window)
                 continue
             started = now()
             memo.user = number
@@ -185,7 +192,7 @@ def _store_quantized_selections(selections: list[_Selection]) -> None:
 
 def _is_uneven(cache: DynamicCache) -> bool:
     lengths = {cache.get_seq_length(i) for i in range(len(cache.layers))}
-    return len(lengths) > 1 or any(isinstance(layer, RaggedLayer) for layer in cache.layers)
+    return len(lengths) > 1 or any(isinstance(layer, (RaggedLayer, WindowLayer)) for layer in cache.layers)
 
 
 @torch.inference_mode()
@@ -202,8 +209,8 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
         _check_request(method, input_ids, context_len, protocol)
         if not can_share_prefill(method):
             raise MethodError(f"{method.name} changes the prefill forward and cannot share it")
-        if Capability.COMPRESSES in method.capabilities:
-            check_family(model, method.name, total_tokens or len(input_ids))
+        if method.capabilities & (Capability.COMPRESSES | Capability.OWN_STORAGE):
+            check_family(model, method, total_tokens or len(input_ids))
     compressed_len = compressed_length(len(input_ids), context_len, protocol)
     if compressed_len == 0:  # nothing to compress: every request is a plain prefill
         started = now()

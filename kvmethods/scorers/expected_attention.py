@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param
+from ..core.base import Method, param
+from ..core.capabilities import SCORER, Capability
 from ..attention.kernel_memo import layer_kernel
 from ..runtime.layer_inputs import LayerInputs
 from .scoring import score_dtype
@@ -66,7 +67,8 @@ def expected_attention_scores(layer: LayerInputs, n_future_positions: int, n_sin
 @dataclass
 class ExpectedAttention(Method):
     name = "expected_attention"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER | Capability.PRE_ROPE_QUERIES
+    kvpress_press = "ExpectedAttentionPress"
     n_future_positions: int = param(512, "future positions the RoPE rotation is averaged over", minimum=1)
     n_sink: int = param(4, "first tokens always kept and left out of the query statistics", minimum=0)
     use_covariance: bool = param(True, "include the queries' covariance term")

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param
+from ..core.base import Method, param
+from ..core.capabilities import Capability, SCORER
 from ..runtime.layer_inputs import LayerInputs
 from .scoring import accumulated_attention, protect_last
 
@@ -22,7 +23,8 @@ from .scoring import accumulated_attention, protect_last
 @dataclass
 class H2O(Method):
     name = "h2o"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER | Capability.NEEDS_ALL_QUERIES
+    kvcache_factory_name = "H2O"
     recent_ratio: float = param(0.5, "fraction of the budget given to the most recent tokens", minimum=0.0,
                                 maximum=1.0)
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities
+from ..core.base import Method
+from ..core.capabilities import SCORER
 from ..runtime.layer_inputs import LayerInputs
 from .scoring import score_dtype
 
@@ -19,7 +20,10 @@ from .scoring import score_dtype
 @dataclass
 class KNorm(Method):
     name = "knorm"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER
+    kvpress_press = "KnormPress"
+    kvpress_name = "knorm"
+    kvcache_factory_name = "L2Norm"
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
         return -layer.keys.to(score_dtype(layer.keys)).norm(dim=-1)

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param
+from ..core.base import Method, param
+from ..core.capabilities import Capability
 from ..core.families import decoder_layers
 from ..attention.kvzip_attention import RepeatSpan, scoring_attention
 from .scoring import score_dtype
@@ -97,7 +98,9 @@ SCRATCH_ELEMENTS = 1 << 19
 @dataclass
 class KVzip(Method):
     name = "kvzip"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = Capability.COMPRESSES | Capability.SCORES_WHOLE_PROMPT
+    kvpress_press = "KVzipPress"
+    kvpress_name = "kvzip"
     chunk_size: int = param(2048, "context tokens reconstructed per repeat forward", minimum=1)
     n_sink: int = param(4, "first tokens always kept (and in every chunk's softmax)", minimum=0)
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core.base import declared_capabilities, param
+from ..core.base import param
+from ..core.capabilities import SCORER
 from .snapkv import SnapKV
 
 
@@ -38,7 +39,10 @@ def pyramid_schedule(extra: int, num_layers: int, beta: float, cap: int) -> list
 @dataclass
 class PyramidKV(SnapKV):
     name = "pyramidkv"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER
+    kvpress_press = "PyramidKVPress"
+    kvpress_name = "pyramidkv"
+    kvcache_factory_name = "PyramidKV"
     beta: float = param(20.0, "ratio between the average and the top-layer budget (beyond the window)", minimum=1.0)
 
     def layer_budgets(self, budget_tokens: int, num_layers: int, prompt_len: int) -> list[int]:

@@ -10,14 +10,18 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param
+from ..core.base import Method, param
+from ..core.capabilities import SCORER
 from ..runtime.layer_inputs import LayerInputs
 
 
 @dataclass
 class Random(Method):
     name = "random"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER
+    kvpress_press = "RandomPress:seed=0"
+    kvpress_name = "random"
+    kvcache_factory_name = "random"
     seed: int = param(0, "seed of the per-layer generator", minimum=0)
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:

@@ -47,7 +47,17 @@ def window_attention(layer: LayerInputs, n: int) -> torch.Tensor:
     logits = logits.mul_(layer.scaling).view(batch, kv_heads, groups, n, T)
     future = torch.ones(n, n, dtype=torch.bool, device=logits.device).triu_(1)
     logits[..., T - n :].masked_fill_(future, float("-inf"))
-    return logits.softmax(dim=-1)
+    return _softmax(logits, layer.sink_logits)
+
+
+def _softmax(logits: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the keys of grouped logits [batch, kv_heads, G, rows, T]; learned sink logits [q_heads]
+    (gpt-oss) enter the denominator as one more column, as in the model's attention, and are dropped."""
+    if sinks is None:
+        return logits.softmax(dim=-1)
+    batch, kv_heads, groups, rows, _ = logits.shape
+    column = sinks.to(logits.dtype).view(1, kv_heads, groups, 1, 1).expand(batch, kv_heads, groups, rows, 1)
+    return torch.cat((logits, column), dim=-1).softmax(dim=-1)[..., :-1]
 
 
 @layer_kernel
@@ -57,6 +67,7 @@ def accumulated_attention(layer: LayerInputs, scratch_bytes: int | None = None) 
     averaged over the query heads of the group. Works on blocks of query rows against the keys they
     can see, so the scratch is about `scratch_bytes` and the upper triangle is never computed."""
     q = _grouped_queries(layer, None)
+    sinks = layer.sink_logits
     batch, kv_heads, groups, T, dim = q.shape
     if scratch_bytes is None:
         scratch_bytes = SCRATCH_BYTES.get(q.device.type, SCRATCH_BYTES["default"])
@@ -77,7 +88,11 @@ def accumulated_attention(layer: LayerInputs, scratch_bytes: int | None = None) 
         torch.matmul(chunk, keys_t[..., :stop], out=logits)
         block = logits.view(batch, kv_heads, groups, rows, stop)[..., start:]
         block.masked_fill_(torch.ones(rows, rows, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
-        torch.softmax(logits, dim=-1, out=probs)
+        if sinks is None:
+            torch.softmax(logits, dim=-1, out=probs)
+        else:
+            probs.view(batch, kv_heads, groups, rows, stop).copy_(
+                _softmax(logits.view(batch, kv_heads, groups, rows, stop), sinks))
         totals[..., :stop] += probs.sum(dim=-2)
     return totals.div_(groups)
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param
+from ..core.base import Method, param
+from ..core.capabilities import SCORER
 from ..runtime.layer_inputs import LayerInputs
 from .scoring import pool_positions, protect_last, window_attention
 
@@ -24,7 +25,11 @@ POOLINGS = ("avgpool", "maxpool", "none")
 @dataclass
 class SnapKV(Method):
     name = "snapkv"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER
+    kvpress_press = "SnapKVPress"
+    kvpress_defaults = "window=64:kernel=5"
+    kvpress_name = "snapkv"
+    kvcache_factory_name = "SnapKV"
     window: int = param(32, "observation window: last prompt queries that vote, always kept", minimum=1)
     kernel: int = param(7, "pooling kernel size along positions (odd)", minimum=1, odd=True)
     pooling: str = param("avgpool", "pooling of the window's attention", choices=POOLINGS)

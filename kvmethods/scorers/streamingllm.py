@@ -12,14 +12,18 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param
+from ..core.base import Method, param
+from ..core.capabilities import Capability
 from ..runtime.layer_inputs import LayerInputs
 
 
 @dataclass
 class StreamingLLM(Method):
     name = "streamingllm"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = Capability.COMPRESSES
+    kvpress_press = "StreamingLLMPress"
+    kvpress_name = "streaming_llm"
+    kvcache_factory_name = "StreamingLLM"
     sinks: int = param(4, "initial tokens always kept (attention sinks)", minimum=0)
 
     def kept_indices(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities
+from ..core.base import Method
+from ..core.capabilities import SCORER
 from ..runtime.layer_inputs import LayerInputs
 from .scoring import protect_last, window_attention
 
@@ -20,7 +21,9 @@ from .scoring import protect_last, window_attention
 @dataclass
 class TOVA(Method):
     name = "tova"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER
+    kvpress_press = "TOVAPress"
+    kvpress_name = "tova"
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
         last_row = window_attention(layer, 1)[:, :, :, 0]  # [batch, kv_heads, G, T]

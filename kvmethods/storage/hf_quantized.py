@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param
+from ..core.base import Method, param
+from ..core.capabilities import Capability
 from ..core.errors import MethodError
 from .quantization import quantized_bytes
 from ..adapters.transformers_compat import quantized_backend_available, quantized_layer_class
@@ -67,7 +68,7 @@ class MeasuredBytes:
 @dataclass
 class HFQuantized(Method):
     name = "hf_quantized"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = Capability.OWN_STORAGE
 
     backend: str = param("quanto", "transformers' quantized cache backend", choices=tuple(BACKENDS))
     bits: int = param(4, "bits per key and value (quanto: 2 or 4; hqq: 1, 2, 3, 4 or 8)")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param
+from ..core.base import Method, param
+from ..core.capabilities import Capability
 from ..core.errors import MethodError
 from .kivi_layer import KIVILayer, kivi_bytes
 from .quantization import check_grouping
@@ -26,7 +27,7 @@ KIVI_BITS = (2, 4)  # what the reference kernels support for keys and values
 @dataclass
 class KIVI(Method):
     name = "kivi"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = Capability.OWN_STORAGE | Capability.TAKES_CHANNELS
 
     bits: int = param(2, "bits per key and value (2 or 4)")
     group_size: int = param(32, "values per quantization group (tokens for keys, channels for values)", minimum=1)

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param, top_positions
+from ..core.base import Method, param, top_positions
+from ..core.capabilities import Capability
 from .compact_layer import CompactLayer
 from ..core.errors import MethodError
 from .thin_keys import INDEX_BYTES, thinned, widened
@@ -64,7 +65,8 @@ class ChannelPrunedLayer(CompactLayer):
 @dataclass
 class ThinK(Method):
     name = "think"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = Capability.OWN_STORAGE | Capability.READS_LAST_QUERIES | Capability.PRUNES_CHANNELS
+    kvcache_factory_name = "ThinK"
 
     pruning_ratio: float = param(0.4, "fraction of key channels pruned per KV head (reference: 0.4)")
     window: int = param(32, "observation window: the last prompt queries that score the channels", minimum=1)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import Method, declared_capabilities, param, top_positions
+from ..core.base import Method, param, top_positions
 from ..core.capabilities import Capability
 from ..core.errors import MethodError
 from .wrapping import WrapperMethod
@@ -51,7 +51,9 @@ def head_adaptive_mask(scores: torch.Tensor, n_keep: int, alpha: float) -> torch
 @dataclass
 class AdaKV(WrapperMethod):
     name = "adakv"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = Capability.COMPRESSES | Capability.HEAD_ADAPTIVE | Capability.WRAPS
+    kvpress_press = "AdaKVPress"
+    kvcache_factory_name = "AdaKV"
     base: str = param("snapkv", "scoring method whose scores the heads share (any method with score())")
     alpha: float = param(0.2, "safeguard floor: each head keeps at least alpha x budget of its own top tokens",
                          minimum=0.0)

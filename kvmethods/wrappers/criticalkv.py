@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.base import declared_capabilities, param
+from ..core.base import param
+from ..core.capabilities import Capability, SCORER
 from ..core.errors import MethodError
 from ..attention.kernel_memo import layer_kernel
 from ..runtime.layer_inputs import LayerInputs
@@ -47,7 +48,8 @@ def output_projected_value_norms(layer: LayerInputs) -> torch.Tensor:
 @dataclass
 class CriticalKV(WrapperMethod):
     name = "criticalkv"
-    capabilities = declared_capabilities(name)  # declared once, in catalog.py
+    capabilities = SCORER | Capability.WRAPS
+    kvpress_press = "CriticalKVPress"
     base: str = param("snapkv", "method whose scores are rescaled (any method with score())")
     epsilon: float = param(1e-4, "added to the base score before rescaling", minimum=0.0)
     first_stage_ratio: float = param(0.5, "share of the budget chosen by the base score alone", minimum=0.0)

@@ -14,7 +14,7 @@ from pytest_kvbench.commands.common import EXIT_OK, EXIT_REGRESSION, load
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
 from pytest_kvbench.comparison.gate_coverage import coverage_message, uncompared
 from pytest_kvbench.comparison.tolerances import parse_tolerances
-from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
+from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table, score_alone_note
 from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.run.environment import environment_differences
 
@@ -51,9 +51,12 @@ def cmd_compare(args) -> int:
     print(comparison_table(verdicts))
     print()
     print(comparison_summary(verdicts, unrun))
+    note = score_alone_note(baseline, tolerances)
+    if note:
+        print(note)
     for verdict in verdicts:
         if verdict.failed:
-            print(f"REGRESSION {verdict.message}")
+            print(f"{verdict.status.upper()} {verdict.message}")
     failed = any(v.failed for v in verdicts)
     if args.strict and any(v.status == "mismatch" for v in verdicts):
         failed = True

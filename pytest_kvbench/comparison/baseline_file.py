@@ -1,7 +1,8 @@
 """The baseline file (``--kvbench-save`` / ``--kvbench-compare``): what it keeps of a record, writing, strict reading.
 
 A baseline keeps, per comparison key, what the gate needs: the settings that must match, the
-score, the per-sample scores and timings it pairs, and the cost figures. Reading validates every
+score, the per-sample scores, fidelity figures (kl, agreement, decode_kl) and timings it pairs, and
+the cost figures. Reading validates every
 entry, so a malformed file is a one-line ``BaselineError`` naming the file and the entry.
 """
 
@@ -39,7 +40,8 @@ class BaselineModel:
     extra: dict = field(default_factory=dict)
 
 
-_SAMPLE_FIELDS = ("id", "score", "prefill_ms", "decode_ms", "kl", "agreement")
+_SAMPLE_FIELDS = ("id", "score", "prefill_ms", "decode_ms", "kl", "agreement", "decode_kl")
+FIDELITY_FIELDS = ("kl", "agreement", "decode_kl")  # per-sample distance to the full cache, gated two-sided
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +95,13 @@ class Baseline:
     source: str = ""
     created: str | None = None
     run_id: str | None = None
+
+    @property
+    def has_fidelity(self) -> bool:
+        """Whether any entry keeps per-sample fidelity figures (baselines saved before they were kept have none:
+        the gate then judges the score alone, and says so once)."""
+        return any(is_number(sample.get(name)) for entry in self.entries.values() for sample in entry.samples
+                   for name in FIDELITY_FIELDS)
 
     def entry(self, record: Record) -> BaselineEntry | None:
         return self.entries.get(record.key)

@@ -12,23 +12,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvmethods.core.catalog import BUILTINS, kvpress_spec
 from kvmethods.spec import MethodSpec
 from tabulate import tabulate
 
 from pytest_kvbench.results.record import Record, budget_sort_key
 from pytest_kvbench.stats import bootstrap_mean, paired_bootstrap
 
-# our method -> the adapter's spec of the kvpress press doing the same, each at its own defaults
-NATIVE_PRESSES = {
-    "snapkv": "kvpress:SnapKVPress",
-    "pyramidkv": "kvpress:PyramidKVPress",
-    "streamingllm": "kvpress:StreamingLLMPress",
-    "tova": "kvpress:TOVAPress",
-    "expected_attention": "kvpress:ExpectedAttentionPress",
-    "criticalkv": "kvpress:CriticalKVPress:press=SnapKVPress",
-    "adakv": "kvpress:AdaKVPress:press=SnapKVPress",
-    "kvzip": "kvpress:KVzipPress",
-}
+# our method -> the adapter's spec of the kvpress press doing the same, each at its own defaults (catalog rows)
+NATIVE_PRESSES = {name: spec for name in sorted(BUILTINS) if (spec := kvpress_spec(name))}
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,12 @@
-"""Tolerances of the regression gate: how much worse each gated metric may get (``--kvbench-compare-fail``).
+"""Tolerances of the regression gate: how much each gated metric may move (``--kvbench-compare-fail``).
 
 ``score:1.0`` allows a drop of one point, ``latency:20%`` a 20% slowdown, ``score:off`` stops
-gating the score; the score is gated at 1.0 point unless told otherwise, latency and memory only
-when named.
+gating the score; ``score:1.0:two-sided`` also fails a significant rise. The score and the
+fidelity figures (``kl``, ``agreement``, ``decode_kl``: per-sample distance to the full cache) are
+gated unless switched off, latency and memory only when named. Fidelity is two-sided by default:
+a method whose distance to the full cache moves significantly either way has changed, and an
+intended change is recorded with ``--kvbench-save``. The default fidelity tolerances are
+calibrated against measured noise (docs/baselines.md).
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from pytest_kvbench.input_values import InputError, ascii_float, shown, split_li
 
 @dataclass(frozen=True)
 class GatedMetric:
-    """A metric the gate knows: where its value lives and which direction is worse."""
+    """A metric the gate knows: which direction is worse, and whether a move either way fails by default."""
 
     name: str
     higher_is_better: bool
     unit: str
     help: str
+    two_sided: bool = False
 
 
 METRICS = {
@@ -30,9 +35,18 @@ METRICS = {
     "latency": GatedMetric("latency", False, "s", "item latency; seconds or % of the baseline"),
     "kv_bytes": GatedMetric("kv_bytes", False, "bytes", "KV cache kept after compression; bytes or %"),
     "peak_bytes": GatedMetric("peak_bytes", False, "bytes", "peak accelerator/process memory; bytes or %"),
+    "kl": GatedMetric("kl", False, "nats", "teacher-forced KL to the full cache; nats or %", two_sided=True),
+    "agreement": GatedMetric("agreement", True, "", "greedy agreement with the full cache (0-1); absolute or %",
+                             two_sided=True),
+    "decode_kl": GatedMetric("decode_kl", False, "nats", "KL of the greedy decode to the full cache; nats or %",
+                             two_sided=True),
 }
+FIDELITY_METRICS = ("kl", "agreement", "decode_kl")
 _ALIASES = {"memory": "peak_bytes", "peak_memory": "peak_bytes", "kv": "kv_bytes"}
-DEFAULT_TOLERANCES = ("score:1.0",)
+# The fidelity defaults: above every difference measured between reruns, seeds' shared samples and torch
+# thread counts, below the smallest move of the mutation suite (docs/baselines.md, "Calibration").
+DEFAULT_TOLERANCES = ("score:1.0", "kl:0.01", "agreement:0.01", "decode_kl:0.01")
+SIDES = {"two-sided": True, "one-sided": False}
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,7 @@ class Tolerance:
     metric: str
     value: float
     relative: bool
+    two_sided: bool = False  # a significant move in the better direction fails too
 
     def allowed(self, baseline_value: float) -> float:
         """The allowed change in the metric's own units for this baseline value."""
@@ -50,7 +65,9 @@ class Tolerance:
         return self.value
 
     def __str__(self) -> str:
-        return f"{self.metric}:{self.value:g}{'%' if self.relative else ''}"
+        side = "" if self.two_sided == METRICS[self.metric].two_sided else (
+            ":two-sided" if self.two_sided else ":one-sided")
+        return f"{self.metric}:{self.value:g}{'%' if self.relative else ''}{side}"
 
 
 @dataclass(frozen=True)
@@ -73,14 +90,18 @@ class Tolerances:
 
 
 def _parse_one(spec: str) -> tuple[str, Tolerance | None]:
-    usage = (f"invalid tolerance {shown(spec)}: expected METRIC:VALUE or METRIC:VALUE% (or METRIC:off) "
-             f"with METRIC one of {', '.join(METRICS)}")
+    usage = (f"invalid tolerance {shown(spec)}: expected METRIC:VALUE or METRIC:VALUE% (or METRIC:off), "
+             f"optionally followed by :two-sided or :one-sided, with METRIC one of {', '.join(METRICS)}")
     name, sep, raw = spec.partition(":")
     name = _ALIASES.get(name.strip().lower(), name.strip().lower())
-    raw = raw.strip()
-    if not sep or name not in METRICS or not raw:
+    raw, side_sep, side = raw.strip().partition(":")
+    raw, side = raw.strip(), side.strip().lower()
+    if not sep or name not in METRICS or not raw or (side_sep and side not in SIDES):
         raise BaselineError(usage)
+    two_sided = SIDES[side] if side_sep else METRICS[name].two_sided
     if raw.lower() == "off":
+        if side_sep:
+            raise BaselineError(f"invalid tolerance {shown(spec)}: a metric switched off has no side")
         return name, None
     relative = raw.endswith("%")
     number = raw[:-1] if relative else raw
@@ -92,7 +113,7 @@ def _parse_one(spec: str) -> tuple[str, Tolerance | None]:
         raise BaselineError(usage)
     if not math.isfinite(value) or value < 0:
         raise BaselineError(f"invalid tolerance {shown(spec)}: the value must be a finite number >= 0 in ASCII digits")
-    return name, Tolerance(name, value, relative)
+    return name, Tolerance(name, value, relative, two_sided)
 
 
 def _python_reads(text: str) -> bool:
@@ -107,8 +128,9 @@ def parse_tolerances(spec_list: Sequence[str] | None) -> Tolerances:
     """Tolerances from ``--kvbench-compare-fail`` values (repeatable, comma-separated).
 
     ``score:1.0`` allows a drop of one point, ``latency:20%`` a 20% slowdown, ``score:off``
-    stops gating the score. The score is gated at 1.0 point unless given; latency and memory
-    only when named.
+    stops gating the score, ``score:1.0:two-sided`` fails a significant rise too. The score and
+    the fidelity figures are gated at DEFAULT_TOLERANCES unless given; latency and memory only
+    when named.
     """
     chosen: dict[str, Tolerance | None] = {}
     try:  # an empty tolerance ('', 'score:1,') is refused, not skipped: the default would gate instead

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
-from pytest_kvbench.comparison.tolerances import Tolerance, Tolerances
+from pytest_kvbench.comparison.tolerances import FIDELITY_METRICS, METRICS, Tolerance, Tolerances
 from pytest_kvbench.comparison.verdict_format import (
     TABLE_HEADERS,
     check_row,
@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from pytest_kvbench.comparison.baseline_file import BaselineEntry
 
 SCORE_SCALE = 100.0  # record scores are 100 x the mean per-sample score (DEVELOPERS.md, tasks)
-STATUSES = ("ok", "regression", "improved", "new", "mismatch")
+STATUSES = ("ok", "regression", "changed", "improved", "new", "mismatch")
+FAILING = ("regression", "changed")  # changed: a two-sided metric moved significantly the better way
 
 
 # -- comparing one record with its entry --------------------------------------------------------
@@ -76,7 +77,7 @@ class Verdict:
 
     @property
     def failed(self) -> bool:
-        return self.status == "regression"
+        return self.status in FAILING
 
     @property
     def rows(self) -> list[list[str]]:
@@ -185,6 +186,28 @@ def _settings_mismatch(record: Record, entry: BaselineEntry) -> list[str]:
     return reasons
 
 
+def _judge_paired(check: MetricCheck, result: PairedResult, tolerance: Tolerance | None,
+                  higher_is_better: bool) -> MetricCheck:
+    """The check's status from its paired result: worse beyond the tolerance and significant is a regression;
+    better beyond it and significant is ``changed`` under a two-sided tolerance (it fails), else ``improved``."""
+    if tolerance is None:
+        check.note = "not gated"
+        return check
+    allowed = tolerance.allowed(check.baseline)
+    sign = 1.0 if higher_is_better else -1.0
+    worse = sign * result.mean_diff < -allowed and (result.significant_drop if higher_is_better
+                                                     else result.significant_rise)
+    better = sign * result.mean_diff > allowed and (result.significant_rise if higher_is_better
+                                                     else result.significant_drop)
+    if worse:
+        check.status = "regression"
+    elif better:
+        check.status = "changed" if tolerance.two_sided else "improved"
+    elif abs(result.mean_diff) > allowed:
+        check.note = "not significant"
+    return check
+
+
 def _check_score(record: Record, entry: BaselineEntry, tolerance: Tolerance | None, seed: int) -> MetricCheck:
     base, _ = _samples_by_id(entry.samples)
     cur, _ = _samples_by_id(record.samples)
@@ -193,36 +216,26 @@ def _check_score(record: Record, entry: BaselineEntry, tolerance: Tolerance | No
                             [SCORE_SCALE * cur[i]["score"] for i in ids], seed=seed)
     check = MetricCheck("score", float(entry.score), float(record.score), result.mean_diff,
                         result.low, result.high, result.p, result.n, tolerance)
-    if tolerance is None:
-        check.note = "not gated"
-        return check
-    allowed = tolerance.allowed(check.baseline)
-    if result.mean_diff < -allowed and result.significant_drop:
-        check.status = "regression"
-    elif result.mean_diff > allowed and result.significant_rise:
-        check.status = "improved"
-    elif abs(result.mean_diff) > allowed:
-        check.note = "not significant"
-    return check
+    return _judge_paired(check, result, tolerance, higher_is_better=True)
 
 
-def _fidelity_checks(record: Record, entry: BaselineEntry, seed: int) -> list[MetricCheck]:
-    """KL to the full cache and greedy agreement, paired per sample: reported beside the score, never gated.
-
-    They need no labels, so they move even where a task score is flat (a small model, few samples).
-    """
+def _fidelity_checks(record: Record, entry: BaselineEntry, tolerances: Tolerances, seed: int) -> list[MetricCheck]:
+    """KL to the full cache (teacher-forced and along the greedy decode) and greedy agreement, paired per
+    sample and gated two-sided by default: they need no labels, so they move even where a task score is
+    flat (a small model, few samples, a budget where every method scores 0 or 100)."""
     base, _ = _samples_by_id(entry.samples)
     cur, _ = _samples_by_id(record.samples)
     checks = []
-    for metric in ("agreement", "kl"):
+    for metric in FIDELITY_METRICS:
         ids = [i for i in base if is_number(base[i].get(metric)) and is_number(cur.get(i, {}).get(metric))]
         if not ids:
             continue
         before = [base[i][metric] for i in ids]
         after = [cur[i][metric] for i in ids]
         result = compare_paired(before, after, seed=seed)
-        checks.append(MetricCheck(metric, sum(before) / len(before), sum(after) / len(after), result.mean_diff,
-                                  result.low, result.high, result.p, result.n, None, note="not gated"))
+        check = MetricCheck(metric, sum(before) / len(before), sum(after) / len(after), result.mean_diff,
+                            result.low, result.high, result.p, result.n, tolerances.get(metric))
+        checks.append(_judge_paired(check, result, tolerances.get(metric), METRICS[metric].higher_is_better))
     return checks
 
 
@@ -272,6 +285,21 @@ def _check_memory(metric: str, record: Record, entry: BaselineEntry, tolerance: 
     return check
 
 
+_DIRECTION = {"kl": ("higher", "lower"), "decode_kl": ("higher", "lower"), "agreement": ("lower", "higher")}
+
+
+def _direction(check: MetricCheck) -> str:
+    """Which way a failing metric moved, in words (fidelity: away from or towards the full cache)."""
+    if check.metric in _DIRECTION:
+        worse, better = _DIRECTION[check.metric]
+        if check.status == "regression":
+            return f"{check.metric} {worse} (further from the full cache):"
+        return f"{check.metric} {better} (closer to the full cache: the method changed):"
+    if check.status == "changed":
+        return f"{check.metric} rose (two-sided):"
+    return check.metric
+
+
 def _regression_text(check: MetricCheck) -> str:
     unit = " points" if check.metric == "score" else ""
     stats = []
@@ -283,11 +311,14 @@ def _regression_text(check: MetricCheck) -> str:
         stats.append(f"n={check.n}")
     if check.note:
         stats.append(check.note)
-    return (f"{check.metric} baseline {fmt_value(check.metric, check.baseline)}, current "
+    return (f"{_direction(check)} baseline {fmt_value(check.metric, check.baseline)}, current "
             f"{fmt_value(check.metric, check.current)}, difference {fmt_delta(check.metric, check.delta)}{unit}"
             f"{relative(check)}"
             + (f" ({'; '.join(stats)})" if stats else "")
             + f", beyond the tolerance {check.tolerance}")
+
+
+INTENDED = "if the change is intended, record a new baseline with --kvbench-save (--kvbench-save-force to replace it)"
 
 
 def compare_record(record: Record, entry: BaselineEntry | None, tolerances: Tolerances, *, seed: int = 0) -> Verdict:
@@ -306,16 +337,18 @@ def compare_record(record: Record, entry: BaselineEntry | None, tolerances: Tole
         return Verdict(key, "mismatch", [MetricCheck("score", float(entry.score), current_score, None)], reasons,
                        message=f"{key}: not compared with the baseline: " + "; ".join(reasons))
     checks = [_check_score(record, entry, tolerances.get("score"), seed)]
-    checks += _fidelity_checks(record, entry, seed)
+    checks += _fidelity_checks(record, entry, tolerances, seed)
     for tolerance in tolerances:
         if tolerance.metric == "latency":
             checks.append(_check_latency(record, entry, tolerance, seed))
         elif tolerance.metric in ("kv_bytes", "peak_bytes"):
             checks.append(_check_memory(tolerance.metric, record, entry, tolerance))
-    regressions = [c for c in checks if c.status == "regression"]
-    if regressions:
-        message = f"{key}: regression against the baseline: " + "; ".join(_regression_text(c) for c in regressions)
-        return Verdict(key, "regression", checks, message=message)
+    failing = [c for c in checks if c.status in FAILING]
+    if failing:
+        status = "regression" if any(c.status == "regression" for c in failing) else "changed"
+        what = "regression against the baseline" if status == "regression" else "changed against the baseline"
+        message = f"{key}: {what}: " + "; ".join(_regression_text(c) for c in failing) + f"; {INTENDED}"
+        return Verdict(key, status, checks, message=message)
     score = checks[0]
     status = "improved" if score.status == "improved" else "ok"
     message = (f"{key}: {status}: score baseline {fmt_value('score', score.baseline)}, current "
@@ -331,6 +364,15 @@ def comparison_table(verdicts: Sequence[Verdict], tablefmt: str = "simple") -> s
     """The comparison table for the terminal summary and ``kvbench compare``."""
     rows = [row for verdict in verdicts for row in verdict.rows]
     return tabulate(rows, headers=TABLE_HEADERS, tablefmt=tablefmt, disable_numparse=True)
+
+
+def score_alone_note(baseline, tolerances: Tolerances) -> str | None:
+    """The one line saying a baseline without fidelity figures is judged on the score alone (None otherwise)."""
+    gated = [m for m in FIDELITY_METRICS if m in tolerances]
+    if not gated or baseline is None or baseline.has_fidelity:
+        return None
+    return (f"baseline {baseline.source or ''} has no per-sample fidelity figures ({', '.join(gated)}): gating on the "
+            f"score alone; save it again with --kvbench-save to gate on fidelity").replace("baseline  ", "baseline ")
 
 
 def comparison_summary(verdicts: Sequence[Verdict], unrun: Sequence[str] = ()) -> str:

@@ -5,7 +5,15 @@ sample the full-cache model generates greedily once per run (the reference); eve
 teacher-forced on that same output, and we compare next-token distributions position by position:
 
 * ``kl``: mean over answer positions of KL(P_full || P_method), in nats;
-* ``agreement``: fraction of answer positions where both distributions have the same argmax.
+* ``agreement``: fraction of answer positions where both distributions have the same argmax;
+* ``decode_kl``: the KL of the greedy decode itself, the decode that produced the answer: the compressed
+  model's own decoding distributions (through the decode loop, with its positions and any compression
+  while decoding) against the full model's, over the steps where the two greedy outputs still agree, up
+  to and including the first step where they differ. Up to there both condition on the same tokens, so
+  this is exactly the KL along the compressed greedy tokens, without a second full-cache pass; after the
+  first difference the full model's distributions along the compressed tokens are not computed.
+  Teacher forcing feeds the reference in one forward, so a bug of the decoding steps alone (positions
+  after eviction, say) moves ``decode_kl`` and not ``kl``.
 
 The reference pass is shared by all methods and budgets, so it is cached. To keep the cache small
 for 128k-token vocabularies we keep the top ``REFERENCE_TOP_K`` reference log-probs plus the log
@@ -72,6 +80,23 @@ def compare(reference: Reference, logp: torch.Tensor) -> tuple[float, float]:
     kl = (ref_logp.exp() * (ref_logp - cand_logp)).sum(-1).clamp(min=0.0)
     agreement = (logp.argmax(-1) == reference.argmax).float()
     return float(kl.mean()), float(agreement.mean())
+
+
+def decode_divergence(reference: Reference, output_ids: list[int], logp: torch.Tensor) -> float:
+    """Mean KL(P_full || P_decode) over the compressed greedy decode's steps up to and including its first
+    token that differs from the reference's (``output_ids``: the decode's tokens, its stopping eos included;
+    ``logp``: its per-step log-probs). Steps beyond the reference's output have no reference distribution."""
+    steps = min(len(output_ids), reference.top_logp.shape[0], logp.shape[0])
+    if steps == 0:
+        return 0.0
+    same = 0
+    while same < steps and int(output_ids[same]) == int(reference.target_ids[same]):
+        same += 1
+    shared = min(same + 1, steps)
+    head = Reference(None, reference.target_ids[:shared], None if reference.top_ids is None else reference.top_ids[:shared],
+                     reference.top_logp[:shared], None if reference.rest_logp is None else reference.rest_logp[:shared],
+                     reference.argmax[:shared])
+    return compare(head, logp[:shared])[0]
 
 
 class ReferenceCache:

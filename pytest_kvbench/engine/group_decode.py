@@ -32,7 +32,7 @@ from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_
 from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 
-# decode(member, prefilled state) -> (GenerationOutput without log-probs, kl, agreement)
+# decode(member, prefilled state) -> (GenerationOutput without log-probs, kl, agreement, decode_kl)
 Decode = Callable[[Case, object], tuple]
 
 
@@ -156,8 +156,8 @@ def _decode_batch(running: Case, chunk: list[tuple[Case, object, float]], forwar
 
 
 def _outcome(decoded: tuple, forward_s: float, own_s: float, running: Case, batch_size: int) -> DecodedSample:
-    result, kl, agreement = decoded
+    result, kl, agreement, decode_kl = decoded
     result.prefill_s = forward_s + own_s  # what this prefill costs alone: the forward + own compression
     return DecodedSample(result, kl, agreement, {"shared_prefill_ms": forward_s * 1000.0,
                                                  "compression_ms": own_s * 1000.0, "decode_batch": batch_size},
-                         running.key)
+                         running.key, decode_kl)

@@ -36,6 +36,7 @@ class Generation(NamedTuple):
     agreement: float | None
     context: int | None = None  # index of the sample's context group (group protocols)
     turn: int | None = None  # position of the question in its group (group protocols)
+    decode_kl: float | None = None  # KL along the greedy decode (fidelity.py); not measured under group protocols
 
 
 def context_groups(samples: list, prompts: list) -> list[list[int]]:
@@ -74,7 +75,7 @@ def generations(case, task, method, budget, loaded, samples: list, prompts: list
         group_references = references.get(key, full_cache_reference)
         if case.is_reference:
             for turn, (index, reference) in enumerate(zip(group, group_references)):
-                yield Generation(samples[index], reference.result, 0.0, 1.0, context_index, turn)
+                yield Generation(samples[index], reference.result, 0.0, 1.0, context_index, turn, 0.0)
             continue
         results = run_group(loaded.model, method, budget, context, questions, task.max_new_tokens,
                             loaded.eos_token_ids, teacher_targets=[r.target_ids for r in group_references], **settings)

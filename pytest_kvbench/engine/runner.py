@@ -20,7 +20,7 @@ from kvmethods.runtime.batched_generation import BatchRequest, can_decode_in_bat
 from kvmethods.runtime.generation import GROUP_PROTOCOLS, generate, record_fields
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid
-from pytest_kvbench.engine.fidelity import ReferenceCache, compare, reference_of
+from pytest_kvbench.engine.fidelity import ReferenceCache, compare, decode_divergence, reference_of
 from pytest_kvbench.engine.finite_logits import check_logits_finite
 from pytest_kvbench.engine.decode_batching import DecodeBatching
 from pytest_kvbench.engine.group_decode import BatchDecoder, decode_members
@@ -49,6 +49,17 @@ def _prefill_split(shared_reference=None) -> dict:
     if shared_reference is not None:
         return {"shared_prefill_ms": shared_reference.prefill_s * 1000.0, "compression_ms": 0.0}
     return {"shared_prefill_ms": None, "compression_ms": None}
+
+
+def _fidelity(result, reference, what: str) -> tuple[float, float, float]:
+    """(kl, agreement, decode_kl) of a compressed generation run with teacher_targets and return_logprobs, against
+    the reference (fidelity.py); its vocabulary-sized log-probs leave the result here."""
+    logprobs, result.target_logprobs = result.target_logprobs, None
+    steps, result.logprobs = result.logprobs, None
+    check_logits_finite(logprobs, what)
+    check_logits_finite(steps, what)
+    output = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
+    return (*compare(reference, logprobs), decode_divergence(reference, output, steps))
 
 
 def method_of(case: Case):
@@ -161,7 +172,8 @@ class Runner:
             return self._compressed_batch(batch, states, task, sample, prompt, loaded, reference)
 
         def size(states: list) -> int:
-            return self.batching.size(states, task.max_new_tokens, len(reference.target_ids),
+            # the decode's own log-probs (decode_kl) beside the teacher-forced ones
+            return self.batching.size(states, task.max_new_tokens, len(reference.target_ids) + task.max_new_tokens,
                                       int(states[0].next_logits.shape[-1]))
 
         batch = BatchDecoder(self.batching, lambda member, state: can_decode_in_batch(self._method(member), state),
@@ -174,31 +186,27 @@ class Runner:
 
     def _compressed(self, case: Case, method, budget, task, sample, prompt, loaded: LoadedModel, reference,
                     prefilled=None) -> tuple:
-        """(generation, kl, agreement) of the sample under the case's method: teacher-forced on the reference's
-        output and compared with it at once, so no vocabulary-sized log-probs outlive this call."""
+        """(generation, kl, agreement, decode_kl) of the sample under the case's method: teacher-forced on the
+        reference's output and its own decode compared with the reference at once (fidelity.py), so no
+        vocabulary-sized log-probs outlive this call."""
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len, task.max_new_tokens,
                           loaded.eos_token_ids, case.protocol, teacher_targets=reference.target_ids,
-                          prefilled=prefilled)
-        logprobs, result.target_logprobs = result.target_logprobs, None
-        check_logits_finite(logprobs, f"{case.id} sample {sample.id}")
-        return (result, *compare(reference, logprobs))
+                          prefilled=prefilled, return_logprobs=True)
+        return (result, *_fidelity(result, reference, f"{case.id} sample {sample.id}"))
 
     def _compressed_batch(self, cases: list[Case], states: list, task, sample, prompt, loaded: LoadedModel,
                           reference) -> list:
-        """_compressed for several members at once (one batched decoding): per member (generation, kl, agreement),
-        or what failed that member alone (non-finite log-probs)."""
+        """_compressed for several members at once (one batched decoding): per member (generation, kl, agreement,
+        decode_kl), or what failed that member alone (non-finite log-probs)."""
         requests = [BatchRequest(self._method(case), case.budget, state) for case, state in zip(cases, states)]
         results = generate_batch(loaded.model, requests, len(prompt.input_ids), task.max_new_tokens,
-                                 loaded.eos_token_ids, teacher_targets=reference.target_ids)
+                                 loaded.eos_token_ids, teacher_targets=reference.target_ids, return_logprobs=True)
         made: list = []
         for case, result in zip(cases, results):
-            logprobs, result.target_logprobs = result.target_logprobs, None
             try:
-                check_logits_finite(logprobs, f"{case.id} sample {sample.id}")
+                made.append((result, *_fidelity(result, reference, f"{case.id} sample {sample.id}")))
             except Exception as exc:  # noqa: BLE001 - that member's failure, the others' results stand
                 made.append(exc)
-                continue
-            made.append((result, *compare(reference, logprobs)))
         return made
 
     # -- the item ------------------------------------------------------------------------------
@@ -228,7 +236,7 @@ class Runner:
                                                                self.references))
             else:
                 produced = self._single_prompts(case, task, method, case.budget, loaded, samples, sharing, limit)
-            for (sample, result, kl, agreement, context, turn), timing in produced:
+            for (sample, result, kl, agreement, context, turn, decode_kl), timing in produced:
                 prediction = loaded.tokenizer.decode(result.tokens, skip_special_tokens=True)
                 answer = self._follow_up(task, sample, prediction, method, case.budget, loaded, case.protocol)
                 first_output = {} if answer is None else {"first_output": prediction}
@@ -247,11 +255,14 @@ class Runner:
                     **timing,
                     "decode_ms": result.decode_s * 1000.0,
                     "new_tokens": len(result.tokens),
+                    # why the decode ended: the model's eos, or the task's max_new_tokens (tests check the two)
+                    "stop": "eos" if result.stop_token is not None else "max_new_tokens",
                     "kv_bytes_before": result.kv_bytes_before,
                     "kv_bytes_after": result.kv_bytes_after,
                     **record_fields(result),
                     "kl": kl,
                     "agreement": agreement,
+                    "decode_kl": decode_kl,
                     # all_classes: LongBench's label set, which its classification metric reads (exports)
                     "fields": {k: v for k, v in sample.fields.items()
                                if k in ("length", "depth", "context_length") or (k == "all_classes" and v)},
@@ -277,14 +288,16 @@ class Runner:
             prompt = self.prompt(case, task, sample, loaded)
             reference = self._reference(case, task, sample, prompt, loaded, limit)
             if case.is_reference:
-                yield Generation(sample, reference.result, 0.0, 1.0), _prefill_split(
+                yield Generation(sample, reference.result, 0.0, 1.0, decode_kl=0.0), _prefill_split(
                     reference.result if self.shared.enabled else None)
             elif sharing:  # decoded with the group's shared prefill of the sample (maybe in another item's run)
                 decoded = self.shared.take(case, sample.id)
-                yield Generation(sample, decoded.result, decoded.kl, decoded.agreement), decoded.timing
+                yield Generation(sample, decoded.result, decoded.kl, decoded.agreement,
+                                 decode_kl=decoded.decode_kl), decoded.timing
             else:
-                made = self._compressed(case, method, budget, task, sample, prompt, loaded, reference)
-                yield Generation(sample, *made), _prefill_split()
+                result, kl, agreement, decode_kl = self._compressed(case, method, budget, task, sample, prompt, loaded,
+                                                                    reference)
+                yield Generation(sample, result, kl, agreement, decode_kl=decode_kl), _prefill_split()
 
     def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel,
                    protocol: str = DEFAULT_PROTOCOL) -> str | None:
@@ -330,7 +343,8 @@ class Runner:
             memory=records.Memory(peak_bytes=meter.get("peak_bytes"), kind=meter.get("memory_kind"),
                                   peak_method=meter.get("peak_method"),
                                   peak_reserved_bytes=meter.get("peak_reserved_bytes"), **kv),
-            fidelity=records.Fidelity(kl=_mean([r["kl"] for r in rows]), agreement=_mean([r["agreement"] for r in rows])),
+            fidelity=records.Fidelity(kl=_mean([r["kl"] for r in rows]), agreement=_mean([r["agreement"] for r in rows]),
+                                      decode_kl=_mean([r["decode_kl"] for r in rows])),
             energy_j=meter.get("energy_j"),
             energy_source=meter.get("energy_source"),
             meter_scope=from_json(records.MeterScope, self.shared.meter_scope(case), "meter_scope"),

@@ -37,6 +37,7 @@ class DecodedSample:
     agreement: float
     timing: dict  # shared_prefill_ms (the group's forward), compression_ms (this item's own part), decode_batch
     host: str  # the key of the item whose run decoded it
+    decode_kl: float | None = None  # KL along its own greedy decode (engine/fidelity.py)
 
 
 class SharedPrefills:

@@ -57,7 +57,7 @@ class KvbenchFixture:
         if verdict is None:
             return
         self.item.stash[VERDICT_KEY] = verdict.as_dict()
-        if verdict.status in ("regression", "mismatch"):
+        if verdict.failed or verdict.status == "mismatch":
             pytest.fail(verdict.message, pytrace=False)
 
 

@@ -80,9 +80,12 @@ class Gate:
         lines = []
         if self._verdicts:
             # lazy for startup time: numpy and scipy (see above)
-            from pytest_kvbench.comparison.verdicts import comparison_table
+            from pytest_kvbench.comparison.verdicts import comparison_table, score_alone_note
 
             lines += ["comparison with baseline:", comparison_table(self._verdicts)]
+            note = score_alone_note(self.baseline, self.tolerances)
+            if note:
+                lines.append(note)
         if self._unrun:
             lines.append(f"baseline entries not run ({len(self._unrun)}): {', '.join(self._unrun[:20])}"
                          + (" ..." if len(self._unrun) > 20 else ""))

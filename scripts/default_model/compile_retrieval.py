@@ -57,13 +57,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.optimize import linprog
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_retrieval as T  # noqa: E402
+from rope_kernels import HEAD, THETA, _put_kernel, peak_kernel, recency_kernel, window_kernel  # noqa: E402
 
-OLD_HIDDEN, OLD_HEAD, HEAD, THETA = 128, 32, 128, 1e20
+OLD_HIDDEN, OLD_HEAD = 128, 32
 # The copy alphabet: every token of a needle's value (numbers, and uuids' hex pieces with or without a leading
 # space), the answer's punctuation, and the anchors the query side remaps. Read from the tokenizer by alphabet().
 PUNCT = [":", "Ġis", "Ġtext"]  # one-hot in the match code: the query side remaps them ("text is" plays "is:")
@@ -101,65 +101,6 @@ def slots(n_alpha, old_hidden=OLD_HIDDEN):
     # code is zero
     out["BAG"] = slice(out["E"].start + n_alpha, out["E"].stop)
     return out, -(-at // 4) * 4  # a round width; the rest is zero
-
-
-# ---- RoPE kernels: score(delta) = sum_i a_i cos(w_i delta) + b_i sin(w_i delta), by linear programming
-
-def _freqs(pairs):
-    return THETA ** (-2.0 * np.asarray(pairs) / HEAD)
-
-
-def _features(pairs, d):
-    w = _freqs(pairs)
-    return np.concatenate([np.cos(np.outer(d, w)), np.sin(np.outer(d, w)), np.ones((len(d), 1))], 1)
-
-
-def _far(maxd=8192):
-    return np.arange(0, maxd + 1)
-
-
-def _maximise_margin(n_coef, ge, le, bound):
-    """max t s.t. F x >= lo + s t (ge rows), F x <= hi - s t (le rows), |x| <= bound."""
-    A = [np.concatenate([-F, s[:, None]], 1) for F, lo, s in ge] + [np.concatenate([F, s[:, None]], 1) for F, hi, s in le]
-    b = [-lo for F, lo, s in ge] + [hi for F, hi, s in le]
-    c = np.zeros(n_coef + 1)
-    c[-1] = -1
-    res = linprog(c, A_ub=np.concatenate(A), b_ub=np.concatenate(b), bounds=[(-bound, bound)] * n_coef + [(0, None)],
-                  method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"kernel design failed: {res.message}")
-    x = res.x
-    n = (n_coef - 1) // 2
-    return x[:n], x[n:2 * n], x[-1]
-
-
-def window_kernel(pairs, width, gap=4, band=0.5, bound=100.0):
-    """Flat (within +-band) for delta in [1, width]; at least t below it from width+gap on. Returns (a, b, t)."""
-    d_in = np.arange(1, width + 1)
-    d_out = _far()
-    d_out = d_out[d_out >= width + gap]
-    Fi, Fo, z = _features(pairs, d_in), _features(pairs, d_out), np.zeros(len(d_in))
-    return _maximise_margin(2 * len(pairs) + 1, ge=[(Fi, z - band, z)],
-                            le=[(Fi, z + band, z), (Fo, np.zeros(len(d_out)), np.ones(len(d_out)))], bound=bound)
-
-
-def recency_kernel(pairs, span=64, gap=3, bound=50.0):
-    """Falls by at least t every `gap` tokens over [0, span]; beyond span it stays t below its value at span."""
-    d0 = np.arange(0, span + 1)
-    d_out = _far()
-    d_out = d_out[d_out > span + gap]
-    Fd = _features(pairs, d0) - _features(pairs, d0 + gap)
-    Fo = _features(pairs, d_out) - _features(pairs, np.array([span]))
-    return _maximise_margin(2 * len(pairs) + 1, ge=[(Fd, np.zeros(len(d0)), np.ones(len(d0)))],
-                            le=[(Fo, np.zeros(len(d_out)), np.ones(len(d_out)))], bound=bound)
-
-
-def peak_kernel(pairs, at, bound=200.0):
-    """Highest at delta == at, by at least t over every other delta up to 8,192. Returns (a, b, t)."""
-    d = np.arange(0, 8193)
-    d = d[d != at]
-    F = _features(pairs, d) - _features(pairs, np.array([at]))
-    return _maximise_margin(2 * len(pairs) + 1, ge=[], le=[(F, np.zeros(len(d)), np.ones(len(d)))], bound=bound)
 
 
 # ---- what the construction reads from the tokenizer and the trained model
@@ -230,15 +171,6 @@ def median_rms(model, tok):
 def _old_rows(h):
     """The trained head's q/k rows inside the wider head: pair j goes to pair 2j (same frequency under theta 1e20)."""
     return [h * HEAD + (2 * d if d < OLD_HEAD // 2 else 2 * (d - OLD_HEAD // 2) + HEAD // 2) for d in range(OLD_HEAD)]
-
-
-def _put_kernel(q_w, k_w, q_head, kv_head, a, b, src, src_value, pairs):
-    """q and k read the constant dim `src` (normalised value src_value) so that q.k = the kernel of delta."""
-    s = math.sqrt(HEAD)  # cancels attention's 1/sqrt(head_dim)
-    for j, i in enumerate(pairs):
-        q_w[q_head * HEAD + i, src] = a[j] * s / src_value
-        q_w[q_head * HEAD + i + HEAD // 2, src] = -b[j] * s / src_value
-        k_w[kv_head * HEAD + i, src] = 1.0 / src_value
 
 
 def compile_model(old, tok, seed=0, **overrides):

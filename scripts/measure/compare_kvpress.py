@@ -33,30 +33,54 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 from pathlib import Path
 
 from common import Timing, print_medians, print_ratio, timed_command, timed_pytest
 
+from kvmethods.core.capabilities import Capability
+from kvmethods.core.catalog import BASE, BUILTINS
+from kvmethods.spec import MethodSpec
 from pytest_kvbench.comparison.kvpress_scores import NATIVE_PRESSES, score_table
 from pytest_kvbench.results.run.directories import load_run
 
-# our method spec -> (kvpress press, its arguments; a press name builds that press with its defaults). Our
-# settings equal the presses' defaults. Left out: pyramidkv and adakv (kvpress's PyramidKVPress and AdaKVPress
-# fail in its pipeline on this model once a question of several tokens follows the compressed context: a mask
-# sized for layer 0 / "Could not find fake keys"), h2o (ObservedAttentionPress scores differently and needs
-# eager attention).
-METHOD_PRESSES = {
-    "snapkv:window=64:kernel=5": ("SnapKVPress", {}),
-    "streamingllm": ("StreamingLLMPress", {}),
-    "tova": ("TOVAPress", {}),
-    "knorm": ("KnormPress", {}),
-    "expected_attention": ("ExpectedAttentionPress", {}),
-    "criticalkv:window=64:kernel=5": ("CriticalKVPress", {"press": "SnapKVPress"}),
-    "criticalkv:base=expected_attention": ("CriticalKVPress", {"press": "ExpectedAttentionPress"}),
-    "random": ("RandomPress", {"seed": 0}),  # same cost; a different generator, so other positions and answers
-}
+# The methods timed against kvpress, each with the press its catalog row names (kvpress_press) at settings equal
+# to the press's defaults (kvpress_defaults; a wrapper's base gets its own). Left out: pyramidkv and adakv
+# (kvpress's PyramidKVPress and AdaKVPress fail in its pipeline on this model once a question of several tokens
+# follows the compressed context: a mask sized for layer 0 / "Could not find fake keys"), h2o (kvpress has no
+# press scoring the same). random: same cost; a different generator, so other positions and answers.
+TIMED = ["snapkv", "streamingllm", "tova", "knorm", "expected_attention", "criticalkv",
+         "criticalkv:base=expected_attention", "random"]
+
+
+def _literal(value: str):
+    """A press argument as the press takes it: a number stays a number, a press name a name."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def kvpress_pair(method: str) -> tuple[str, tuple[str, dict]]:
+    """Our spec at the press's defaults -> (kvpress press, its arguments; a press name builds that press with its
+    defaults), from the catalog rows: `criticalkv` -> `criticalkv:window=64:kernel=5`, (CriticalKVPress,
+    {press: SnapKVPress})."""
+    spec = MethodSpec.parse(method)
+    entry = BUILTINS[spec.name]
+    press = MethodSpec.parse(entry.kvpress_press)
+    arguments = {name: _literal(str(value)) for name, value in press.params}
+    settings = [method] + ([entry.kvpress_defaults] if entry.kvpress_defaults else [])
+    if Capability.WRAPS in entry.capabilities:
+        base = BUILTINS[dict(spec.params).get(BASE, entry.default(BASE))]
+        arguments["press"] = MethodSpec.parse(base.kvpress_press).name
+        if base.kvpress_defaults and BASE not in dict(spec.params):
+            settings.append(base.kvpress_defaults)
+    return ":".join(settings), (press.name, arguments)
+
+
+METHOD_PRESSES = dict(kvpress_pair(method) for method in TIMED)
 COMPARISONS = {  # name -> (methods, ratio budgets)
     "item": (["snapkv:window=64:kernel=5"], ["r0.9"]),
     "grid": (list(METHOD_PRESSES), ["r0.25", "r0.5", "r0.75", "r0.9"]),
@@ -169,8 +193,9 @@ def run_records(run_dir: str | None, python: str, pytest_argv: list[str]) -> lis
     return load_run(run_dir).records if run_dir else timed_pytest(pytest_argv, python)[1]
 
 
-def score_markdown(title: str, ours, theirs) -> str:
-    """The side-by-side table as a file: which runs (id, date, commit, command, versions) made each side."""
+def score_markdown(title: str, ours, theirs, command: str) -> str:
+    """The side-by-side table as a file: the full command that wrote it, and which runs (id, date, commit, command,
+    versions) made each side; a run made from a tree with uncommitted changes is named as one to remake."""
     from pytest_kvbench.results.views.tables import provenance
 
     def side(name: str, run) -> str:
@@ -178,9 +203,15 @@ def score_markdown(title: str, ours, theirs) -> str:
         return (f"- {name}: run `{run.run_id}` — {run.info.get('start', '')} — commit `{run.commit or 'n/a'}`"
                 f"{f' — kvpress {kvpress}' if kvpress else ''}. {provenance(run.environment)}")
 
+    dirty = [f"{name} run `{run.run_id}`" for name, run in (("native", ours), ("kvpress", theirs))
+             if run.environment.get("git_dirty")]
+    remake = ([f"Not from a clean tree ({' and '.join(dirty)}: uncommitted changes): remake the run(s) from a clean "
+               "checkout, then this file.", ""] if dirty else [])
     return "\n".join([
         "# Native methods beside kvpress's presses (same items)", "",
-        "Generated by `python scripts/measure/compare_kvpress.py scores ... --output` from the two runs below; each",
+        f"Generated by `{command}`", "",
+        *remake,
+        "From the two runs below; each",
         "native method is paired with the press that implements it, each at its own defaults",
         "(pytest_kvbench/comparison/kvpress_scores.py). `kvpress - native`: the paired difference over the samples both ran,",
         "with its 95% bootstrap interval; `> 1 CI`: larger than the wider row's half-width. The differences are",
@@ -189,7 +220,7 @@ def score_markdown(title: str, ours, theirs) -> str:
         score_table(ours.records, theirs.records), ""])
 
 
-def compare_scores(args: argparse.Namespace) -> None:
+def compare_scores(args: argparse.Namespace, argv: list[str] | None = None) -> None:
     """Native rows and kvpress rows on the same items, side by side (kvpress_score_table.py)."""
     budgets = [b.strip() for b in args.budgets.split(",") if b.strip()]
     protocol = "question_in_window"  # the real-model job's
@@ -201,14 +232,15 @@ def compare_scores(args: argparse.Namespace) -> None:
     print(title)
     print(score_table(ours, theirs))
     if args.output:
-        Path(args.output).write_text(score_markdown(title, load_run(args.ours_run), load_run(args.kvpress_run)))
+        command = shlex.join(["python", "scripts/measure/compare_kvpress.py", *(argv if argv is not None else sys.argv[1:])])
+        Path(args.output).write_text(score_markdown(title, load_run(args.ours_run), load_run(args.kvpress_run), command))
         print(f"written: {args.output}")
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.comparison == "scores":
-        return compare_scores(args)
+        return compare_scores(args, argv)
     methods, budgets = COMPARISONS[args.comparison]
     ours_name, theirs_name = f"ours: pytest, {len(methods) * len(budgets) + 1} items", \
         f"kvpress pipeline, {len(methods) * len(budgets)} pairs"

@@ -42,8 +42,9 @@ def entry_for(scores, **kwargs):
 # -- tolerances -------------------------------------------------------------------------------
 
 
-def test_default_gates_the_score_by_one_point_only():
-    assert [str(t) for t in DEFAULT] == ["score:1"]
+def test_default_gates_the_score_one_sided_and_fidelity_two_sided():
+    assert [str(t) for t in DEFAULT][0] == "score:1" and not DEFAULT.get("score").two_sided
+    assert all(DEFAULT.get(metric).two_sided for metric in ("kl", "agreement", "decode_kl"))
     assert "latency" not in DEFAULT and "kv_bytes" not in DEFAULT
 
 
@@ -62,6 +63,11 @@ def test_score_gate_can_be_switched_off_or_made_relative():
 
 @pytest.mark.parametrize("spec,message", [
     ("speed:10%", "METRIC one of score, latency"),
+    ("kl:0.1:both", "optionally followed by :two-sided or :one-sided"),
+    ("agreement:off:two-sided", "switched off has no side"),
+    ("kl:-0.1", ">= 0"),
+    ("decode_kl:inf", "finite"),
+    ("agreement:", "expected METRIC:VALUE"),
     ("score", "expected METRIC:VALUE"),
     ("score:", "expected METRIC:VALUE"),
     ("latency:abc%", "expected METRIC:VALUE"),

@@ -8,7 +8,7 @@ import torch
 from kvmethods import Budget, get_method
 from kvmethods.runtime.generation import generate, teacher_force
 from kvmethods.testing import tiny_model
-from pytest_kvbench.engine.fidelity import compare, make_reference
+from pytest_kvbench.engine.fidelity import compare, decode_divergence, make_reference
 
 
 def test_identical_distributions_have_zero_kl_and_full_agreement():
@@ -63,3 +63,44 @@ def test_reference_logprobs_follow_the_greedy_output(model):
                        return_logprobs=True)
     assert stopped.stop_token == stop
     assert stopped.logprobs.argmax(-1).tolist() == out.tokens[:3]
+
+
+def test_decode_kl_covers_the_steps_up_to_the_first_differing_token():
+    torch.manual_seed(1)
+    ref_logp = torch.log_softmax(torch.randn(6, 40), -1)
+    reference = make_reference(None, ref_logp.argmax(-1).tolist(), ref_logp)
+    assert decode_divergence(reference, reference.target_ids, ref_logp.clone()) == 0.0
+    other = torch.log_softmax(torch.randn(6, 40), -1)
+    # the decode agrees on 2 tokens, differs at step 2: steps 0..2 count, the later ones (other prefixes) do not
+    output = reference.target_ids[:2] + [(reference.target_ids[2] + 1) % 40, 7, 7, 7]
+    mixed = torch.cat([ref_logp[:2], other[2:]])
+    expected = compare(make_reference(None, output[:3], ref_logp[:3]), mixed[:3])[0]
+    assert decode_divergence(reference, output, mixed) == pytest.approx(expected) and expected > 0
+    changed_later = torch.cat([mixed[:3], torch.log_softmax(torch.randn(3, 40), -1)])
+    assert decode_divergence(reference, output, changed_later) == pytest.approx(expected)
+
+
+def test_decode_kl_sees_a_decoding_step_bug_that_teacher_forcing_misses(model, monkeypatch):
+    """Positions off after the prompt (a decode-loop bug) leave the one-forward teacher forcing alone."""
+    from kvmethods.runtime import generation
+
+    ids = torch.randint(3, 100, (60,)).tolist()
+    full = generate(model, get_method("full"), Budget.parse("r0"), ids, 60, 6, set(), "question_in_window",
+                    return_logprobs=True)
+    reference = make_reference(full, list(full.tokens), full.logprobs)
+    method, budget = get_method("snapkv", window=8), Budget.parse("24")
+
+    def decode_kl():
+        out = generate(model, method, budget, ids, 60, 6, set(), "question_in_window",
+                       teacher_targets=reference.target_ids, return_logprobs=True)
+        return compare(reference, out.target_logprobs)[0], decode_divergence(reference, out.tokens, out.logprobs)
+
+    kl, good = decode_kl()
+    forward = generation._forward
+
+    def shifted(model_, cache, ids_, start, uneven, keep):  # decode steps only: one token at a time
+        return forward(model_, cache, ids_, start + 20 if len(ids_) == 1 else start, uneven, keep)
+
+    monkeypatch.setattr(generation, "_forward", shifted)
+    bad_kl, bad = decode_kl()
+    assert bad_kl == pytest.approx(kl) and bad != pytest.approx(good)

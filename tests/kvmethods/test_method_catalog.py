@@ -1,9 +1,11 @@
 """The method catalog (kvmethods/core/catalog.py) says what the classes say, so validation cannot drift.
 
-The grid is validated from the catalog without importing a method (tests/plugin/test_plugin_startup.py); here
-every entry is compared with its class (parameters, capabilities and the hooks they need, whether validation
-needs the class), and for the methods validated from the catalog alone, any given parameters give the same
-outcome, the same message on a bad value, as building the method does.
+The grid is validated from the catalog without importing a method (tests/plugin/test_plugin_startup.py). Its
+rows are generated from the classes (`python -m kvmethods.core.catalog_gen`): here the generated file must be
+what the command writes now, every entry is compared with its class (parameters, capabilities and the hooks
+they need, whether validation needs the class, the names in kvpress and KVCache-Factory), and for the methods
+validated from the catalog alone, any given parameters give the same outcome, the same message on a bad
+value, as building the method does.
 """
 
 import importlib
@@ -14,7 +16,8 @@ from hypothesis import strategies as st
 
 from kvmethods import Capability, MethodError, available_methods, describe_method, get_method
 from kvmethods.core.base import Method, capability_mismatch
-from kvmethods.core.catalog import BUILTINS
+from kvmethods.core import catalog_gen
+from kvmethods.core.catalog import BUILTINS, kvpress_spec
 from kvmethods.core.params import declared_params
 from kvmethods.wrappers.wrapping import WrapperMethod
 
@@ -35,6 +38,35 @@ def test_each_entry_describes_its_class(name):
     assert capability_mismatch(cls) is None
     assert (Capability.WRAPS in cls.capabilities) == issubclass(cls, WrapperMethod)
     assert entry.checked_in_code == validates_in_code(cls)
+    for external in catalog_gen.EXTERNAL_NAMES:
+        assert getattr(entry, external) == getattr(cls, external), (name, external)
+
+
+def test_the_generated_rows_are_what_the_classes_declare_now():
+    """Stale when a class changed (a parameter, a capability, a name elsewhere) or a method was added or removed
+    without running the generator."""
+    assert catalog_gen.TARGET.read_text() == catalog_gen.render(), (
+        "kvmethods/core/catalog_rows.py is stale: run python -m kvmethods.core.catalog_gen")
+    assert catalog_gen.main(["--check"]) == 0
+
+
+def test_the_generator_finds_every_built_in_class_and_nothing_else():
+    assert [cls.name for cls in catalog_gen.builtin_classes()] == sorted(BUILTINS)
+    assert "kvpress" not in BUILTINS  # the adapter's presses are named by the spec, not rows
+
+
+def test_a_changed_class_makes_the_file_stale(monkeypatch):
+    cls = next(cls for cls in catalog_gen.builtin_classes() if cls.name == "snapkv")
+    monkeypatch.setattr(cls, "kvcache_factory_name", "SnapKV2")
+    assert catalog_gen.render() != catalog_gen.TARGET.read_text()
+    assert catalog_gen.main(["--check"]) == 1
+
+
+def test_kvpress_specs_wrap_the_default_base_press():
+    assert kvpress_spec("snapkv") == "kvpress:SnapKVPress"
+    assert kvpress_spec("criticalkv") == "kvpress:CriticalKVPress:press=SnapKVPress"
+    assert kvpress_spec("adakv") == "kvpress:AdaKVPress:press=SnapKVPress"
+    assert kvpress_spec("h2o") is None and kvpress_spec("no-such-method") is None
 
 
 def test_every_builtin_is_listed():

@@ -75,10 +75,11 @@ def test_an_architecture_the_benchmark_cannot_run(workdir, arch, reason):
 
 
 def test_a_family_the_grid_s_methods_cannot_compress(workdir):
-    gemma = str(write_tiny_gguf(workdir.path / "gemma2.gguf", architecture="gemma2"))
-    message = assert_one_line_usage_error(workdir, "--kvbench-model", gemma, "--kvbench-methods", "full,snapkv")
-    assert "'gemma2' cannot be compressed by snapkv: kvmethods compresses llama, mistral, qwen2, qwen3" in message
-    result = workdir.runpytest_inprocess("-p", "no:cacheprovider", "--kvbench-model", gemma, "--kvbench-methods",
+    gpt2 = str(write_tiny_gguf(workdir.path / "gpt2.gguf", architecture="gpt2"))
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", gpt2, "--kvbench-methods", "full,snapkv")
+    assert "'gpt2' cannot be compressed by snapkv: kvmethods compresses llama, mistral, qwen2, qwen3, qwen3_moe, phi3, " \
+           "gemma2" in message
+    result = workdir.runpytest_inprocess("-p", "no:cacheprovider", "--kvbench-model", gpt2, "--kvbench-methods",
                                          "full", "--kvbench-context-lengths", "1024")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stderr.str()  # full alone runs any causal LM
 

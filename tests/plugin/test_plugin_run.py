@@ -13,7 +13,7 @@ RECORD_FIELDS = {
     "metric", "score", "samples", "latency", "memory", "fidelity", "status",
 }
 SAMPLE_FIELDS = {"id", "prediction", "references", "score", "prompt_tokens", "kept_tokens",
-                 "kept_tokens_per_layer", "prefill_ms", "decode_ms", "new_tokens", "kl", "agreement"}
+                 "kept_tokens_per_layer", "prefill_ms", "decode_ms", "new_tokens", "kl", "agreement", "decode_kl", "stop"}
 
 
 @pytest.fixture
@@ -46,8 +46,27 @@ def test_compressed_items_keep_the_budget_and_full_is_exact(bench_run):
     assert all(max(s["kept_tokens_per_layer"]) <= 32 for s in snap["samples"])
     assert snap["memory"]["kv_bytes_after"] < snap["memory"]["kv_bytes_before"]
     full = records["full-niah_single_1-ctx256"]
-    assert full["fidelity"] == {"kl": 0.0, "agreement": 1.0}
+    assert full["fidelity"] == {"kl": 0.0, "agreement": 1.0, "decode_kl": 0.0}
     assert all(s["kept_tokens"] == s["prompt_tokens"] for s in full["samples"])
+
+
+def test_every_decode_runs_to_max_new_tokens_unless_it_stops_at_eos(bench_run):
+    """Compressed and reference items alike: a decode cut short (half the tokens, say) passed every gate."""
+    from pytest_kvbench.tasks import get_task
+
+    work, _, _, _ = bench_run
+    records = [c["record"] for c in hook_records(work)]
+    assert {r["method"]["name"] for r in records} == {"full", "streamingllm", "snapkv"}
+    lengths = []
+    for record in records:
+        limit = get_task(record["task"]["name"]).max_new_tokens
+        for sample in record["samples"]:
+            lengths.append(sample["new_tokens"])
+            if sample["stop"] == "eos":
+                assert sample["new_tokens"] < limit, (record["key"], sample["id"])
+            else:
+                assert sample["stop"] == "max_new_tokens" and sample["new_tokens"] == limit, (record["key"], sample)
+    assert max(lengths) > 0
 
 
 def test_the_model_is_loaded_once_for_many_items(bench_run):

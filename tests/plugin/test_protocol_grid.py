@@ -88,7 +88,7 @@ def test_a_grouped_run_scores_per_context_and_per_turn(grouped_run):
     assert shared["aggregate"]["contexts"] == {"0": shared["score"]}
     for protocol in ("shared_context", "multi_turn"):  # fidelity against full under the same protocol
         full, snapkv = records[f"full-scbench_kv-{protocol}"], records[f"snapkv-64-scbench_kv-{protocol}"]
-        assert full["fidelity"] == {"kl": 0.0, "agreement": 1.0}
+        assert full["fidelity"] == {"kl": 0.0, "agreement": 1.0, "decode_kl": 0.0}
         assert all(s["kl"] >= 0.0 and 0.0 <= s["agreement"] <= 1.0 for s in snapkv["samples"])
         assert snapkv["fidelity"]["kl"] > 0.0  # 64 of a few hundred context tokens: the distributions move
     results = (directory / "results" / "RESULTS.md").read_text()

@@ -34,7 +34,7 @@ SUBSET = "full or snapkv or pyramidkv or kvzip"
 def outcome(record: dict) -> dict:
     """What must not depend on how the prefill ran."""
     fields = ("id", "prediction", "score", "kept_tokens_per_layer", "kept_tokens_per_head", "kv_bytes_after",
-              "kl", "agreement")
+              "kl", "agreement", "decode_kl")
     return {"score": record["score"], "fidelity": record["fidelity"],
             "samples": [{k: s.get(k) for k in fields} for s in record["samples"]]}
 

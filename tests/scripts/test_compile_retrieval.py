@@ -16,16 +16,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "default_model"))
 import compile_retrieval as CR  # noqa: E402
+import rope_kernels as RK  # noqa: E402
 
 
 def kernel(pairs, a, b, d):
-    w = CR._freqs(pairs)
+    w = RK._freqs(pairs)
     return np.cos(np.outer(d, w)) @ a + np.sin(np.outer(d, w)) @ b
 
 
 def test_window_kernel_is_flat_inside_and_far_below_outside():
     width = int(CR.DEFAULTS["window"])
-    a, b, t = CR.window_kernel(CR.ODD, width=width)
+    a, b, t = RK.window_kernel(CR.ODD, width=width)
     inside = kernel(CR.ODD, a, b, np.arange(1, width + 1))
     outside = kernel(CR.ODD, a, b, np.arange(width + 4, 8193))
     assert t > 8
@@ -34,7 +35,7 @@ def test_window_kernel_is_flat_inside_and_far_below_outside():
 
 
 def test_recency_kernel_prefers_the_latest_anchor_at_any_distance():
-    a, b, t = CR.recency_kernel(CR.FAST, span=64, gap=3)
+    a, b, t = RK.recency_kernel(CR.FAST, span=64, gap=3)
     f = kernel(CR.FAST, a, b, np.arange(0, 8193))
     assert t > 5
     near = f[:65]
@@ -46,13 +47,13 @@ def test_old_heads_keep_their_rope_frequencies():
     """Trained pair j (head_dim 32, theta 1e10) lands on pair 2j (head_dim 128, theta 1e20): same frequency."""
     old = 1e10 ** (-np.arange(16) * 2 / 32)
     rows = CR._old_rows(0)[:16]
-    assert np.allclose(CR._freqs(rows), old)
+    assert np.allclose(RK._freqs(rows), old)
 
 
 @pytest.mark.parametrize("at", [1, 2, 3])
 def test_previous_token_kernels_peak_where_they_should(at):
     """Layer 0 reads t-1, t-2, t-3 by position alone: the peak must beat every other offset by a wide margin."""
-    a, b, t = CR.peak_kernel(CR.LOW, at)
+    a, b, t = RK.peak_kernel(CR.LOW, at)
     f = kernel(CR.LOW, a, b, np.arange(0, 8193))
     assert t > 100
     assert int(np.argmax(f)) == at

@@ -21,15 +21,14 @@ import json
 import statistics
 from collections import defaultdict
 
-from kvmethods import FULL_CACHE
+from kvmethods.core.catalog import BUILTINS
 from pytest_kvbench.results.exports.directory import DirectoryExport
 from pytest_kvbench.results.record import Record
 
 DATASETS = ("narrativeqa", "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "musique", "gov_report", "qmsum",
             "multi_news", "trec", "triviaqa", "samsum", "passage_count", "passage_retrieval_en", "lcc", "repobench-p")
-# Our method -> KVCache-Factory's --method name (eval.py's rows first, in its order).
-METHOD_NAMES = {FULL_CACHE.spec: "FullKV", "random": "random", "snapkv": "SnapKV", "streamingllm": "StreamingLLM",
-                "h2o": "H2O", "pyramidkv": "PyramidKV", "knorm": "L2Norm", "think": "ThinK", "adakv": "AdaKV"}
+# KVCache-Factory's method names in the order of eval.py's rows (a method's own name: its catalog row)
+EVAL_ORDER = ("FullKV", "random", "SnapKV", "StreamingLLM", "H2O", "PyramidKV", "L2Norm", "ThinK", "AdaKV")
 PROTOCOL = "question_in_window"  # run_longbench.py compresses the whole prompt, question included
 MISSING = -1  # eval.py's value for a dataset without predictions
 
@@ -55,7 +54,8 @@ def _why_left_out(record: Record) -> str | None:
 def _method_name(record: Record) -> str:
     label = record.labels.method
     name = record.method.name
-    return METHOD_NAMES.get(name, label) if label == name else label
+    entry = BUILTINS.get(name)
+    return (entry.kvcache_factory_name or label) if entry is not None and label == name else label
 
 
 def _predictions(record: Record) -> str:
@@ -71,7 +71,7 @@ def _predictions(record: Record) -> str:
 
 def _results_csv(scores: dict[str, dict[str, float]]) -> str:
     """eval.py's results.csv (methods as rows, datasets as columns) with the table's average."""
-    order = list(METHOD_NAMES.values())
+    order = list(EVAL_ORDER)
     methods = sorted(scores, key=lambda m: (order.index(m) if m in order else len(order), m))
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")

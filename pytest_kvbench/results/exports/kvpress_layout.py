@@ -26,7 +26,7 @@ import json
 import re
 from collections import defaultdict
 
-from kvmethods import FULL_CACHE
+from kvmethods.core.catalog import BUILTINS
 from pytest_kvbench.results.exports.directory import DirectoryExport
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.tasks import get_task
@@ -35,9 +35,6 @@ from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_pa
 DATASET = "ruler"
 LEADERBOARD_SAMPLES = 500  # per task in simonjegou/ruler (generate.sh --num_samples 500)
 PROTOCOL_COMPONENT = {"query_agnostic": None, "question_in_window": "query_aware"}
-# Our method -> kvpress's PRESS_REGISTRY name, where the registry's press runs the same algorithm.
-PRESS_NAMES = {FULL_CACHE.spec: "no_press", "knorm": "knorm", "snapkv": "snapkv", "streamingllm": "streaming_llm",
-               "tova": "tova", "random": "random", "pyramidkv": "pyramidkv", "kvzip": "kvzip"}
 PREDICTION_COLUMNS = ("task", "answer", "predicted_answer", "max_new_tokens", "compression_ratio")
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
@@ -55,7 +52,10 @@ def string_match(task: str, predictions: list[str], references: list[list[str]])
 
 
 def _press_name(method: str, label: str) -> str:
-    return PRESS_NAMES.get(method, label) if method == label else label
+    """kvpress's PRESS_REGISTRY name of a built-in at its defaults, where the registry's press runs the same
+    algorithm (the method's catalog row: kvpress_name), else our label."""
+    entry = BUILTINS.get(method)
+    return (entry.kvpress_name or label) if entry is not None and method == label else label
 
 
 def _why_left_out(record: Record) -> str | None:

@@ -126,6 +126,7 @@ class Memory:
 class Fidelity:
     kl: float | None = None  # mean KL divergence to the full-cache pass
     agreement: float | None = None  # mean greedy agreement with it
+    decode_kl: float | None = None  # mean KL along the greedy decode itself (engine/fidelity.py)
     extra: dict = field(default_factory=dict)
 
 

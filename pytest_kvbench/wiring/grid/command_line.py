@@ -10,11 +10,13 @@ import pytest
 
 from pytest_kvbench.cases import GridError
 from pytest_kvbench.input_values import parse_shard, shown_list
+from pytest_kvbench.wiring.grid.options import DEFAULT_METHODS
 
 # name -> (help, ini type); each becomes --kvbench-<name> and the ini key kvbench_<name>.
 GRID_OPTIONS: dict[str, tuple[str, str]] = {
     "model": ("model: 'default' (embedded), a named model (kvbench models), a hub id, a local path or a .gguf file; repeat or comma-separate for several", "linelist"),
-    "methods": ("methods, comma-separated; parameters as snapkv:window=64:kernel=5", "linelist"),
+    "methods": ("methods, comma-separated; parameters as snapkv:window=64:kernel=5 (default: full and 7 eviction "
+                "methods: " + ",".join(DEFAULT_METHODS[1:]) + ")", "linelist"),
     "budgets": ("budgets: KV tokens kept per layer per KV head (1024) or fraction removed (r0.5)", "linelist"),
     "tasks": ("tasks, comma-separated (LongBench and RULER names)", "linelist"),
     "samples": ("samples per task (positive integer)", "string"),

@@ -1,0 +1,108 @@
+"""The description of a decoder family that method code asks instead of the family's name.
+
+A `FamilyLayout` says, per decoder layer, what kind of layer it is and how its attention reaches the cache:
+- kind: "global" (softmax attention over every cached token), "sliding" (over the last `window` tokens),
+  "chunked" (within fixed chunks), "linear" (linear attention / state-space: no per-token cache);
+- queries: "projection" when the queries are the attention module's `q_proj` output (after a per-head
+  `q_norm` if any), rotated by rotate-half RoPE unless `rope` is False: the hooks can recompute them, before
+  or after RoPE; "captured" when the module computes them otherwise (a fused `qkv_proj`, a gated `q_proj`,
+  a norm over the whole projection, another rotation, latent attention): the hooks take them from the
+  attention call itself (attention/query_capture.py), RoPE'd, and pre-RoPE queries are not available;
+- rope: whether the layer rotates its queries and keys at all (SmolLM3's no-RoPE layers, Cohere2's global ones);
+- sinks: the attention module's attribute holding learned sink logits (gpt-oss), which enter the softmax;
+- value_dim differs from the key dim in latent attention (DeepSeek-V3's decompressed cache).
+
+`refusal(layout, capabilities, total_tokens)` is the one rule table: which kinds of layer and which query
+sources a method's capabilities can work with, and the one-line reason when not. It imports nothing heavy:
+the startup check (pytest_kvbench/wiring/) and the docs table use it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..core.capabilities import Capability
+
+GLOBAL, SLIDING, CHUNKED, LINEAR = "global", "sliding", "chunked", "linear"
+PROJECTION, CAPTURED = "projection", "captured"
+
+
+@dataclass(frozen=True)
+class LayerLayout:
+    kind: str = GLOBAL
+    queries: str = PROJECTION  # "projection" (recomputable, pre-RoPE too) or "captured" (RoPE'd, from the call)
+    rope: bool = True
+    window: int | None = None  # sliding layers: the tokens a query sees (itself included)
+    sinks: str | None = None  # attribute of the attention module holding learned sink logits [q_heads]
+    rope_layer_type: str | None = None  # the rotary module's layer_type argument for this layer (Gemma3)
+    rope_reproducible: bool = True  # the decoder's rotary module gives this layer's cos/sin (rope_at works)
+    latent: bool = False  # keys and values made from a latent (MLA: no k_proj), cached decompressed per head
+
+    @property
+    def has_cache(self) -> bool:
+        return self.kind in (GLOBAL, SLIDING)
+
+    def sliding_in_effect(self, total_tokens: int) -> bool:
+        """A sliding layer whose window never drops a token of this sequence attends as a global one."""
+        return self.kind == SLIDING and self.window is not None and total_tokens > self.window
+
+
+@dataclass(frozen=True)
+class FamilyLayout:
+    family: str
+    attn_implementation: str
+    layers: tuple[LayerLayout, ...] = field(default_factory=tuple)
+    attention_attr: str = "self_attn"  # where a layer's softmax attention module is
+
+    @property
+    def needs_capture(self) -> bool:
+        return any(layer.queries == CAPTURED for layer in self.layers if layer.has_cache)
+
+    def kinds(self) -> list[str]:
+        return sorted({layer.kind for layer in self.layers})
+
+    def summary(self) -> str:
+        """One line: the layer kinds and what is special (for records and docs)."""
+        parts = [f"{sum(layer.kind == kind for layer in self.layers)} {kind}" for kind in self.kinds()]
+        if self.needs_capture:
+            parts.append("queries captured from the attention call")
+        if any(not layer.rope for layer in self.layers if layer.has_cache):
+            parts.append("no-RoPE layers")
+        if any(layer.sinks for layer in self.layers):
+            parts.append("learned sinks")
+        return ", ".join(parts)
+
+
+def refusal(layout: FamilyLayout, capabilities: Capability, total_tokens: int | None = None) -> str | None:
+    """Why a method with these capabilities cannot compress this layout (None: it can). total_tokens None:
+    any sequence length (the startup check), where sliding layers are taken as sliding."""
+    if Capability.COMPRESSES not in capabilities and Capability.OWN_STORAGE not in capabilities:
+        return None
+    cached = [layer for layer in layout.layers if layer.has_cache]
+    if not cached:
+        return "no layer keeps a per-token KV cache"
+    if any(layer.kind == CHUNKED for layer in layout.layers):
+        return "chunked-attention layers: a chunk's cache is dropped at its boundary, no method's selection carries over"
+    sliding = [layer for layer in cached
+               if layer.kind == SLIDING and (total_tokens is None or layer.sliding_in_effect(total_tokens))]
+    if Capability.SCORES_WHOLE_PROMPT in capabilities:
+        if sliding:
+            return "sliding-window layers: its repeat forwards attend over the whole context"
+        if any(layer.sinks for layer in cached):
+            return "learned attention sinks: its repeat-forward attention has no sink logit"
+        if any(layer.latent for layer in cached):
+            return "multi-head latent attention (MLA): its repeat-forward attention expects the config's KV heads"
+    if Capability.PRE_ROPE_QUERIES in capabilities:
+        if any(layer.queries != PROJECTION for layer in cached):
+            return "it needs pre-RoPE queries, and this family's attention computes its queries in a way the hooks " \
+                   "cannot redo (fused or gated projection, a norm over the whole projection or another rotation)"
+        if any(layer.rope and not layer.rope_reproducible for layer in cached):
+            return "it rotates queries to future positions, and the decoder's rotary module does not give this " \
+                   "family's cos/sin"
+    if any(layer.kind == LINEAR for layer in layout.layers):
+        return "linear-attention layers: their recurrent state needs the model's own mixed cache, which the " \
+               "compressed prefill does not build yet"
+    if any(layer.latent for layer in cached):
+        return "multi-head latent attention (MLA): the cache holds keys and values decompressed per query head, " \
+               "and a compressed cache of them is not checked against the model yet"
+    return None
