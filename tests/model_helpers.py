@@ -1,10 +1,12 @@
 """Shared pieces of the method tests: the four families and single-threaded tiny models.
 
-Import `one_thread` into a test module to make it apply there (a module-scoped autouse fixture).
+Import `one_thread` into a test module to make it apply there (a module-scoped autouse fixture);
+`MatmulDtypes` records the dtypes of the matrix products run inside it (methods computing in the model's dtype).
 """
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kvmethods.testing import tiny_model
 
@@ -26,3 +28,16 @@ def sdpa_and_eager(family: str, *, seed: int, qk_scale: float):
     eager = tiny_model(family, seed=seed + 1, dtype=torch.float64, attn_implementation="eager")
     eager.load_state_dict(sdpa.state_dict())
     return sdpa, eager
+
+
+class MatmulDtypes(TorchDispatchMode):
+    """Records the dtypes of the matrix products run while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtypes = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.split(".")[0] in ("mm", "bmm", "baddbmm", "addmm"):
+            self.dtypes.add(args[0].dtype)
+        return func(*args, **(kwargs or {}))

@@ -121,15 +121,18 @@ def capturing_window_queries(model, cache: DynamicCache, window: int) -> Iterato
 def per_layer_causal_masks(model, cache: DynamicCache) -> Iterator[None]:
     """While active, each attention module gets a causal mask sized to its own cache layer."""
 
-    def mask_for(call: AttentionCall) -> torch.Tensor:
+    def mask_for(call: AttentionCall) -> torch.Tensor | None:
         layer, new_tokens = cache.layers[call.layer_idx], call.hidden.shape[1]
         if isinstance(layer, RaggedLayer):
             return layer.attention_mask(new_tokens, call.module.config.num_attention_heads, call.hidden.dtype)
         if isinstance(layer, WindowLayer):  # a sliding layer sees its window, by positions
             return layer.attention_mask(new_tokens, call.hidden.dtype, call.hidden.device)
-        # every head sees the layer's cache, then the new tokens causally
-        length = torch.tensor([layer.get_seq_length()], device=call.hidden.device)
-        return visibility_mask(length, int(length), 0, new_tokens, call.hidden.dtype)
+        if new_tokens == 1:  # a decoding step sees the whole layer: no mask, sdpa's unmasked (GQA) path
+            return None
+        # every head sees the layer's cache, then the new tokens causally (the length is known on the host)
+        length = layer.get_seq_length()
+        kept = torch.full((1,), length, device=call.hidden.device)
+        return visibility_mask(kept, length, 0, new_tokens, call.hidden.dtype)
 
     with attention_masks(model, mask_for):
         yield

@@ -19,6 +19,11 @@ then rescaled by one factor per row. Keys and values are laid out once per layer
 [other context | sinks | chunk | repeat], so the columns a block sees are one prefix of them (the repeat
 tokens after the block's last row are never computed) and the subset is that prefix's tail.
 The mask transformers builds is not needed: the layout says what each row sees (one sequence, no padding).
+The query-key and probability-value products run in the model's dtype (tensor cores for bf16 on a GPU; the
+reference computes its scores in the model's dtype too, snu-mllab/KVzip attention/score.py), the softmax,
+the scores and the output's sums in float32 (float64 for float64 models): float32 models compute as before.
+Blocks of query rows are sized by `RepeatSpan.scratch` (kvzip.block_scratch: by the device, and at least
+kvzip.MIN_BLOCK_ROWS rows, so memory grows linearly with the context and the number of blocks stays small).
 The last layer computes the scores only (its subset's columns) and ends the forward there: its output, its
 MLP and the final norm would change no score.
 """
@@ -74,16 +79,16 @@ def attend_and_score(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """(attention output [batch, R, q_heads, dim] or None without `with_output`, chunk scores [batch, kv_heads,
     end - start]) of the repeat queries [batch, q_heads, R, dim] over key/value [batch, kv_heads, T + R, dim].
     Without the output only the subset's columns are computed."""
-    dtype = score_dtype(key)
+    dtype = score_dtype(key)  # softmax, scores and output sums; the products run in the model's dtype (key's)
     batch, q_heads, repeat, dim = query.shape
     kv_heads, context, chunk = key.shape[1], span.context_len, span.end - span.start
     groups = q_heads // kv_heads
-    keys = reconstruction_layout(key, span).to(dtype)
+    keys = reconstruction_layout(key, span)
     others = context - span.sinks - chunk  # columns outside the subset; repeat token r is column context + r
     skipped = 0 if with_output else others  # leading columns not computed
-    grouped = (query.to(dtype) * scaling).contiguous().view(batch, kv_heads, groups, repeat, dim)
+    grouped = (query.to(key.dtype) * scaling).contiguous().view(batch, kv_heads, groups, repeat, dim)
     if with_output:
-        values = reconstruction_layout(value, span).to(dtype)
+        values = reconstruction_layout(value, span)
         out = torch.empty(batch, repeat, kv_heads, groups, dim, dtype=dtype, device=query.device)
     best = torch.zeros(batch, kv_heads, chunk, dtype=dtype, device=query.device)
     rows_per_block = max(1, span.scratch // (groups * (context + repeat - skipped)))
@@ -91,7 +96,7 @@ def attend_and_score(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         last = min(repeat, first + rows_per_block)
         rows, columns = last - first, context + last
         block = grouped[:, :, :, first:last].reshape(batch, kv_heads, groups * rows, dim)
-        logits = block @ keys[:, :, skipped:columns].transpose(-1, -2)  # [batch, kv_heads, groups * rows, .]
+        logits = (block @ keys[:, :, skipped:columns].transpose(-1, -2)).to(dtype)  # [batch, kv_heads, G * rows, .]
         per_row = logits.view(batch, kv_heads, groups, rows, columns - skipped)
         future = torch.ones(rows, rows, dtype=torch.bool, device=query.device).triu_(1)
         per_row[..., context - skipped + first:].masked_fill_(future, float("-inf"))
@@ -103,12 +108,12 @@ def attend_and_score(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         torch.maximum(best, per_row[..., others - skipped + span.sinks:context - skipped].amax(dim=(2, 3)), out=best)
         if not with_output:
             continue
-        block_out = subset @ values[:, :, others:columns]
+        block_out = (subset.to(values.dtype) @ values[:, :, others:columns]).to(dtype)
         if others:
             row_max = torch.maximum(rest.amax(-1, keepdim=True), subset_max)
             rest.sub_(row_max).exp_()
             subset_weight = subset_sum * torch.exp(subset_max - row_max)  # the subset's mass against row_max
-            block_out.mul_(subset_weight).add_(rest @ values[:, :, :others])
+            block_out.mul_(subset_weight).add_(rest.to(values.dtype) @ values[:, :, :others])
             block_out.div_(subset_weight + rest.sum(-1, keepdim=True))
         out[:, first:last] = block_out.view(batch, kv_heads, groups, rows, dim).permute(0, 3, 1, 2, 4)
     return (out.view(batch, repeat, q_heads, dim) if with_output else None), best

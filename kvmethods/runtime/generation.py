@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..core.base import Method
 from ..core.budget import Budget
@@ -104,16 +105,34 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
+# sdpa's kernels for a forward over a cache that already holds tokens (decoding, teacher forcing, the question
+# after a compressed context), on CUDA. torch prefers cuDNN's attention on Hopper (sdp_utils.cpp,
+# check_prefer_cudnn_attention, when cuDNN > 9.15), and cuDNN builds an execution graph for every new shape:
+# each decoding step has a new key length, each PyramidKV layer and each padded ragged layer its own, so a
+# decode built hundreds of graphs (an H200 measured PyramidKV at 0.7 tok/s at 8k and 32 tok/s at 32k with
+# the same layer lengths, its graphs then built; docs/gpus.md). Flash and memory-efficient attention take any
+# length without a build. The prompt's own forward (one shape per sample) keeps torch's choice.
+CACHED_FORWARD_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def cached_forward_kernels(model, cached: int):
+    """sdpa restricted to CACHED_FORWARD_BACKENDS for a CUDA forward after `cached` cached tokens, else nothing."""
+    if cached == 0 or _device(model).type != "cuda":
+        return contextlib.nullcontext()
+    return sdpa_kernel(CACHED_FORWARD_BACKENDS)
+
+
 def _forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_keep: int) -> torch.Tensor:
     device = _device(model)
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     positions = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
     kwargs = dict(input_ids=input_ids, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                   **cache_argument(model, cache))
-    if uneven:
-        with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
-            return model(**kwargs).logits[0]
-    return model(**kwargs).logits[0]
+    with cached_forward_kernels(model, start):
+        if uneven:
+            with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
+                return model(**kwargs).logits[0]
+        return model(**kwargs).logits[0]
 
 
 def _check_request(method: Method, input_ids: list[int], context_len: int, protocol: str) -> None:

@@ -87,12 +87,29 @@ def repeat_inputs(model, context: torch.Tensor, chunk_size: int) -> list[tuple[i
     return out
 
 
-# Logits per KV head computed at once by the repeat attention (kvzip_attention.py): 2 MiB of float32, the size
-# of an L2 cache, so that one KV head's block of logits stays in cache from the matmul to the product with the
-# values, while each key and value read serves as many query rows as that allows. Measured (kvzip over a plain
-# prefill, 4,096 tokens): 2^18 per KV head 3.26 (bench model) / 2.28 (mlp-bound), 2^19: 3.30 / 2.22, 2^20: 3.35
-# (bench); blocks of 256 query rows (8 MB on the bench model) had made the old scoring memory-bound.
+# Logits per KV head computed at once by the repeat attention (kvzip_attention.py). On a CPU, 2 MiB of float32,
+# the size of an L2 cache, so that one KV head's block of logits stays in cache from the matmul to the product
+# with the values, while each key and value read serves as many query rows as that allows. Measured (kvzip over
+# a plain prefill, 4,096 tokens): 2^18 per KV head 3.26 (bench model) / 2.28 (mlp-bound), 2^19: 3.30 / 2.22,
+# 2^20: 3.35 (bench); blocks of 256 query rows (8 MB on the bench model) had made the old scoring memory-bound.
+# On a GPU the block is sized by bytes over all KV heads (kernel launches, not caches, cost there).
 SCRATCH_ELEMENTS = 1 << 19
+GPU_SCRATCH_BYTES = 512 * 2**20
+# At least this many repeat queries per block, whatever the context length: the scratch above holds a block of
+# rows over every context key, so at 32k tokens it held 3 or 4 rows, and a 2,000-token chunk took ~700 blocks
+# per layer (an H200 did not finish 32k in 150 s, issue 36). The block then grows with the context (linearly:
+# rows x groups x columns per KV head), never with its square.
+MIN_BLOCK_ROWS = 16
+
+
+def block_scratch(cache, heads: int, groups: int, columns: int) -> int:
+    """Logits per KV head of a block of repeat queries over `columns` keys (RepeatSpan.scratch)."""
+    keys = cache.layers[0].keys
+    if keys.device.type == "cuda":
+        scratch = GPU_SCRATCH_BYTES // (heads * max(keys.element_size(), 4))
+    else:
+        scratch = SCRATCH_ELEMENTS
+    return max(scratch, MIN_BLOCK_ROWS * groups * columns)
 
 
 @dataclass
@@ -112,10 +129,12 @@ class KVzip(Method):
         dtype = score_dtype(cache.layers[0].keys)
         scores = [torch.zeros(input_ids.shape[0], heads, context_len, dtype=dtype, device=input_ids.device)
                   for _ in layers]
+        groups = model.config.num_attention_heads // heads
         for start, end, repeat in repeat_inputs(model, input_ids, self.chunk_size):
             positions = torch.arange(context_len, context_len + repeat.shape[1], device=repeat.device)
-            with scoring_attention(model, RepeatSpan(context_len, start, end, min(self.n_sink, start),
-                                                     SCRATCH_ELEMENTS, scores)):
+            scratch = block_scratch(cache, heads, groups, context_len + repeat.shape[1])
+            with scoring_attention(model, RepeatSpan(context_len, start, end, min(self.n_sink, start), scratch,
+                                                     scores)):
                 decoder = model.get_decoder()
                 decoder(input_ids=repeat, position_ids=positions.unsqueeze(0), use_cache=True,
                         **cache_argument(decoder, cache))

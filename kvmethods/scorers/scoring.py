@@ -7,7 +7,8 @@ softmax rows they need from recomputed queries and the cached keys:
   scratch is bounded by SCRATCH_BYTES, so the T x T matrix never exists (the original H2O needs eager
   attention and runs out of memory on long prompts).
 Both work per KV head without repeating keys: the G query heads of a group are stacked against their
-shared keys. Scores are computed in float32 (float64 for float64 models).
+shared keys. Window attention is computed in float32 (float64 for float64 models); accumulated attention
+in the model's dtype with float32 sums (its docstring says why).
 """
 
 from __future__ import annotations
@@ -65,10 +66,18 @@ def _softmax(logits: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
 def accumulated_attention(layer: LayerInputs, scratch_bytes: int | None = None) -> torch.Tensor:
     """[batch, num_kv_heads, T] attention each key receives, summed over all T queries (causal),
     averaged over the query heads of the group. Works on blocks of query rows against the keys they
-    can see, so the scratch is about `scratch_bytes` and the upper triangle is never computed."""
-    q = _grouped_queries(layer, None)
+    can see, so the scratch is about 2 x `scratch_bytes` and the upper triangle is never computed.
+
+    The logits and probabilities are in the model's dtype, as in H2O's reference (its attention in the
+    model's half precision, softmax computed in float32 and cast back: FMInference/H2O, h2o_hf's
+    modify_llama.py); each block's column sums and the totals are float32 (float64 for float64 models). For
+    float32 models this is the float32 computation as before, bit for bit; for bf16 on a GPU it is half the
+    memory traffic and tensor-core matmuls (an H200 took 6.4 s at 32k with float32 blocks, issue 36)."""
+    q = layer.queries(None).to(layer.keys.dtype)
     sinks = layer.sink_logits
-    batch, kv_heads, groups, T, dim = q.shape
+    batch, _, T, dim = q.shape
+    kv_heads, groups = layer.num_kv_heads, layer.num_groups
+    q = q.view(batch, kv_heads, groups, T, dim)
     if scratch_bytes is None:
         scratch_bytes = SCRATCH_BYTES.get(q.device.type, SCRATCH_BYTES["default"])
     q = q * layer.scaling
@@ -77,7 +86,8 @@ def accumulated_attention(layer: LayerInputs, scratch_bytes: int | None = None) 
     rows_per_chunk = min(rows_per_chunk, T)
     # two reused buffers (logits, probabilities): fresh multi-MiB tensors per chunk cost page faults
     buffers = torch.empty(2, batch * kv_heads * groups * rows_per_chunk * T, dtype=q.dtype, device=q.device)
-    totals = torch.zeros(batch, kv_heads, T, dtype=q.dtype, device=q.device)
+    totals = torch.zeros(batch, kv_heads, T, dtype=score_dtype(q), device=q.device)
+    future = torch.ones(rows_per_chunk, rows_per_chunk, dtype=torch.bool, device=q.device).triu_(1)
     for start in range(0, T, rows_per_chunk):
         stop = min(T, start + rows_per_chunk)
         rows = stop - start
@@ -87,13 +97,13 @@ def accumulated_attention(layer: LayerInputs, scratch_bytes: int | None = None) 
         chunk = q[:, :, :, start:stop].reshape(batch, kv_heads, groups * rows, dim)
         torch.matmul(chunk, keys_t[..., :stop], out=logits)
         block = logits.view(batch, kv_heads, groups, rows, stop)[..., start:]
-        block.masked_fill_(torch.ones(rows, rows, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
+        block.masked_fill_(future[:rows, :rows], float("-inf"))
         if sinks is None:
-            torch.softmax(logits, dim=-1, out=probs)
+            torch.softmax(logits, dim=-1, out=probs)  # float32 inside for half precision, as F.softmax
         else:
             probs.view(batch, kv_heads, groups, rows, stop).copy_(
                 _softmax(logits.view(batch, kv_heads, groups, rows, stop), sinks))
-        totals[..., :stop] += probs.sum(dim=-2)
+        totals[..., :stop] += probs.sum(dim=-2, dtype=totals.dtype)
     return totals.div_(groups)
 
 

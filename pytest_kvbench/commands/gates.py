@@ -30,13 +30,17 @@ def _load_reference(args, spec: str) -> tuple[Baseline, str]:
         baseline = load_baseline(path)
         return baseline, f"baseline file {path}"
     run = load(args, spec)
+    args.compared.append(run)
     return Baseline.from_records(run.records, run.environment, source=run.run_id), f"run {run.run_id}"
 
 
 def cmd_compare(args) -> int:
     tolerances = parse_tolerances(args.fail)
+    args.compared = []
     baseline, baseline_name = _load_reference(args, args.baseline)
     current = load(args, args.current)
+    for run in {r.path: r for r in [*args.compared, current]}.values():  # a verdict against an unfinished run is partial
+        print(f"run {run.run_id} is {run.state.label()}")
     if not baseline.entries:
         raise BaselineError(f"{baseline_name} has no scored items to compare against")
     check_same_protocols(baseline.entries.values(), current.records, baseline_name, current.run_id)

@@ -17,7 +17,10 @@ def cmd_export(args) -> int:
         for line in export_directory(run.records, run.run_id, args.format, args.output):
             print(line, file=sys.stderr)
         return EXIT_OK
-    text = export_records(run.records, args.format, run_id=run.run_id, environment=run.environment)
+    text = export_records(run.records, args.format, run_id=run.run_id, environment=run.environment,
+                          state=run.state.label())
+    if args.format != "json" and not run.state.complete and not run.state.damaged:  # json carries it as "state"
+        print(f"kvbench export: note: run {run.run_id} is {run.state.label()}", file=sys.stderr)
     if args.output:
         write_output(args.output, text, "export")
     else:

@@ -138,12 +138,14 @@ def cmd_show(args) -> int:
     problems = [r for r in run.records if r.status in ("failed", "error") and r.message]
     for r in problems:
         print(f"{r.status}: {r.item_id or r.key}: {str(r.message).splitlines()[0]}")
-    unfinished = info.get("unfinished") if isinstance(info.get("unfinished"), list) else []
-    for u in unfinished:
-        if isinstance(u, dict):
-            print(f"not finished: {u.get('item_id')}: {u.get('reason')}")
-    if unfinished and info.get("resume_command"):
+    for u in run.state.unfinished_items:  # the state's own list (results/run/state.py), as every command reads it
+        print(f"not finished: {u.get('item_id')}: {u.get('reason')}")
+    for c in run.state.crashed:
+        print(f"crashed, then run again: {c.get('item_id')}: {c.get('message')}")
+    if run.state.unfinished_items and info.get("resume_command"):
         print(f"finish the run with: {info['resume_command']}")
+    elif not run.state.complete and not run.state.damaged:
+        print(f"finish the run with: {run.command or 'pytest bench/'} --kvbench-resume {run.run_id}")
     print()
     print("environment:")
     for name, value in sorted(run.environment.items()):
@@ -170,5 +172,8 @@ def cmd_merge(args) -> int:
     out = args.into or args.results  # checked writable by check_output_paths
     run_id = merge_runs(args.runs, out, results_dir=args.results)
     merged = load_run(run_id, out)
-    print(f"merged {len(args.runs)} runs ({len(merged.records)} items) into {run_id} ({merged.path})")
+    for source in (load_run(spec, args.results) for spec in args.runs):
+        print(f"run {source.run_id} is {source.state.label()}")
+    print(f"merged {len(args.runs)} runs ({len(merged.records)} items) into {run_id} ({merged.path}): "
+          f"{merged.state.label()}")
     return EXIT_OK

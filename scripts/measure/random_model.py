@@ -31,6 +31,10 @@ SHAPES = {
     "mistral-7b": dict(model_type="mistral", num_hidden_layers=32, hidden_size=4096, intermediate_size=14336,
                        num_attention_heads=32, num_key_value_heads=8, rope_theta=1000000.0,
                        max_position_embeddings=32768),
+    # Qwen2.5-0.5B's body: big enough on a CPU to show a slow decode path (docs/performance.md, issue 36).
+    "qwen2.5-0.5b": dict(model_type="qwen2", num_hidden_layers=24, hidden_size=896, intermediate_size=4864,
+                         num_attention_heads=14, num_key_value_heads=2, rope_theta=1000000.0,
+                         max_position_embeddings=32768),
     # A few layers of Llama-3-8B's width: checks the script end to end on a CPU.
     "llama-3-8b-2layers": dict(model_type="llama", num_hidden_layers=2, hidden_size=4096, intermediate_size=14336,
                                num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0,

@@ -21,6 +21,9 @@ from kvmethods import (
     get_method,
     register_method,
 )
+from kvmethods.attention.hooks import per_layer_causal_masks
+from kvmethods.core.families import decoder_layers
+from kvmethods.runtime import generation
 from kvmethods.runtime.generation import PROTOCOLS, generate, prefill, teacher_force
 from kvmethods.testing import tiny_model
 from kvmethods.adapters.transformers_compat import cache_argument
@@ -154,6 +157,48 @@ def test_teacher_forcing_on_uneven_pyramid_caches_matches_stepwise_decoding(mode
     torch.testing.assert_close(logp, torch.log_softmax(torch.stack(rows).float(), -1), rtol=1e-4, atol=1e-4)
     greedy = generate(model, method, "24", PROMPT, 40, 6, set(), protocol).tokens
     assert teacher_force(model, method, "24", PROMPT, 40, greedy, protocol).argmax(-1).tolist() == greedy
+
+
+def test_a_decoding_step_over_uneven_layers_runs_unmasked_and_a_multi_token_forward_masked(model):
+    state = prefill(model, get_method("pyramidkv", window=8), "24", PROMPT, len(PROMPT), "question_in_window")
+    assert state.uneven and len(set(layer_lengths(state.cache))) > 1
+    seen = []
+
+    def record(module, args, kwargs):  # registered after per_layer_causal_masks' hooks: sees what they set
+        seen.append(kwargs.get("attention_mask"))
+
+    for ids in ([5], [6, 7]):
+        seen.clear()
+        lengths = layer_lengths(state.cache)
+        with per_layer_causal_masks(model, state.cache):
+            handles = [layer.self_attn.register_forward_pre_hook(record, with_kwargs=True)
+                       for layer in decoder_layers(model)]
+            try:
+                step_logits = generation._forward(model, state.cache, ids, state.next_position, False, 1)
+            finally:
+                for handle in handles:
+                    handle.remove()
+        state.next_position += len(ids)
+        if len(ids) == 1:  # every layer sees its whole cache: sdpa's unmasked path, as for even layers
+            assert seen == [None] * len(lengths)
+        else:
+            assert [tuple(mask.shape) for mask in seen] == [(1, 1, 2, n + 2) for n in lengths]
+            assert all(bool((mask[0, 0, 0, -1] < 0) and (mask[0, 0, 1] == 0).all()) for mask in seen)
+        assert torch.isfinite(step_logits).all()
+
+
+def test_forwards_over_a_filled_cache_keep_cudnn_attention_off_on_cuda(model, monkeypatch):
+    cudnn = torch.backends.cuda.cudnn_sdp_enabled()
+    monkeypatch.setattr(generation, "_device", lambda model: torch.device("cuda"))
+    with generation.cached_forward_kernels(model, 0):  # the prompt's own forward: torch's choice
+        assert torch.backends.cuda.cudnn_sdp_enabled() == cudnn
+    with generation.cached_forward_kernels(model, 40):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == cudnn
+    monkeypatch.setattr(generation, "_device", lambda model: torch.device("cpu"))
+    with generation.cached_forward_kernels(model, 40):  # CPU: nothing changes
+        assert torch.backends.cuda.cudnn_sdp_enabled() == cudnn
 
 
 def test_teacher_force_full_equals_plain_forward(model):

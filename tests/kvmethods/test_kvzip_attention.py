@@ -19,7 +19,7 @@ from kvmethods.attention.kvzip_attention import ATTENTION_NAME, RepeatSpan, atte
 from kvmethods.testing import tiny_model
 from kvmethods.adapters.transformers_compat import (AttentionInterface, DynamicCache, attention_implementation, cache_argument,
                                           sdpa_attention_forward)
-from model_helpers import one_thread  # noqa: F401 (one_thread applies here)
+from model_helpers import MatmulDtypes, one_thread  # noqa: F401 (one_thread applies here)
 
 CONTEXT = torch.randint(3, 256, (96,), generator=torch.Generator().manual_seed(3)).tolist()
 INSTRUCTION = [5, 6, 7]
@@ -179,3 +179,32 @@ def test_kvzip_scores_are_those_of_its_attention(family, monkeypatch):
             if start == 0:
                 got, expected = got[:, 4:], expected[:, 4:]  # the first n_sink tokens are set to inf (always kept)
             torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_a_half_precision_model_multiplies_in_its_dtype_and_sums_in_float32():
+    # bf16 inputs: the products run in bf16 (as the reference scores in the model's dtype), the softmax and the
+    # scores in float32, so both stay within bf16's rounding of the float64 computation
+    generator = torch.Generator().manual_seed(1)
+    T, R, dim = len(CONTEXT), 45, 16
+    query = torch.randn(1, 8, R, dim, generator=generator, dtype=torch.float64) * 3
+    key, value = (torch.randn(1, 2, T + R, dim, generator=generator, dtype=torch.float64) for _ in range(2))
+    span = RepeatSpan(T, 40, 80, 4, 1 << 12, [])
+    exact_out, exact_scores = attend_and_score(query, key, value, span, dim**-0.5)
+    with MatmulDtypes() as matmuls:
+        out, scores = attend_and_score(query.bfloat16(), key.bfloat16(), value.bfloat16(), span, dim**-0.5)
+    assert matmuls.dtypes == {torch.bfloat16}
+    assert out.dtype == scores.dtype == torch.float32
+    torch.testing.assert_close(out.double(), exact_out, rtol=5e-2, atol=5e-2)
+    torch.testing.assert_close(scores.double(), exact_scores, rtol=5e-2, atol=1e-2)
+
+
+def test_blocks_hold_a_minimum_of_repeat_rows_at_long_contexts_and_are_sized_by_bytes_on_a_gpu(monkeypatch):
+    cache = DynamicCache()
+    cache.layers.append(type("Layer", (), {"keys": torch.zeros(1, 8, 1, 128, dtype=torch.bfloat16)})())
+    groups, columns = 4, 32768 + 2070  # Llama-3-8B's 8 KV heads of 4 query heads, a 32k context and its repeat
+    scratch = kvzip_module.block_scratch(cache, 8, groups, columns)
+    assert scratch // (groups * columns) == kvzip_module.MIN_BLOCK_ROWS  # not the 3 rows of 2^19 logits
+    assert kvzip_module.block_scratch(cache, 8, groups, 1024) == kvzip_module.SCRATCH_ELEMENTS  # short: L2-sized
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")))
+    gpu = kvzip_module.block_scratch(cache, 8, groups, columns)
+    assert gpu * 8 * 4 == kvzip_module.GPU_SCRATCH_BYTES and gpu // (groups * columns) > kvzip_module.MIN_BLOCK_ROWS

@@ -148,6 +148,7 @@ def test_kvzip_matches_reference(models, monkeypatch, instructions, scratch):
     model, eager, ids, _, _, _ = models
     monkeypatch.setattr(kvzip_module, "instruction_ids", lambda model: instructions)
     monkeypatch.setattr(kvzip_module, "SCRATCH_ELEMENTS", scratch)  # blocks of repeat queries
+    monkeypatch.setattr(kvzip_module, "MIN_BLOCK_ROWS", 1)
     kept, state = kept_sets(model, get_method("kvzip", chunk_size=40), "30", ids)
     assert kept == kvzip_reference(eager, ids, 40, instructions, 4, 30)
     assert [layer.keys.shape[-2] for layer in state.cache.layers] == [30] * model.config.num_hidden_layers

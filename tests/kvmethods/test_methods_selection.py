@@ -15,7 +15,7 @@ from kvmethods.runtime.layer_inputs import LayerInputs
 from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
 from kvmethods.scorers.scoring import accumulated_attention
 from kvmethods.testing import tiny_model
-from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)
+from model_helpers import MatmulDtypes, one_thread  # noqa: F401 (one_thread: a module-scoped autouse fixture)
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
 PROMPT_LEN = 96
@@ -168,3 +168,29 @@ def test_accumulated_attention_is_independent_of_chunking(models):
     for scratch in (1, 4096):  # one query row per chunk, a few rows per chunk
         chunked = accumulated_attention(captured["inputs"], scratch_bytes=scratch)[0]
         torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-14)
+
+
+def test_accumulated_attention_of_a_half_precision_model_sums_in_float32(models):
+    # bf16 inputs: the logits and probabilities are bf16 (H2O's reference), the column sums float32, so the
+    # scores stay within bf16's rounding of the float64 ones however many query rows are summed
+    model, attentions, ids = models
+    cache = DynamicCache()
+    captured = {}
+    attention = model.model.layers[0].self_attn
+    handle = attention.register_forward_hook(
+        lambda module, args, kwargs, output: captured.update(call=(module, kwargs["hidden_states"],
+                                                                   *kwargs["position_embeddings"])), with_kwargs=True)
+    with torch.no_grad():
+        model(torch.tensor([ids]), use_cache=True, **cache_argument(model, cache))
+    handle.remove()
+    module, hidden, cos, sin = captured["call"]
+    keys, values = cache.layers[0].keys, cache.layers[0].values
+    exact = accumulated_attention(LayerInputs(module, 0, 1, hidden, cos, sin, keys, values), scratch_bytes=2**30)
+    half = LayerInputs(module, 0, 1, hidden, cos, sin, keys.bfloat16(), values.bfloat16(),
+                       projected_queries=module.q_proj(hidden).bfloat16())
+    for scratch in (64, 2**30):  # one row per chunk (many float32 additions), everything at once
+        with MatmulDtypes() as matmuls:
+            got = accumulated_attention(half, scratch_bytes=scratch)
+        assert matmuls.dtypes == {torch.bfloat16}  # the query-key products in the model's dtype
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), exact, rtol=3e-2, atol=3e-3)

@@ -18,7 +18,7 @@ from kvmethods import get_method
 from kvmethods.attention import ragged_attention as ragged_attention_module
 from kvmethods.runtime.generation import generate, prefill
 from kvmethods.storage.ragged import KERNEL as PADDED_KERNEL
-from kvmethods.storage.ragged import RaggedLayer
+from kvmethods.storage.ragged import RaggedLayer, visibility_mask
 from kvmethods.attention.ragged_attention import VARLEN_KERNEL, kernel_name, varlen_arguments
 from kvmethods.testing import tiny_model
 from kvmethods.adapters.transformers_compat import attention_implementation
@@ -149,3 +149,44 @@ def test_the_fallback_record_says_why(monkeypatch):
     monkeypatch.setitem(sys.modules, "flash_attn", stand_in_flash_attn([]))
     assert kernel_name(model) == f"{PADDED_KERNEL} (flash-attn takes float16/bfloat16)"
     assert kernel_name(tiny_model("llama", seed=5, dtype=torch.bfloat16)) == VARLEN_KERNEL
+
+
+def test_decoding_reads_one_padded_view_filled_in_place_equal_to_re_padding():
+    # heads keep 5 and 2 prompt tokens: the padded view is 5 long, head 1's 3 padded slots hidden by the mask
+    generator = torch.Generator().manual_seed(3)
+    keys, values = torch.randn(1, 2, 10, 4, generator=generator), torch.randn(1, 2, 10, 4, generator=generator)
+    kept = torch.zeros(1, 2, 10, dtype=torch.bool)
+    kept[0, 0, :5], kept[0, 1, [2, 7]] = True, True
+    layer = RaggedLayer(keys, values, kept)
+    question = torch.randn(1, 2, 3, 4, generator=generator), torch.randn(1, 2, 3, 4, generator=generator)
+    layer.update(*question)  # a multi-token forward before decoding pads once, keeps no view
+    assert layer._view is None
+    pointers = set()
+    for step in range(150):  # past the first room (5 + 64): the view grows once or twice
+        mask = layer.attention_mask(1, 6, torch.float32)
+        new = torch.randn(1, 2, 1, 4, generator=generator), torch.randn(1, 2, 1, 4, generator=generator)
+        got_keys, got_values = layer.update(*new)
+        pointers.add(got_keys.data_ptr())
+        expected_keys, expected_values = layer._padded(layer.head_keys, layer.keys), layer._padded(layer.head_values,
+                                                                                                  layer.values)
+        assert torch.equal(got_keys, expected_keys) and torch.equal(got_values, expected_values)
+        tail = layer.keys.shape[-2] - 1
+        expected_mask = visibility_mask(torch.tensor([5, 2]), 5, tail, 1, torch.float32).repeat_interleave(3, dim=1)
+        assert torch.equal(mask, expected_mask)
+    assert 1 < len(pointers) <= 3, "the view was re-made every step (or never grown)"
+    row = 4 * 4 * 2  # one token of one head: keys and values of 4 float32
+    assert layer.stored_bytes() == row * (5 + 2 + 2 * (3 + 150))  # the storage, not the working view
+
+
+def test_a_snapshot_restored_under_decoding_reads_the_earlier_view():
+    layer, _ = ragged_layer([4, 1], tail=0, seed=2)
+    layer.packed_reads = False
+    generator = torch.Generator().manual_seed(4)
+    for _ in range(3):
+        layer.update(torch.randn(1, 2, 1, 4, generator=generator), torch.randn(1, 2, 1, 4, generator=generator))
+    layer.keys, layer.values = layer.keys[..., :1, :], layer.values[..., :1, :]  # what CacheSnapshot.restore does
+    new = torch.randn(1, 2, 2, 4, generator=generator), torch.randn(1, 2, 2, 4, generator=generator)
+    got_keys, got_values = layer.update(*new)
+    assert got_keys.shape[-2] == 4 + 3
+    assert torch.equal(got_keys, layer._padded(layer.head_keys, layer.keys))
+    assert torch.equal(got_values, layer._padded(layer.head_values, layer.values))

@@ -1,0 +1,136 @@
+#!/usr/bin/env python
+"""One layer of H2O's accumulated attention or of KVzip's repeat attention, for copies of the code interleaved.
+
+Issue 36 (item 4): on an H200, H2O's selection at 32k took 6.4 s (a plain prefill 1.3 s) and KVzip at 32k did
+not finish in 150 s. Both are one kernel per layer over random tensors of a model's layer shape, so they are
+timed here alone, without a model: `h2o` is `scoring.accumulated_attention` over a T-token layer, `kvzip` is
+`kvzip_attention.attend_and_score` of one repeat chunk (`--chunk` context tokens plus 20 instruction tokens)
+over a T-token context, with its output, at the block size kvzip.py picks for it. Each round runs every
+`--code DIR` copy (repeatable: e.g. `git archive main` unpacked, and this checkout) in a fresh process, one
+after the other, so the neighbours' load falls on all alike; medians of wall and CPU seconds per call, the
+new/old ratio and the load average are printed.
+
+    python scripts/measure/measure_scoring_kernels.py --kernel h2o --shape qwen2.5-0.5b --tokens 8192 \\
+        --dtype bfloat16 --rounds 3 --code /tmp/old --code .
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPES = {"qwen2.5-0.5b": (14, 2, 64), "llama-3-8b": (32, 8, 128)}  # query heads, KV heads, head size
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernel", choices=["h2o", "kvzip"], required=True)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b")
+    parser.add_argument("--tokens", type=int, default=8192, help="the layer's (context's) length")
+    parser.add_argument("--chunk", type=int, default=2048, help="kvzip: context tokens one repeat forward repeats")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--calls", type=int, default=1, help="calls per process (the minimum is kept)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--code", type=Path, action="append", help="a copy of the code (repeatable; default .)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for name in ("tokens", "chunk", "calls", "rounds", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive integer")
+    return args
+
+
+def h2o_call(args, torch):
+    from types import SimpleNamespace
+
+    from kvmethods.runtime.layer_inputs import LayerInputs
+    from kvmethods.scorers.scoring import accumulated_attention
+
+    q_heads, kv_heads, dim = SHAPES[args.shape]
+    dtype, T = getattr(torch, args.dtype), args.tokens
+    generator = torch.Generator().manual_seed(0)
+    module = torch.nn.Module()
+    module.config, module.scaling = SimpleNamespace(num_attention_heads=q_heads), dim**-0.5
+    keys = torch.randn(1, kv_heads, T, dim, generator=generator).to(dtype)
+    values = torch.randn(1, kv_heads, T, dim, generator=generator).to(dtype)
+    queries = (torch.randn(1, T, q_heads * dim, generator=generator) * 2).to(dtype)
+    layer = LayerInputs(module, 0, 1, torch.zeros(1, T, 1, dtype=dtype), torch.ones(1, T, dim, dtype=dtype),
+                        torch.zeros(1, T, dim, dtype=dtype), keys, values, queries)
+    return lambda: accumulated_attention(layer)
+
+
+def kvzip_call(args, torch):
+    from types import SimpleNamespace
+
+    import kvmethods.scorers.kvzip as kvzip
+    from kvmethods.attention.kvzip_attention import RepeatSpan, attend_and_score
+
+    q_heads, kv_heads, dim = SHAPES[args.shape]
+    dtype, T, R = getattr(torch, args.dtype), args.tokens, args.chunk + 20
+    generator = torch.Generator().manual_seed(0)
+    query = (torch.randn(1, q_heads, R, dim, generator=generator) * 2).to(dtype)
+    key = torch.randn(1, kv_heads, T + R, dim, generator=generator).to(dtype)
+    value = torch.randn(1, kv_heads, T + R, dim, generator=generator).to(dtype)
+    if hasattr(kvzip, "block_scratch"):  # the block kvzip.py picks (after issue 36), else its constant
+        cache = SimpleNamespace(layers=[SimpleNamespace(keys=key)])
+        scratch = kvzip.block_scratch(cache, kv_heads, q_heads // kv_heads, T + R)
+    else:
+        scratch = kvzip.SCRATCH_ELEMENTS
+    start = (T // 2 // args.chunk) * args.chunk  # a middle chunk: other context on both sides
+    span = RepeatSpan(T, start, min(T, start + args.chunk), 4, scratch, [])
+    return lambda: attend_and_score(query, key, value, span, dim**-0.5)
+
+
+def child(args) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    call = (h2o_call if args.kernel == "h2o" else kvzip_call)(args, torch)
+    best = None
+    with torch.inference_mode():
+        for _ in range(args.calls):
+            wall, cpu = time.perf_counter(), time.process_time()
+            call()
+            timing = (time.perf_counter() - wall, time.process_time() - cpu)
+            best = timing if best is None or timing[1] < best[1] else best
+    print(json.dumps(best))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        return child(args)
+    codes = [code.resolve() for code in args.code or [ROOT]]
+    timings: dict[Path, list] = {code: [] for code in codes}
+    loads = []
+    for _ in range(args.rounds):
+        for code in codes:
+            loads.append(os.getloadavg()[0])
+            done = subprocess.run([sys.executable, __file__, "--child", *(sys.argv[1:] if argv is None else argv)],
+                                  env=dict(os.environ, PYTHONPATH=str(code)), capture_output=True, text=True,
+                                  check=True)
+            timings[code].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"{args.kernel}, {args.shape} layer ({args.dtype}), {args.tokens} tokens"
+          + (f", a {args.chunk}-token chunk" if args.kernel == "kvzip" else "")
+          + f", {args.threads} thread(s), {args.rounds} interleaved rounds, load average "
+            f"{statistics.median(loads):.1f} (min {min(loads):.1f}, max {max(loads):.1f})")
+    medians = {}
+    for code, runs in timings.items():
+        medians[code] = [statistics.median(run[i] for run in runs) for i in (0, 1)]
+        print(f"{str(code):40s} wall {medians[code][0]:8.2f} s  CPU {medians[code][1]:8.2f} s  "
+              f"(rounds: {', '.join(f'{run[1]:.2f}' for run in runs)} CPU s)")
+    if len(codes) == 2:
+        old, new = (medians[code] for code in codes)
+        print(f"new / old: wall {new[0] / old[0]:.2f}x, CPU {new[1] / old[1]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
