@@ -1,4 +1,4 @@
-"""Every decoder family of tests/tiny_families.py: its description, identity at a full budget, windows kept
+"""Every decoder family of kvmethods/testing.py (FAMILIES): its description, identity at a full budget, windows kept
 exactly, and every built-in method either compressing it or refused in one line naming family, method and why."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from kvmethods.families.layout import CAPTURED, GLOBAL, LINEAR, PROJECTION, SLID
 from kvmethods.families.probe import describe
 from kvmethods.runtime.generation import generate
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
-from tiny_families import FAMILIES, WINDOW, family_model
+from kvmethods.testing import FAMILIES, WINDOW, family_model
 
 PROMPT = list(range(3, 3 + 24))  # longer than the tiny hybrids' window (12)
 NEW = 4
@@ -73,7 +73,7 @@ def test_the_probe_describes_each_family_from_its_modules(family):
 
 
 def _refused(model, method) -> str | None:
-    return refusal(describe(model), method.capabilities, len(PROMPT) + NEW)
+    return refusal(describe(model), method.capabilities)
 
 
 # The full cache of these two does not run through kvmethods' prefill yet (a mixed linear/softmax cache; MLA's
@@ -173,3 +173,19 @@ def test_learned_sinks_enter_the_scoring_softmax():
     assert float(probs.sum(-1).max()) < 1.0
     own = out.attentions[1][0, :, -4:]  # [q_heads, 4, T]
     torch.testing.assert_close(probs[0].reshape(own.shape), own, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_family_table_says_before_loading_what_the_probe_finds(family):
+    """families/table.py's layout from the config alone (the startup check, docs/models.md) equals the probe's
+    on every point the rules read, so both refuse the same methods."""
+    from kvmethods.families.table import layout_of
+
+    model = model_of(family)
+    probed, table = describe(model), layout_of(model.config)
+    assert [(layer.kind, layer.window, layer.rope, bool(layer.sinks), layer.latent) for layer in table.layers] == \
+           [(layer.kind, layer.window, layer.rope, bool(layer.sinks), layer.latent) for layer in probed.layers]
+    assert table.needs_capture == probed.needs_capture
+    for name in METHODS:
+        capabilities = method_of(name).capabilities
+        assert refusal(table, capabilities) == refusal(probed, capabilities), (family, name)
