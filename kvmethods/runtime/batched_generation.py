@@ -41,7 +41,8 @@ from ..attention.attention_hooks import AttentionCall, attention_masks
 from ..storage.batched import BatchedLayer, MemberLayers, can_batch, can_batch_as_members
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 from .clock import now
-from .generation import GenerationOutput, PrefilledPrompt, cached_forward_kernels, measured_prefill
+from .generation import GenerationOutput, PrefilledPrompt, measured_prefill
+from .prompt_forward import cached_forward_kernels
 
 
 @dataclass
@@ -106,7 +107,7 @@ def _forward(model, cache: DynamicCache, tokens: torch.Tensor, positions: torch.
 
 def _teacher_force(model, cache: DynamicCache, states: list[PrefilledPrompt], targets: list[int],
                    positions: torch.Tensor) -> list[torch.Tensor]:
-    """Each member's [len(targets), vocab] float32 log-probs of the targets (generation._teacher_force_prefilled,
+    """Each member's [len(targets), vocab] float32 log-probs of the targets (generation.teacher_force_prefilled,
     for the whole batch in one forward); the targets stay in the cache."""
     first = [torch.log_softmax(s.next_logits.float(), dim=-1).unsqueeze(0) for s in states]
     if len(targets) <= 1:
