@@ -141,7 +141,22 @@ def family_config(family: str, **overrides):
     return CONFIG_MAPPING[family](**settings)
 
 
-def family_model(family: str, *, seed: int = 0, **overrides):
-    """The family's tiny model in eval mode, with the attention implementation transformers picks for it."""
+def family_model(family: str, *, seed: int = 0, dtype: torch.dtype = torch.float32, qk_scale: float = 1.0,
+                 **overrides):
+    """The family's tiny model in eval mode, with the attention implementation transformers picks for it;
+    qk_scale multiplies the query and key projections (peaked attention, as tiny_model's)."""
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(family_config(family, **overrides), dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_config(family_config(family, **overrides), dtype=dtype).eval()
+    if qk_scale != 1.0:
+        with torch.no_grad():
+            for layer in model.model.layers:
+                attention = getattr(layer, "self_attn", None)
+                if attention is None:
+                    continue
+                if hasattr(attention, "qkv_proj"):  # fused: the query and key rows come first
+                    rows = (model.config.num_attention_heads + model.config.num_key_value_heads) * attention.head_dim
+                    attention.qkv_proj.weight[:rows].mul_(qk_scale)
+                else:
+                    attention.q_proj.weight.mul_(qk_scale)
+                    attention.k_proj.weight.mul_(qk_scale)
+    return model

@@ -18,6 +18,7 @@ from pytest_kvbench.wiring.distributed.gpu_slots import (
     visible_devices,
     worker_index,
 )
+from helpers import BENCH
 from pytest_kvbench.input_values import parse_shard
 from pytest_kvbench.wiring.distributed.shards import select_shard, shard_cuts
 from pytest_kvbench.wiring.distributed.xdist_groups import parametrize_id, reference_group_scheduler, xdist_group_name
@@ -194,6 +195,54 @@ def test_loadgroup_scheduler_groups_kvbench_items_by_their_reference_without_nod
     assert scope("tests/test_x.py::test_y@mine") == "mine"
 
 
+def test_loadgroup_scheduler_gives_a_replacement_worker_work_only_once_its_collection_is_registered():
+    """A worker dies inside a group; xdist requeues the group and starts a replacement. xdist's loadscope handed
+    work to a replacement whose collection it had not registered (KeyError: an INTERNALERROR, the run unlabelled).
+    Now it waits for that collection, stops if xdist refused it, and takes the group once registered."""
+
+    class Config:
+        option = type("Option", (), {"loadscopereorder": True})()
+        hook = type("Hook", (), {"pytest_xdist_auto_num_workers": None})()
+
+        def getvalue(self, name):
+            return {"tx": ["2*popen"]}.get(name)
+
+    class Node:
+        def __init__(self, name):
+            self.gateway = type("Gateway", (), {"id": name})()
+            self.shutting_down, self.sent = False, []
+
+        def shutdown(self):
+            self.shutting_down = True
+
+        def send_runtest_some(self, indexes):
+            self.sent.append(indexes)
+
+    ids = ["bench/test_longbench.py::test_longbench[full-qasper]", "bench/test_longbench.py::test_longbench[snapkv-128-qasper]"]
+    scheduler = reference_group_scheduler(Config(), None, {"full-qasper": "kvbench_q", "snapkv-128-qasper": "kvbench_q"})
+    first, second = Node("gw0"), Node("gw1")
+    for node in (first, second):
+        scheduler.add_node(node)
+        scheduler.add_node_collection(node, ids)
+    scheduler.schedule()
+    runner = first if first.sent else second
+    assert runner.sent == [[0, 1]]
+    scheduler.mark_test_complete(runner, 0)
+    assert scheduler.remove_node(runner) == ids[1]  # the worker died inside the second item
+    collecting, refused, replacement = Node("gw2"), Node("gw3"), Node("gw4")
+    scheduler.add_node(collecting)
+    scheduler.schedule()  # another worker's event while gw2 still collects: nothing for it yet, no KeyError
+    assert collecting.sent == [] and not collecting.shutting_down
+    scheduler.add_node(refused)
+    scheduler.add_node_collection(refused, ids[::-1])  # a collection xdist refuses (another order)
+    scheduler.schedule()
+    assert refused.shutting_down and refused.sent == []
+    scheduler.add_node(replacement)
+    scheduler.add_node_collection(replacement, ids)
+    scheduler.schedule()
+    assert [collecting.sent, replacement.sent].count([[1]]) == 1  # the crashed item, once, to a registered worker
+
+
 # ---------------------------------------------------------------------------- parse_shard
 
 
@@ -330,3 +379,29 @@ def test_shards_cover_exactly_once_for_any_grouping():
         assert min(map(len, shards)) >= share - tolerance - 1
 
     check()
+
+
+# ---------------------------------------------------------------------------- --kvbench-shard in a run
+
+
+@pytest.mark.parametrize("select", [[], ["-k", "snapkv or ruler"]], ids=["default-selection", "-k"])
+def test_shards_split_what_runs_unsharded(bench, select):
+    """`pytest bench/ --kvbench-shard K/3`: the three shards hold exactly what runs unsharded (after -k and the
+    default selection, bench/test_kernels.py's timings included), each item once, in even parts. The shard used
+    to be cut before the default selection (shard 1/3 of `pytest bench/` kept only the kernel timings, shards 2
+    and 3 the rest) and before -k, and kept the kernel timings on every shard."""
+    bench.makepyfile(test_suite_kernels=(BENCH / "test_kernels.py").read_text())
+
+    def collected(*extra):
+        result = bench.runpytest("--collect-only", "-q", *select, *extra)
+        assert result.ret == 0, result.stdout.str()[-2000:]
+        return [line for line in result.outlines if "::" in line], result.stdout.str()
+
+    unsharded, summary = collected()
+    assert "deselected" in summary  # the default selection or -k left items out
+    assert any("kernels" in item for item in unsharded) and any("kernels" not in item for item in unsharded)
+    parts = [collected("--kvbench-shard", f"{k}/3")[0] for k in (1, 2, 3)]
+    assert sorted(item for part in parts for item in part) == sorted(unsharded)  # all of it, each item once
+    sizes = [len(part) for part in parts]
+    share = len(unsharded) / 3
+    assert min(sizes) > 0 and max(sizes) - min(sizes) <= 2 * int(0.1 * share) + 1, sizes  # docs/slurm.md#shards
