@@ -16,7 +16,7 @@ def _fmt(metric: str, value: float | None, sign: str) -> str:
         return f"{value:{sign}.2f}"
     if metric == "latency":
         return f"{value:{sign}.3f} s"
-    if metric in ("kl", "agreement"):
+    if metric in ("kl", "agreement", "decode_kl"):
         return f"{value:{sign}.4f}"
     return f"{value / MiB:{sign}.2f} MiB"
 

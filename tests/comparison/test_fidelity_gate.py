@@ -127,3 +127,9 @@ def test_the_table_shows_fidelity_verdicts():
     verdict = compare_record(fidelity_record(kl + 0.5), BaselineEntry.of(fidelity_record(kl)), DEFAULT)
     table = comparison_table([verdict])
     assert "decode_kl" in table and "regression" in table
+
+
+def test_fidelity_figures_print_as_numbers_not_bytes():
+    from pytest_kvbench.comparison.verdict_format import fmt_delta, fmt_value
+
+    assert fmt_value("decode_kl", 0.5) == "0.5000" and fmt_delta("kl", 0.25) == "+0.2500"
