@@ -23,7 +23,7 @@ from pytest_kvbench.results.run.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS, SUITES, suite_of
 from pytest_kvbench.wiring import default_selection, fixture
 from pytest_kvbench import hookspecs
-from pytest_kvbench.wiring.grid import decode_batch_option, options
+from pytest_kvbench.wiring.grid import command_line, decode_batch_option, options
 from pytest_kvbench.wiring.distributed import xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.interrupts import InterruptShield, honour_sigint
@@ -55,7 +55,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    options.add_options(parser)
+    command_line.add_options(parser)
     decode_batch_option.add_option(parser)
 
 
@@ -72,7 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if kvbench_options_given(config):
         check_transformers(config)
     try:
-        options.check_given_options(config)
+        command_line.check_given_options(config)
         grid = options.resolve_grid(config)
         gate = Gate.from_config(config)
         results = options.results_dir(config)

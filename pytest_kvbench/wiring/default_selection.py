@@ -21,7 +21,7 @@ import pytest
 from pytest_kvbench.cases import DEFAULT_MODEL, DEFAULT_PROTOCOL, Case, Grid
 from pytest_kvbench.wiring.grid import named_tasks
 from pytest_kvbench.wiring.items import case_of
-from pytest_kvbench.wiring.grid.options import tomllib  # the standard library's, or tomli before Python 3.11
+from pytest_kvbench.wiring.grid.grid_file import tomllib  # the standard library's, or tomli before Python 3.11
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
 
 SCORES_FILE = Path(__file__).parents[1] / "default_model" / "task_scores.toml"
