@@ -64,6 +64,8 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
                "string"),
 }
 
+GRID_INI_KEYS = tuple("kvbench_" + name.replace("-", "_") for name in GRID_OPTIONS)
+
 TOML_KEYS = {"models", "model", "methods", "budgets", "tasks", "samples", "seed", "seeds",
              "context_lengths", "protocol", "dtype", "attn_implementation", "data", "max_prompt_tokens",
              "preset"}
