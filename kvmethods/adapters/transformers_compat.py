@@ -123,6 +123,21 @@ def attention_implementations() -> list[str]:
     return list(__getattr__("AttentionInterface")().valid_keys())
 
 
+def supported_attention(config, wanted: str) -> str:
+    """The attention implementation to load a model of `config` with: `wanted`, unless it is sdpa and the family's
+    causal-LM class says it cannot run sdpa (gemma2, gpt-oss in 5.24: eager, as transformers picks by itself)."""
+    if wanted != "sdpa":
+        return wanted
+    # lazy for startup time: transformers' auto mapping, only when a model is loaded
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    except KeyError:  # not a causal LM transformers maps: from_pretrained says why
+        return wanted
+    return wanted if getattr(model_class, "_supports_sdpa", True) else "eager"
+
+
 def attention_implementation(model) -> str:
     """The attention implementation the model runs now (transformers keeps it in a private config field)."""
     return model.config._attn_implementation

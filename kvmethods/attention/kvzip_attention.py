@@ -19,9 +19,10 @@ then rescaled by one factor per row. Keys and values are laid out once per layer
 [other context | sinks | chunk | repeat], so the columns a block sees are one prefix of them (the repeat
 tokens after the block's last row are never computed) and the subset is that prefix's tail.
 The mask transformers builds is not needed: the layout says what each row sees (one sequence, no padding).
-The query-key and probability-value products run in the model's dtype (tensor cores for bf16 on a GPU; the
-reference computes its scores in the model's dtype too, snu-mllab/KVzip attention/score.py), the softmax,
-the scores and the output's sums in float32 (float64 for float64 models): float32 models compute as before.
+On an accelerator the query-key and probability-value products run in the model's dtype (tensor cores for
+bf16; the reference computes its scores in the model's dtype too, snu-mllab/KVzip attention/score.py), on a
+CPU in float32 (scoring.product_dtype); the softmax, the scores and the output's sums in float32 (float64
+for float64 models): float32 models compute as before.
 Blocks of query rows are sized by `RepeatSpan.scratch` (kvzip.block_scratch: by the device, and at least
 kvzip.MIN_BLOCK_ROWS rows, so memory grows linearly with the context and the number of blocks stays small).
 The last layer computes the scores only (its subset's columns) and ends the forward there: its output, its
@@ -39,7 +40,7 @@ import torch
 
 from .attention_hooks import attention_function
 from ..core.errors import MethodError
-from ..scorers.scoring import score_dtype
+from ..scorers.scoring import product_dtype, score_dtype
 from ..adapters.transformers_compat import register_attention
 
 ATTENTION_NAME = "kvbench_kvzip_repeat"  # the name registered with transformers' AttentionInterface
@@ -79,16 +80,16 @@ def attend_and_score(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """(attention output [batch, R, q_heads, dim] or None without `with_output`, chunk scores [batch, kv_heads,
     end - start]) of the repeat queries [batch, q_heads, R, dim] over key/value [batch, kv_heads, T + R, dim].
     Without the output only the subset's columns are computed."""
-    dtype = score_dtype(key)  # softmax, scores and output sums; the products run in the model's dtype (key's)
+    dtype = score_dtype(key)  # softmax, scores and output sums; the products in product_dtype(key)
     batch, q_heads, repeat, dim = query.shape
     kv_heads, context, chunk = key.shape[1], span.context_len, span.end - span.start
     groups = q_heads // kv_heads
-    keys = reconstruction_layout(key, span)
+    keys = reconstruction_layout(key, span).to(product_dtype(key))
     others = context - span.sinks - chunk  # columns outside the subset; repeat token r is column context + r
     skipped = 0 if with_output else others  # leading columns not computed
-    grouped = (query.to(key.dtype) * scaling).contiguous().view(batch, kv_heads, groups, repeat, dim)
+    grouped = (query.to(keys.dtype) * scaling).contiguous().view(batch, kv_heads, groups, repeat, dim)
     if with_output:
-        values = reconstruction_layout(value, span)
+        values = reconstruction_layout(value, span).to(keys.dtype)
         out = torch.empty(batch, repeat, kv_heads, groups, dim, dtype=dtype, device=query.device)
     best = torch.zeros(batch, kv_heads, chunk, dtype=dtype, device=query.device)
     rows_per_block = max(1, span.scratch // (groups * (context + repeat - skipped)))

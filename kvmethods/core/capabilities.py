@@ -61,11 +61,11 @@ REWRITES_WHILE_DECODING = Capability.COMPRESSES_WHILE_DECODING | Capability.RECO
 
 
 # Any of these: the method decodes alone, not in a batch with the other members of its sample
-# (runtime/batched_generation.py): it changes its cache while decoding, stores it its own way (quantizers,
-# ThinK: their layers are not plain tensors a batch can pad), runs its own prefill (kvpress presses mask
-# through their own hooks) or says so.
-DECODES_ALONE = (Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN | Capability.OWN_STORAGE
-                 | Capability.RUNS_PREFILL | Capability.DECODES_ALONE)
+# (runtime/batched_generation.py): it changes its cache while decoding (a batch's caches change only by the
+# tokens appended), runs its own prefill (kvpress presses mask through their own hooks) or says so.
+# Storages of their own (OWN_STORAGE: quantizers, ThinK) batch with each other (storage/batched.MemberLayers).
+DECODES_ALONE = (Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN | Capability.RUNS_PREFILL
+                 | Capability.DECODES_ALONE)
 
 
 def decodes_alone(capabilities: Capability) -> bool:

@@ -17,8 +17,9 @@ from ..families.probe import decoder_layers, describe, model_family, rotary_embe
 
 
 def check_family(model: nn.Module, method, total_tokens: int) -> None:
-    """MethodError unless `method` (a Method; a name is taken as a plain scorer) can compress this model for
-    a sequence of total_tokens."""
+    """MethodError unless `method` (a Method; a name is taken as a plain scorer) can compress this model
+    (total_tokens: the sequence's length, which no rule needs any more: sliding layers are kept as their window
+    whatever the length)."""
     name = method if isinstance(method, str) else method.name
     capabilities = SCORER if isinstance(method, str) else method.capabilities
     try:
@@ -27,6 +28,6 @@ def check_family(model: nn.Module, method, total_tokens: int) -> None:
         family = model_family(model)
         raise MethodError(f"{name} cannot compress model family {family!r}: "
                           f"{str(exc).replace(f'model family {family!r} ', 'it ')}") from None
-    reason = refusal(layout, capabilities, total_tokens)
+    reason = refusal(layout, capabilities)
     if reason is not None:
         raise MethodError(f"{name} cannot compress model family {model_family(model)!r}: {reason}")

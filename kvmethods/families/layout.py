@@ -12,7 +12,7 @@ A `FamilyLayout` says, per decoder layer, what kind of layer it is and how its a
 - sinks: the attention module's attribute holding learned sink logits (gpt-oss), which enter the softmax;
 - value_dim differs from the key dim in latent attention (DeepSeek-V3's decompressed cache).
 
-`refusal(layout, capabilities, total_tokens)` is the one rule table: which kinds of layer and which query
+`refusal(layout, capabilities)` is the one rule table: which kinds of layer and which query
 sources a method's capabilities can work with, and the one-line reason when not. It imports nothing heavy:
 the startup check (pytest_kvbench/wiring/) and the docs table use it too.
 """
@@ -42,10 +42,6 @@ class LayerLayout:
     def has_cache(self) -> bool:
         return self.kind in (GLOBAL, SLIDING)
 
-    def sliding_in_effect(self, total_tokens: int) -> bool:
-        """A sliding layer whose window never drops a token of this sequence attends as a global one."""
-        return self.kind == SLIDING and self.window is not None and total_tokens > self.window
-
 
 @dataclass(frozen=True)
 class FamilyLayout:
@@ -73,9 +69,9 @@ class FamilyLayout:
         return ", ".join(parts)
 
 
-def refusal(layout: FamilyLayout, capabilities: Capability, total_tokens: int | None = None) -> str | None:
-    """Why a method with these capabilities cannot compress this layout (None: it can). total_tokens None:
-    any sequence length (the startup check), where sliding layers are taken as sliding."""
+def refusal(layout: FamilyLayout, capabilities: Capability) -> str | None:
+    """Why a method with these capabilities cannot compress this layout (None: it can), whatever the sequence's
+    length, so that the startup check (configure: no length known yet) and the runtime agree."""
     if Capability.COMPRESSES not in capabilities and Capability.OWN_STORAGE not in capabilities:
         return None
     cached = [layer for layer in layout.layers if layer.has_cache]
@@ -83,10 +79,8 @@ def refusal(layout: FamilyLayout, capabilities: Capability, total_tokens: int | 
         return "no layer keeps a per-token KV cache"
     if any(layer.kind == CHUNKED for layer in layout.layers):
         return "chunked-attention layers: a chunk's cache is dropped at its boundary, no method's selection carries over"
-    sliding = [layer for layer in cached
-               if layer.kind == SLIDING and (total_tokens is None or layer.sliding_in_effect(total_tokens))]
     if Capability.SCORES_WHOLE_PROMPT in capabilities:
-        if sliding:
+        if any(layer.kind == SLIDING for layer in cached):
             return "sliding-window layers: its repeat forwards attend over the whole context"
         if any(layer.sinks for layer in cached):
             return "learned attention sinks: its repeat-forward attention has no sink logit"
@@ -94,8 +88,8 @@ def refusal(layout: FamilyLayout, capabilities: Capability, total_tokens: int | 
             return "multi-head latent attention (MLA): its repeat-forward attention expects the config's KV heads"
     if Capability.PRE_ROPE_QUERIES in capabilities:
         if any(layer.queries != PROJECTION for layer in cached):
-            return "it needs pre-RoPE queries, and this family's attention computes its queries in a way the hooks " \
-                   "cannot redo (fused or gated projection, a norm over the whole projection or another rotation)"
+            return "it needs pre-RoPE queries, which this family's attention never exposes (fused or gated " \
+                   "projection, a norm over the whole projection, or another rotation)"
         if any(layer.rope and not layer.rope_reproducible for layer in cached):
             return "it rotates queries to future positions, and the decoder's rotary module does not give this " \
                    "family's cos/sin"

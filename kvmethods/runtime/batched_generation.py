@@ -11,7 +11,9 @@ an accelerator (and, less so, a CPU) is mostly idle. `generate_batch` decodes th
 - the teacher-forced pass of fidelity (the reference's output fed to every member) is one forward of the
   batch over the targets, after which the tail is dropped and the greedy decoding starts from the same
   padded copy (no per-member deepcopy of the cache);
-- a member leaves the batch when it stops (an eos, or max_new_tokens), the others go on.
+- a member stops at an eos or max_new_tokens, the others go on; stopped members leave the batch once half its
+  rows have stopped (leaving copies the batch's buffers, so not at every stop; until then a stopped row is
+  computed and ignored, its outputs unchanged).
 
 Greedy tokens equal sequential decoding's (`generation.generate(..., prefilled=state)`) up to float rounding
 of a different batch shape, which can flip a near-tie; tests/kvmethods/test_batched_decode.py checks every
@@ -19,11 +21,13 @@ built-in method. Timing rule: a step's wall time is shared equally among the mem
 member's `decode_s` is its share of the steps it took part in, and the members' decode_s add up to the
 batch's decoding time. Which methods can batch is a capability (`capabilities.decodes_alone`): those that
 compress while decoding, store their cache their own way (quantizers, ThinK) or declare DECODES_ALONE decode
-alone (generation.generate), as does a cache holding any layer `batched.can_batch` refuses.
+alone (generation.generate), as does a cache holding a layer of another class. Storages of their own (KIVI,
+ThinK: `CompactLayer`) batch with each other, each member's layers updated on its own row (batched.MemberLayers).
 """
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -33,10 +37,11 @@ from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import decodes_alone
 from ..attention.attention_hooks import AttentionCall, attention_masks
-from ..storage.batched import BatchedLayer, can_batch
+from ..storage.batched import BatchedLayer, MemberLayers, can_batch, can_batch_as_members
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 from .clock import now
-from .generation import GenerationOutput, PrefilledPrompt, cached_forward_kernels, measured_prefill
+from .generation import GenerationOutput, PrefilledPrompt, measured_prefill
+from .prompt_forward import cached_forward_kernels
 
 
 @dataclass
@@ -48,17 +53,38 @@ class BatchRequest:
     state: PrefilledPrompt
 
 
+PADDED = "padded"  # dense and ragged caches: one padded copy (BatchedLayer)
+MEMBERS = "members"  # caches stored their own way (quantized, thin keys): each member's layers (MemberLayers)
+
+
+def batch_kind(method: Method, state: PrefilledPrompt) -> str | None:
+    """Which batches a member can join: PADDED (every layer plain dense or ragged), MEMBERS (every layer a
+    storage of its own, CompactLayer) or None: it decodes alone (its capabilities say so, or its cache mixes
+    kinds or holds a layer of another class)."""
+    if decodes_alone(method.capabilities):
+        return None
+    layers = state.cache.layers
+    if all(can_batch(layer) for layer in layers):
+        return PADDED
+    if all(can_batch_as_members(layer) for layer in layers):
+        return MEMBERS
+    return None
+
+
 def can_decode_in_batch(method: Method, state: PrefilledPrompt) -> bool:
-    """Whether a member decodes in a batch: its method's capabilities allow it, and every layer of its cache is
-    a plain dense or ragged one of one sequence."""
-    return not decodes_alone(method.capabilities) and all(can_batch(layer) for layer in state.cache.layers)
+    """Whether a member decodes in a batch (of its batch_kind)."""
+    return batch_kind(method, state) is not None
 
 
 def batched_cache(states: list[PrefilledPrompt], room: int) -> DynamicCache:
-    """The members' caches, padded into one DynamicCache of BatchedLayers (the members' caches stay as they are)."""
+    """The members' caches as one batch: padded into BatchedLayers (the members' caches stay as they are) or,
+    for storages of their own, MemberLayers over copies of the members' layers (which decoding changes)."""
     cache = DynamicCache()
     n_layers = len(states[0].cache.layers)
-    cache.layers = [BatchedLayer([s.cache.layers[i] for s in states], room) for i in range(n_layers)]
+    if all(can_batch(layer) for s in states for layer in s.cache.layers):
+        cache.layers = [BatchedLayer([s.cache.layers[i] for s in states], room) for i in range(n_layers)]
+    else:
+        cache.layers = [MemberLayers([copy.deepcopy(s.cache.layers[i]) for s in states]) for i in range(n_layers)]
     return cache
 
 
@@ -80,8 +106,8 @@ def _forward(model, cache: DynamicCache, tokens: torch.Tensor, positions: torch.
 
 def _teacher_force(model, cache: DynamicCache, states: list[PrefilledPrompt], targets: list[int],
                    positions: torch.Tensor) -> list[torch.Tensor]:
-    """Each member's [len(targets), vocab] float32 log-probs of the targets (generation._teacher_force_prefilled,
-    for the whole batch in one forward); the cache is back at the prompts afterwards."""
+    """Each member's [len(targets), vocab] float32 log-probs of the targets (generation.teacher_force_prefilled,
+    for the whole batch in one forward); the targets stay in the cache."""
     first = [torch.log_softmax(s.next_logits.float(), dim=-1).unsqueeze(0) for s in states]
     if len(targets) <= 1:
         return [row[: len(targets)] for row in first]
@@ -89,10 +115,7 @@ def _teacher_force(model, cache: DynamicCache, states: list[PrefilledPrompt], ta
     tokens = torch.tensor([targets[:-1]], dtype=torch.long, device=device).expand(len(states), -1)
     steps = positions + torch.arange(len(targets) - 1, device=device)
     logits = _forward(model, cache, tokens, steps, 0)
-    out = [torch.cat([first[b], torch.log_softmax(logits[b].float(), dim=-1)]) for b in range(len(states))]
-    for layer in cache.layers:
-        layer.drop_tail()
-    return out
+    return [torch.cat([first[b], torch.log_softmax(logits[b].float(), dim=-1)]) for b in range(len(states))]
 
 
 @torch.inference_mode()
@@ -116,37 +139,45 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
         targets = [int(t) for t in teacher_targets]
         for out, logprobs in zip(outputs, _teacher_force(model, cache, states, targets, positions)):
             out.target_logprobs = logprobs
+        if isinstance(cache.layers[0], BatchedLayer):  # back to the prompts: the targets' slots are reused
+            for layer in cache.layers:
+                layer.drop_tail()
+        else:  # member layers changed their storage (what they quantized): decode from fresh copies
+            cache = batched_cache(states, room)
     steps: list[list[torch.Tensor]] = [[] for _ in requests]
     decode_s = [0.0] * len(requests)
-    active = list(range(len(requests)))  # request numbers still decoding, in batch row order
+    rows = list(range(len(requests)))  # the request in each batch row (None: stopped, still computed)
     logits = torch.stack([s.next_logits for s in states])
     while True:
         chosen = logits.argmax(-1).tolist()
-        staying = []
-        for row, number in enumerate(active):
+        for row, number in enumerate(rows):
+            if number is None:
+                continue
             if return_logprobs:
                 steps[number].append(torch.log_softmax(logits[row].float(), dim=-1))
             token = chosen[row]
             out = outputs[number]
             if token in eos:
                 out.stop_token = token
-                continue
-            out.tokens.append(token)
-            if len(out.tokens) < max_new_tokens:
-                staying.append(row)
-        if not staying:
+            else:
+                out.tokens.append(token)
+            if token in eos or len(out.tokens) >= max_new_tokens:
+                rows[row] = None
+        active = [number for number in rows if number is not None]
+        if not active:
             break
-        if len(staying) < len(active):  # stopped members leave the batch
-            rows = torch.tensor(staying, dtype=torch.long, device=device)
+        if 2 * len(active) <= len(rows):  # half the rows stopped: they leave (a copy of the buffers, so not each time)
+            keep = torch.tensor([row for row, number in enumerate(rows) if number is not None], device=device)
             for layer in cache.layers:
-                layer.keep_rows(rows)
-            positions = positions[rows]
-            active = [active[row] for row in staying]
+                layer.keep_rows(keep)
+            positions = positions[keep]
+            rows = active
         started = now()
-        tokens = torch.tensor([[outputs[number].tokens[-1]] for number in active], dtype=torch.long, device=device)
+        tokens = torch.tensor([[outputs[number].tokens[-1] if number is not None else 0] for number in rows],
+                              dtype=torch.long, device=device)
         logits = _forward(model, cache, tokens, positions, 1)[:, -1]
         positions = positions + 1
-        share = (now() - started) / len(active)  # the step's time, shared equally by its members
+        share = (now() - started) / len(active)  # the step's time, shared equally by the members still decoding
         for number in active:
             decode_s[number] += share
     for number, out in enumerate(outputs):

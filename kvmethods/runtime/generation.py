@@ -23,20 +23,18 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import Capability
-from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (GROUP_PROTOCOLS: this contract's name too)
-from ..core.errors import MethodError
+from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (this contract's names too)
 from ..core.families import check_family
-from ..attention.hooks import capturing_window_queries, compressing_prefill, per_layer_causal_masks, store_selection
+from ..attention.hooks import capturing_window_queries, compressing_prefill, store_selection
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
-from ..attention.ragged_attention import kernel_name, ragged_attention
-from ..attention.window_layer import WindowLayer
-from ..adapters.transformers_compat import DynamicCache, cache_argument
+from ..attention.ragged_attention import kernel_name
+from ..adapters.transformers_compat import DynamicCache
 from .budget_plan import plan_budget
+from .prompt_forward import check_request, device_of, forward, is_uneven, store_quantized
 from .clock import now
 
 # GROUP_PROTOCOLS (catalog.py): samples sharing a context run as one group (kvmethods/runtime/protocols/); a single
@@ -101,56 +99,11 @@ class PrefilledPrompt:
     decode_layer_budgets: list[int] = field(default_factory=list)
 
 
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
-# sdpa's kernels for a forward over a cache that already holds tokens (decoding, teacher forcing, the question
-# after a compressed context), on CUDA. torch prefers cuDNN's attention on Hopper (sdp_utils.cpp,
-# check_prefer_cudnn_attention, when cuDNN > 9.15), and cuDNN builds an execution graph for every new shape:
-# each decoding step has a new key length, each PyramidKV layer and each padded ragged layer its own, so a
-# decode built hundreds of graphs (an H200 measured PyramidKV at 0.7 tok/s at 8k and 32 tok/s at 32k with
-# the same layer lengths, its graphs then built; docs/gpus.md). Flash and memory-efficient attention take any
-# length without a build. The prompt's own forward (one shape per sample) keeps torch's choice.
-CACHED_FORWARD_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-
-
-def cached_forward_kernels(model, cached: int):
-    """sdpa restricted to CACHED_FORWARD_BACKENDS for a CUDA forward after `cached` cached tokens, else nothing."""
-    if cached == 0 or _device(model).type != "cuda":
-        return contextlib.nullcontext()
-    return sdpa_kernel(CACHED_FORWARD_BACKENDS)
-
-
-def _forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_keep: int) -> torch.Tensor:
-    device = _device(model)
-    input_ids = torch.tensor([ids], dtype=torch.long, device=device)
-    positions = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
-    kwargs = dict(input_ids=input_ids, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
-                  **cache_argument(model, cache))
-    with cached_forward_kernels(model, start):
-        if uneven:
-            with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
-                return model(**kwargs).logits[0]
-        return model(**kwargs).logits[0]
-
-
-def _check_request(method: Method, input_ids: list[int], context_len: int, protocol: str) -> None:
-    if protocol not in PROTOCOLS:
-        raise MethodError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(PROTOCOLS)}")
-    if not input_ids:
-        raise MethodError("input_ids is empty")
-    if not 0 <= context_len <= len(input_ids):
-        raise MethodError(f"context_len {context_len} outside [0, {len(input_ids)}]")
-    if not isinstance(method, Method):
-        raise MethodError(f"{method!r} is not a kvmethods Method")
-
-
 @torch.inference_mode()
 def prefill(model, method: Method, budget: Budget, input_ids: list[int], context_len: int, protocol: str,
             total_tokens: int | None = None) -> PrefilledPrompt:
     """Run the prompt through the model, compressing per the protocol; nothing is decoded yet."""
-    _check_request(method, input_ids, context_len, protocol)
+    check_request(method, input_ids, context_len, protocol)
     capabilities = method.capabilities
     if capabilities & (Capability.COMPRESSES | Capability.OWN_STORAGE):
         check_family(model, method, total_tokens or len(input_ids))
@@ -167,9 +120,9 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
             if Capability.RUNS_PREFILL in capabilities:
                 ratio = budget.value if budget.kind == "ratio" else None
                 with method.prefill_context(model, plan.tokens, compressed_len, ratio):
-                    logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+                    logits = forward(model, cache, input_ids[:compressed_len], 0, False, 1)
             elif Capability.SCORES_WHOLE_PROMPT in capabilities:
-                logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+                logits = forward(model, cache, input_ids[:compressed_len], 0, False, 1)
                 started = now()
                 kept_indices = _compress_from_whole_prompt(model, method, layer_budgets, cache, input_ids[:compressed_len])
                 scoring_s = now() - started
@@ -178,38 +131,22 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
                 with compressing_prefill(model, method, layer_budgets, cache) as kept_indices:
                     for start in range(0, compressed_len, chunk):
                         end = min(start + chunk, compressed_len)
-                        logits = _forward(model, cache, input_ids[start:end], start, _uneven(cache), 1)
+                        logits = forward(model, cache, input_ids[start:end], start, is_uneven(cache), 1)
         elif compressed_len > 0:
-            logits = _forward(model, cache, input_ids[:compressed_len], 0, False, 1)
+            logits = forward(model, cache, input_ids[:compressed_len], 0, False, 1)
         if Capability.OWN_STORAGE in capabilities and compressed_len > 0:
-            _store_quantized(method, cache, queries)
-    uneven = _uneven(cache)
+            store_quantized(method, cache, queries)
+    uneven = is_uneven(cache)
     if compressed_len < len(input_ids):
-        logits = _forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
+        logits = forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
     return PrefilledPrompt(cache, logits[-1], len(input_ids), uneven, list(kept_indices), scoring_s,
                            plan.decode_layer_budgets())
-
-
-def _uneven(cache: DynamicCache) -> bool:
-    """Layers hold different lengths or are ragged: forwards need per-layer masks."""
-    lengths = {layer.get_seq_length() for layer in cache.layers}
-    return len(lengths) > 1 or any(isinstance(layer, (RaggedLayer, WindowLayer)) for layer in cache.layers)
-
-
-def _store_quantized(method: Method, cache: DynamicCache, queries: dict) -> None:
-    """Hand every layer's kept keys/values to the method's own storage (KIVI: quantized, window in full)."""
-    for i, layer in enumerate(cache.layers):
-        if isinstance(layer, WindowLayer):  # a sliding layer kept as its window stays as it is
-            continue
-        if isinstance(layer, RaggedLayer):
-            raise MethodError(f"{method.name}: a ragged (head-adaptive) cache layer cannot be quantized")
-        cache.layers[i] = method.storage_layer(layer.keys, layer.values, queries.get(i))
 
 
 def _compress_from_whole_prompt(model, method: Method, layer_budgets: list[int], cache: DynamicCache,
                                 ids: list[int]) -> list:
     """Compress every layer of a prefilled cache from the method's whole-prompt scores (KVzip)."""
-    input_ids = torch.tensor([ids], dtype=torch.long, device=_device(model))
+    input_ids = torch.tensor([ids], dtype=torch.long, device=device_of(model))
     selections = method.select_layers(method.prefill_scores(model, cache, input_ids), layer_budgets)
     shared = Capability.SHARES_ACROSS_LAYERS in method.capabilities
     return [store_selection(cache, i, method, selection, None if shared else layer_budgets[i])
@@ -290,20 +227,20 @@ def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[i
             tokens.append(next_token)
             if len(tokens) >= max_new_tokens:
                 return tokens, None, steps, lengths
-            logits = _forward(model, state.cache, [next_token], state.next_position, state.uneven, 1)[-1]
+            logits = forward(model, state.cache, [next_token], state.next_position, state.uneven, 1)[-1]
             state.next_position += 1
 
 
 def teacher_force_copy(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:
-    """_teacher_force_prefilled on a copy of the prefilled cache, which stays as it was for decoding."""
+    """teacher_force_prefilled on a copy of the prefilled cache, which stays as it was for decoding."""
     forked = PrefilledPrompt(copy.deepcopy(state.cache), state.next_logits, state.next_position, state.uneven)
-    return _teacher_force_prefilled(model, forked, [int(t) for t in target_ids])
+    return teacher_force_prefilled(model, forked, [int(t) for t in target_ids])
 
 
-def _teacher_force_prefilled(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:
+def teacher_force_prefilled(model, state: PrefilledPrompt, target_ids: list[int]) -> torch.Tensor:
     rows = [state.next_logits.unsqueeze(0)]
     if len(target_ids) > 1:
-        rows.append(_forward(model, state.cache, target_ids[:-1], state.next_position, state.uneven, 0))
+        rows.append(forward(model, state.cache, target_ids[:-1], state.next_position, state.uneven, 0))
     logits = torch.cat(rows)[: len(target_ids)]
     return torch.log_softmax(logits.float(), dim=-1)
 
@@ -316,4 +253,4 @@ def teacher_force(model, method: Method, budget, input_ids: list[int], context_l
     input_ids = [int(token) for token in input_ids]
     target_ids = [int(token) for token in target_ids]
     state = prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + len(target_ids))
-    return _teacher_force_prefilled(model, state, target_ids)
+    return teacher_force_prefilled(model, state, target_ids)

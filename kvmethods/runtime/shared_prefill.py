@@ -34,13 +34,13 @@ from ..core.capabilities import Capability, prefills_alone
 from ..core.errors import MethodError
 from ..core.families import check_family, decoder_layers, rotary_embedding
 from .budget_plan import compressed_length, plan_budget
-from .generation import PrefilledPrompt, _check_request, _forward, _store_quantized, prefill
+from .generation import PrefilledPrompt, prefill
+from .prompt_forward import check_request, forward, is_uneven, store_quantized
 from ..attention.hooks import store_selection
 from ..attention.kernel_memo import KernelMemo
 from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
-from ..attention.window_layer import WindowLayer, keep_window
+from ..attention.window_layer import keep_window
 from ..families.layout import SLIDING
-from ..storage.ragged import RaggedLayer
 from ..adapters.transformers_compat import DynamicCache, DynamicLayer
 from .clock import now
 
@@ -184,15 +184,10 @@ def _store_quantized_selections(selections: list[_Selection]) -> None:
         if Capability.OWN_STORAGE in selection.method.capabilities and selection.error is None:
             started = now()
             try:
-                _store_quantized(selection.method, selection.cache, {})
+                store_quantized(selection.method, selection.cache, {})
             except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
                 selection.error, selection.cache = exc, DynamicCache()
             selection.seconds += now() - started
-
-
-def _is_uneven(cache: DynamicCache) -> bool:
-    lengths = {cache.get_seq_length(i) for i in range(len(cache.layers))}
-    return len(lengths) > 1 or any(isinstance(layer, (RaggedLayer, WindowLayer)) for layer in cache.layers)
 
 
 @torch.inference_mode()
@@ -206,7 +201,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
     input_ids = [int(token) for token in input_ids]
     full_method = get_method("full")
     for method, _ in requests:
-        _check_request(method, input_ids, context_len, protocol)
+        check_request(method, input_ids, context_len, protocol)
         if not can_share_prefill(method):
             raise MethodError(f"{method.name} changes the prefill forward and cannot share it")
         if method.capabilities & (Capability.COMPRESSES | Capability.OWN_STORAGE):
@@ -224,25 +219,25 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
     full = DynamicCache()
     started = now()
     with _selecting_hooks(model, full, selections):
-        logits = _forward(model, full, input_ids[:compressed_len], 0, False, 1)
+        logits = forward(model, full, input_ids[:compressed_len], 0, False, 1)
     forward_s = now() - started - sum(s.seconds for s in selections)
     _select_from_whole_prompt(model, full, selections, input_ids[:compressed_len])
     _store_quantized_selections(selections)
     reference_logits = logits
     if compressed_len < len(input_ids):
         started = now()
-        reference_logits = _forward(model, full, input_ids[compressed_len:], compressed_len, False, 1)
+        reference_logits = forward(model, full, input_ids[compressed_len:], compressed_len, False, 1)
         forward_s += now() - started
     states = []
     for selection in selections:
         if selection.error is not None:
             states.append(None)
             continue
-        uneven = _is_uneven(selection.cache)
+        uneven = is_uneven(selection.cache)
         next_logits = logits
         if compressed_len < len(input_ids):
             started = now()
-            next_logits = _forward(model, selection.cache, input_ids[compressed_len:], compressed_len, uneven, 1)
+            next_logits = forward(model, selection.cache, input_ids[compressed_len:], compressed_len, uneven, 1)
             selection.seconds += now() - started
         states.append(PrefilledPrompt(selection.cache, next_logits[-1], len(input_ids), uneven, selection.kept,
                                       selection.scoring_s))

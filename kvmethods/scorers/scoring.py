@@ -7,8 +7,8 @@ softmax rows they need from recomputed queries and the cached keys:
   scratch is bounded by SCRATCH_BYTES, so the T x T matrix never exists (the original H2O needs eager
   attention and runs out of memory on long prompts).
 Both work per KV head without repeating keys: the G query heads of a group are stacked against their
-shared keys. Window attention is computed in float32 (float64 for float64 models); accumulated attention
-in the model's dtype with float32 sums (its docstring says why).
+shared keys. Window attention is computed in float32 (float64 for float64 models); accumulated attention's
+products in the model's dtype on an accelerator (`product_dtype`), with float32 sums.
 """
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ SCRATCH_BYTES = {"cpu": 4 * 2**20, "default": 256 * 2**20}
 def score_dtype(tensor: torch.Tensor) -> torch.dtype:
     """float32 for half/bfloat16/float32 models, float64 for float64 ones."""
     return torch.promote_types(tensor.dtype, torch.float32)
+
+
+def product_dtype(tensor: torch.Tensor) -> torch.dtype:
+    """The dtype of the big attention products of H2O's and KVzip's scoring: the model's on an accelerator
+    (tensor cores and half the memory traffic for bf16; both references compute in it), score_dtype on a
+    CPU, whose bf16 products into strided blocks and bf16 softmax are slower than float32 (H2O at 8k tokens
+    on a Qwen2.5-0.5B layer: 4.75x the CPU time, docs/performance.md)."""
+    return tensor.dtype if tensor.device.type != "cpu" else score_dtype(tensor)
 
 
 def _grouped_queries(layer: LayerInputs, last: int | None) -> torch.Tensor:
@@ -68,12 +76,13 @@ def accumulated_attention(layer: LayerInputs, scratch_bytes: int | None = None) 
     averaged over the query heads of the group. Works on blocks of query rows against the keys they
     can see, so the scratch is about 2 x `scratch_bytes` and the upper triangle is never computed.
 
-    The logits and probabilities are in the model's dtype, as in H2O's reference (its attention in the
-    model's half precision, softmax computed in float32 and cast back: FMInference/H2O, h2o_hf's
-    modify_llama.py); each block's column sums and the totals are float32 (float64 for float64 models). For
-    float32 models this is the float32 computation as before, bit for bit; for bf16 on a GPU it is half the
-    memory traffic and tensor-core matmuls (an H200 took 6.4 s at 32k with float32 blocks, issue 36)."""
-    q = layer.queries(None).to(layer.keys.dtype)
+    On an accelerator the logits and probabilities are in the model's dtype (`product_dtype`), as in H2O's
+    reference (its attention in the model's half precision, softmax computed in float32 and cast back:
+    FMInference/H2O, h2o_hf's modify_llama.py): for bf16 half the memory traffic of the blocks and
+    tensor-core matmuls (an H200 took 6.4 s at 32k with float32 blocks, issue 36). On a CPU they stay float32.
+    Each block's column sums and the totals are float32 (float64 for float64 models); float32 models compute
+    as before, bit for bit."""
+    q = layer.queries(None).to(product_dtype(layer.keys))
     sinks = layer.sink_logits
     batch, _, T, dim = q.shape
     kv_heads, groups = layer.num_kv_heads, layer.num_groups

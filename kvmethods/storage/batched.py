@@ -14,8 +14,12 @@ causally. Keys carry their RoPE rotation from the prefill, and attention does no
 sits, so left-aligned kept tokens give each member exactly its own attention, up to float rounding of a
 different shape (tests/kvmethods/test_batched_decode.py bounds it). A member that stops leaves the batch
 (`keep_rows`); the tail can be dropped back to the prompt (`drop_tail`) so the teacher-forced pass and the
-greedy decoding share one padded copy. Only plain dense layers and ragged layers can be batched
-(`can_batch`); any other storage (quantized, channel-pruned, a third party's) decodes alone.
+greedy decoding share one padded copy. Plain dense layers and ragged layers batch this way (`can_batch`).
+
+Layers that store their tokens their own way (`CompactLayer`: KIVI's codes, ThinK's thin keys) batch with each
+other instead (`MemberLayers`): each keeps its own layer, updated on its own row, so that what it quantizes
+while decoding is quantized as alone; the batch pads what they return at every step. Any other storage (a
+third party's) decodes alone.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..adapters.transformers_compat import DynamicLayer, mask_query_length
+from .compact_layer import CompactLayer
 from .ragged import RaggedLayer
 
 
@@ -39,24 +44,34 @@ def _head_sequences(layer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     return list(layer.keys[0]), list(layer.values[0])
 
 
+def _lengths(layer) -> list[int]:
+    """Tokens each KV head of a batch-1 layer holds."""
+    if isinstance(layer, RaggedLayer):
+        return layer.tokens_per_head()
+    return [layer.keys.shape[-2]] * layer.keys.shape[1]
+
+
 class BatchedLayer(DynamicLayer):
     """One layer of B members' caches: padded kept tokens [B, heads, P, dim] + in-place room for new tokens."""
 
     def __init__(self, layers: list, room: int):
         """layers: each member's layer (can_batch); room: new tokens the buffer holds before it must grow."""
         super().__init__()
-        keys = [_head_sequences(layer) for layer in layers]
         first = layers[0].keys
         heads, dim = first.shape[1], first.shape[-1]
-        lengths = torch.tensor([[int(k.shape[0]) for k in member[0]] for member in keys], dtype=torch.long)
+        lengths = torch.tensor([[int(n) for n in _lengths(layer)] for layer in layers], dtype=torch.long)
         self.prompt = int(lengths.max())
         self.lazy_initialization(first, first)
         self._keys = first.new_zeros(len(layers), heads, self.prompt + room, dim)
         self._values = first.new_zeros(len(layers), heads, self.prompt + room, dim)
-        for b, (member_keys, member_values) in enumerate(keys):
-            for h, (k, v) in enumerate(zip(member_keys, member_values)):
-                self._keys[b, h, : k.shape[0]] = k
-                self._values[b, h, : v.shape[0]] = v
+        for b, layer in enumerate(layers):
+            if isinstance(layer, RaggedLayer):  # each head its own length
+                for h, (k, v) in enumerate(zip(*_head_sequences(layer))):
+                    self._keys[b, h, : k.shape[0]] = k
+                    self._values[b, h, : v.shape[0]] = v
+            else:  # one copy for all heads
+                self._keys[b, :, : layer.keys.shape[-2]] = layer.keys[0]
+                self._values[b, :, : layer.values.shape[-2]] = layer.values[0]
         self.lengths = lengths.to(first.device)  # [B, heads] kept tokens of each member's head
         self.uniform_heads = bool((self.lengths == self.lengths[:, :1]).all())  # one mask row serves all heads
         self.tail = 0
@@ -119,3 +134,58 @@ class BatchedLayer(DynamicLayer):
         if heads > 1:  # query heads share KV heads, as transformers' repeat_kv
             visible = visible.repeat_interleave(num_query_heads // heads, dim=1)
         return visible
+
+
+def can_batch_as_members(layer) -> bool:
+    """Whether a member's layer stores its tokens its own way (CompactLayer: KIVI's codes, ThinK's thin keys) and
+    can join a batch of such layers, each updated on its own row (MemberLayers)."""
+    return isinstance(layer, CompactLayer) and layer.values is not None and layer.values.shape[0] == 1
+
+
+class MemberLayers(DynamicLayer):
+    """One layer of B members whose storage is their own (quantized, channel-pruned): each member's layer takes
+    its own row of the new tokens and returns its keys and values exactly as it does alone (its quantization of
+    the tokens leaving its window included); the batch pads them after the shortest ones, per step, and
+    `attention_mask()` hides the padding, each member's new tokens at the end of its own tokens."""
+
+    def __init__(self, layers: list):
+        super().__init__()
+        self.members = list(layers)
+        self.lazy_initialization(layers[0].values, layers[0].values)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.members)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        held = [layer.update(key_states[b: b + 1], value_states[b: b + 1], *args, **kwargs)
+                for b, layer in enumerate(self.members)]
+        longest = max(k.shape[-2] for k, _ in held)
+        keys = key_states.new_zeros(len(held), key_states.shape[1], longest, key_states.shape[-1])
+        values = value_states.new_zeros(len(held), value_states.shape[1], longest, value_states.shape[-1])
+        for b, (k, v) in enumerate(held):
+            keys[b, :, : k.shape[-2]] = k[0]
+            values[b, :, : v.shape[-2]] = v[0]
+        return keys, values
+
+    def get_seq_length(self) -> int:
+        return max(layer.get_seq_length() for layer in self.members)
+
+    def get_mask_sizes(self, query, *args, **kwargs) -> tuple[int, int]:
+        return self.get_seq_length() + mask_query_length(query), 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError("a batch of member layers cannot be cropped")
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        self.members = [self.members[int(row)] for row in rows]
+
+    def attention_mask(self, query_length: int, num_query_heads: int) -> torch.Tensor:
+        """[B, 1, query_length, longest + query_length] bool: member b sees its own tokens, its new ones causally
+        (they come last in what its layer returns), none of the padding after them."""
+        device = self.members[0].values.device
+        held = torch.tensor([layer.get_seq_length() for layer in self.members], device=device)  # before the update
+        columns = torch.arange(int(held.max()) + query_length, device=device)
+        rows = torch.arange(query_length, device=device)
+        visible = columns[None, None, :] <= held[:, None, None] + rows[None, :, None]  # [B, q, columns]
+        return visible.unsqueeze(1)

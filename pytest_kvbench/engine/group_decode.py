@@ -55,7 +55,7 @@ class BatchDecoder:
     """How the runner decodes several members at once (kvmethods.runtime.batched_generation), for decode_members."""
 
     batching: DecodeBatching
-    can_batch: Callable[[Case, object], bool]  # (member, prefilled state): its method and cache can join a batch
+    kind: Callable[[Case, object], str | None]  # (member, prefilled state): the batches it can join, None: alone
     decode: Callable[[list[Case], list], list]  # -> per member (result, kl, agreement) or the exception it raised
     size: Callable[[list], int]  # members per batch for these states (batching.size with the sample's shapes)
 
@@ -68,7 +68,7 @@ def decode_members(running: Case, members: list[Case], shared, sample_id: str, d
     their decoding runs on `time_left(member)` while `limit` (the running item's) is paused. With `batch`, the
     members that can batch and were measured alone once (a method's own decode speed: its first sample is
     decoded alone) decode together, in batches of batch.size(...) members."""
-    waiting: list[tuple[Case, object, float]] = []
+    waiting: dict[str, list[tuple[Case, object, float]]] = {}  # by batch kind (batched_generation.batch_kind)
     for index, member in enumerate(members):
         state, shared.selections[index] = shared.selections[index], None
         own_s, error = shared.own_s[index], shared.errors[index]
@@ -77,16 +77,18 @@ def decode_members(running: Case, members: list[Case], shared, sample_id: str, d
                 raise error
             outcomes.fail(member, sample_id, _detached(error, _note(running, sample_id)))
             continue
-        if (batch is not None and not batch.batching.sequential and outcomes.measured_alone(member)
-                and batch.can_batch(member, state)):
-            waiting.append((member, state, own_s))
+        kind = None
+        if batch is not None and not batch.batching.sequential and outcomes.measured_alone(member):
+            kind = batch.kind(member, state)
+        if kind is not None:
+            waiting.setdefault(kind, []).append((member, state, own_s))
             continue
         _decode_alone(running, member, state, own_s, shared.forward_s, sample_id, decode, outcomes, limit, time_left)
-    if waiting:
-        size = batch.size([state for _, state, _ in waiting])
-        for start in range(0, len(waiting), size):
-            _decode_batch(running, waiting[start: start + size], shared.forward_s, sample_id, decode, outcomes, limit,
-                          time_left, batch)
+    for together in waiting.values():
+        size = batch.size([state for _, state, _ in together])
+        for start in range(0, len(together), size):
+            _decode_batch(running, together[start: start + size], shared.forward_s, sample_id, decode, outcomes,
+                          limit, time_left, batch)
 
 
 def _note(running: Case, sample_id: str) -> str:

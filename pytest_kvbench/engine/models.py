@@ -4,7 +4,9 @@ Loading an 8B model takes a minute and most of a GPU, so items never load models
 they ask this cache, which loads on first use (never at collection) and records the load time
 and on-disk size once. The embedded default model is loaded through exactly the same
 ``from_pretrained`` path as a hub model; only its location differs. A GGUF file (or a named model
-resolved to one) is loaded from its float conversion (gguf_conversion.py), made on first use.
+resolved to one) is loaded from its float conversion (gguf_conversion.py), made on first use. A family whose
+causal-LM class cannot run sdpa (gemma2, gpt-oss) loads with eager, as transformers would pick, and the record
+says which implementation ran.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from kvmethods.adapters.transformers_compat import attention_implementation, supported_attention
 
 from pytest_kvbench.engine.gguf_conversion import converted_model
 from pytest_kvbench.engine.hardware.figures import model_size_on_disk
@@ -109,8 +113,10 @@ class ModelCache:
                 gguf = _converted_gguf(resolved.gguf)
                 source = gguf["converted"]
             tokenizer = AutoTokenizer.from_pretrained(source)
+            config = AutoConfig.from_pretrained(source)
             model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=torch_dtype, attn_implementation=attn_implementation
+                source, config=config, dtype=torch_dtype,
+                attn_implementation=supported_attention(config, attn_implementation)
             )
         except Exception as exc:  # a corrupt config.json raises KeyError, TypeError, ... besides OSError
             text = " ".join(str(exc).split()) or type(exc).__name__  # one line, however long the original
@@ -127,7 +133,7 @@ class ModelCache:
             tokenizer=tokenizer,
             device=device,
             dtype=str(torch_dtype).replace("torch.", ""),
-            attn_implementation=attn_implementation,
+            attn_implementation=attention_implementation(model),  # what runs: eager where the family has no sdpa
             family=getattr(config, "model_type", "unknown"),
             load_s=load_s,
             size_bytes=gguf["size_bytes"] if gguf else model_size_on_disk(source),

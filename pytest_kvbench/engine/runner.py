@@ -16,7 +16,7 @@ from typing import Any
 
 from kvmethods import FULL_CACHE, get_method
 from kvmethods.runtime.clock import now
-from kvmethods.runtime.batched_generation import BatchRequest, can_decode_in_batch, generate_batch
+from kvmethods.runtime.batched_generation import BatchRequest, batch_kind, generate_batch
 from kvmethods.runtime.generation import GROUP_PROTOCOLS, generate, record_fields
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid
@@ -176,7 +176,7 @@ class Runner:
             return self.batching.size(states, task.max_new_tokens, len(reference.target_ids) + task.max_new_tokens,
                                       int(states[0].next_logits.shape[-1]))
 
-        batch = BatchDecoder(self.batching, lambda member, state: can_decode_in_batch(self._method(member), state),
+        batch = BatchDecoder(self.batching, lambda member, state: batch_kind(self._method(member), state),
                              decode_together, size)
         decode_members(case, members, shared, sample.id, decode, self.shared, limit, self._time_left, batch)
 

@@ -44,13 +44,15 @@ def case_of_nodeid(config: pytest.Config, nodeid: str) -> Case | None:
 
 def expect(config: pytest.Config, nodeids: Iterable[str]) -> None:
     """Controller: these items are what the run must finish (a run missing any is incomplete). Before the
-    first of them runs, the run directory is locked and Ctrl-C honoured (wiring/interrupts.py)."""
+    first of them runs, the run directory is locked, Ctrl-C honoured (wiring/interrupts.py) and the run's start
+    written (its items and provenance: RunSession.write_start)."""
     run = config.stash.get(SESSION_KEY, None)
     if run is not None and run.is_controller:
         run.expect((case, nodeid) for nodeid in nodeids if (case := case_of_nodeid(config, nodeid)) is not None)
         if run.expected and not config.option.collectonly:
             honour_sigint()
             lock_run(config)
+            run.write_start()
 
 
 def lock_run(config: pytest.Config, what: str = "") -> None:

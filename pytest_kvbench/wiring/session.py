@@ -3,7 +3,10 @@
 Workers append each finished item's record to ``records.jsonl`` (results/run/storage.py) the moment it
 finishes; the controller alone, at session end, reads them all back and writes ``run.json``, the
 per-task prediction files and RESULTS.md. A crash therefore loses at most the running item, and
-``--kvbench-resume RUN_ID`` can complete the same directory later.
+``--kvbench-resume RUN_ID`` can complete the same directory later. When the run starts (its items
+known, its directory locked) the controller writes a first run.json: the selected items, the settings
+and the provenance (commit, command, versions), so a run killed with -9 still says what it was and
+which items it did not finish (results/run/state.py reads both forms the same way).
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ from pytest_kvbench import atomic_files
 from pytest_kvbench.cases import Grid
 from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.run.environment import capture_environment, installed_packages
-from pytest_kvbench.results.record import Record, superseded
+from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.run.directories import parse_records
+from pytest_kvbench.results.run.state import crashed_then_run, expected_items, unfinished_of
+
+
+_UNREAD = object()
 
 
 class RunSession:
@@ -36,13 +43,15 @@ class RunSession:
         self.start = time.time()
         self.final_records: list[Record] | None = None  # what finish() wrote, for the terminal summary
         self.expected: dict[str, tuple[str, str]] = {}  # key -> (item id, node id) of the selected items
-        self.unfinished: list[dict] = []  # what finish() found missing
+        self.unfinished: list[dict] = []  # what finish() found missing ...
+        self.crashed: list[dict] = []  # ... and what crashed, then ran again
         self.written: list[str] = []  # what finish() wrote (wiring/final_writes.py) ...
         self.write_failures: list = []  # ... and what it could not, with the path and why
         self.cases_by_id: dict | None = None  # filled by the plugin on first use
         self.lock = None  # the run directory's RunLock while this controller holds it (results/run/lock.py)
-        # a resumed run: the records of its earlier attempts, by key, read once before any item runs here
-        self._earlier = {r.key: r for r in self.all_records()} if resumed else {}
+        self._tail = storage.RecordsTail(self.records_path)  # the newest record per key, for ``supersedes``
+        self._started_with = 0  # how many expected items the run.json written at the start names
+        self._earlier_run: object = _UNREAD  # an earlier attempt's run.json (_previous_run)
 
     @property
     def environment(self) -> dict:
@@ -75,21 +84,41 @@ class RunSession:
         for case, nodeid in cases_and_nodeids:
             self.expected.setdefault(case.key, (case.id, nodeid))
 
+    def expected_items(self, previous: dict | None) -> list[dict]:
+        """Every item the run must finish: an earlier attempt's (a resumed run) and this session's."""
+        items = list(expected_items(previous or {}) or [])
+        known = {item.get("key") for item in items}
+        items += [{"item_id": item_id, "nodeid": nodeid, "key": key}
+                  for key, (item_id, nodeid) in self.expected.items() if key not in known]
+        return items
+
+    def write_start(self) -> None:
+        """Controller, once the selected items are known and the directory locked: settings.json and a run.json
+        that says the run started (no ``end``), with its items and provenance; again when more items arrive (each
+        xdist worker reports its collection). A failed write is left to the end of the run, which names it."""
+        if len(self.expected) <= self._started_with:
+            return
+        from pytest_kvbench.results.run import writer  # lazy for startup time: tables and tabulate
+
+        self._started_with = len(self.expected)
+        previous = self._previous_run()
+        records = self.all_records() if self.records_path.exists() else []
+        expected = self.expected_items(previous)
+        start = previous.get("start_ts", self.start) if previous else self.start
+        run = writer.run_document(
+            run_id=self.run_id, start=writer.iso_time(start), start_ts=start, end=None, duration_s=0.0,
+            complete=False, resumed=self.resumed or bool(previous), grid=self.grid.as_dict(),
+            environment=self.environment, records=records, expected=expected,
+            unfinished=unfinished_of(expected, records), resume_command=self.resume_command())
+        try:
+            self._write_settings()
+            atomic_files.atomic_write_json(self.run_dir / storage.RUN_FILE, run)
+        except OSError:
+            pass
+
     def resume_command(self) -> str:
         command = str(self.environment.get("command") or "pytest bench/")
         return command if "--kvbench-resume" in command else f"{command} --kvbench-resume {self.run_id}"
-
-    def unfinished_items(self, records: list[Record]) -> list[dict]:
-        """Selected items with no record, or whose worker crashed: each with why and how to finish it."""
-        by_key = {r.key: r for r in records}
-        out = []
-        for key, (item_id, nodeid) in self.expected.items():
-            record = by_key.get(key)
-            if record is not None and not record.crashed:
-                continue
-            reason = record.message if record is not None else "no record: the run stopped before it finished"
-            out.append({"item_id": item_id, "nodeid": nodeid, "key": key, "reason": reason})
-        return out
 
     # -- records -----------------------------------------------------------------------------
     def add(self, record: Record | dict) -> str | None:
@@ -104,12 +133,15 @@ class RunSession:
         plugin stops the session with it (pytest's own "Interrupted: ..." line, no traceback), since every
         later record would be lost the same way; the records before it are kept."""
         raw = record.to_json() if isinstance(record, Record) else record
-        earlier = self._earlier.get(raw.get("key"))
-        if earlier is not None:
-            raw = raw | {"supersedes": superseded(earlier)}
+
+        def with_supersedes(raw: dict) -> dict:  # under the records file's lock: what it holds by now
+            self._tail.update()
+            earlier = self._tail.latest.get(raw.get("key"))
+            return raw | {"supersedes": earlier} if earlier is not None else raw
+
         try:
             self._write_settings()
-            storage.append_record(self.records_path, raw)
+            storage.append_record(self.records_path, raw, with_supersedes)
         except OSError as exc:
             return (f"kvbench: the record of {raw.get('item_id') or raw.get('key')} could not be written to "
                     f"{self.records_path} ({(exc.strerror or str(exc)).lower()}); the records before it are kept")
@@ -121,11 +153,14 @@ class RunSession:
         if not settings.exists():
             atomic_files.atomic_write_json(settings, self.grid.as_dict())
 
+    def history(self) -> list[Record]:
+        """Every record line of the run, oldest first (crashed attempts included); a line that is not a record is
+        skipped here (``kvbench show`` names it: results/run/state.py)."""
+        return parse_records(storage.scan_records(self.records_path).records, str(self.records_path))
+
     def all_records(self) -> list[Record]:
-        """Every record of the run (all workers, earlier resumed attempts), the last per case; a line that is
-        not a record is skipped here (``kvbench show`` names it: results/run/state.py)."""
-        records = parse_records(storage.scan_records(self.records_path).records, str(self.records_path))
-        return storage.latest_per_key(records)
+        """Every record of the run (all workers, earlier resumed attempts), the last per case."""
+        return storage.latest_per_key(self.history())
 
     def finished_keys(self) -> set[str]:
         return {r.key for r in self.all_records() if r.is_finished}
@@ -135,12 +170,16 @@ class RunSession:
         """Write run.json, per-task files and RESULTS.md from every record, each on its own (a failure is
         kept in ``write_failures``, the others are still written); return run.json's content."""
         from pytest_kvbench.results.run import writer as run_writer  # lazy for startup time: tables and tabulate, at the end only
+        from pytest_kvbench.results.views.tables import shared_results_markdown  # lazy, as the writer above
         from pytest_kvbench.wiring.final_writes import write_each
 
-        records = self.final_records = self.all_records()
-        self.unfinished = self.unfinished_items(records)
-        complete = complete and not self.unfinished
+        history = self.history()
+        records = self.final_records = storage.latest_per_key(history)
         previous = self._previous_run()
+        expected = self.expected_items(previous)
+        self.unfinished = unfinished_of(expected, records)  # the readers' own computation (results/run/state.py)
+        self.crashed = crashed_then_run(history, records)
+        complete = complete and not self.unfinished
         start = previous.get("start_ts", self.start) if previous else self.start
         end = time.time()
         run = run_writer.run_document(
@@ -148,15 +187,24 @@ class RunSession:
             duration_s=round(end - start, 3), complete=complete, resumed=self.resumed or bool(previous),
             grid=self.grid.as_dict(), records=records,
             environment=self.environment | {"packages": installed_packages()},  # read once, at the end
-            unfinished=self.unfinished, resume_command=None if complete else self.resume_command())
+            expected=expected, unfinished=self.unfinished, crashed=self.crashed,
+            resume_command=None if complete else self.resume_command())
         files, markdown = run_writer.run_files(self.run_dir, run, records)
         # settings.json too: a run stopped before its first record can be resumed
         files.insert(0, (storage.SETTINGS_FILE, self.run_dir / storage.SETTINGS_FILE, self._write_settings))
         table = self.results_dir / storage.RESULTS_FILE
+        shared = shared_results_markdown(markdown, self.run_id, self._other_runs(), str(self.results_dir))
         files.append((f"{storage.RESULTS_FILE} of the results directory", table,
-                      lambda: atomic_files.atomic_write_text(table, markdown)))
+                      lambda: atomic_files.atomic_write_text(table, shared)))
         self.written, self.write_failures = write_each(files)
         return run
+
+    def _other_runs(self) -> list[str]:
+        """The other runs of the results directory, oldest first (the names hold their start time)."""
+        from pytest_kvbench.results.run.directories import run_dirs  # lazy: at the end of a run only
+
+        return sorted((p.name for p in run_dirs(self.results_dir) if p.name != self.run_id),
+                      key=lambda name: (name.rsplit("_", 2)[-2:], name))
 
     def kept(self) -> list[str]:
         """What a failure line says was kept: the records, and what finish() did write."""
@@ -165,11 +213,12 @@ class RunSession:
         return kept + [what for what in dict.fromkeys(self.written) if what not in ("item folder", storage.SETTINGS_FILE)]
 
     def _previous_run(self) -> dict | None:
-        path = self.run_dir / storage.RUN_FILE
-        if not path.exists():
-            return None
-
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+        """The run.json of an earlier attempt (a resumed run), read once, before this session writes its own."""
+        if self._earlier_run is _UNREAD:
+            self._earlier_run = None
+            try:
+                found = json.loads((self.run_dir / storage.RUN_FILE).read_text(encoding="utf-8"))
+                self._earlier_run = found if isinstance(found, dict) else None
+            except (OSError, ValueError):
+                pass
+        return self._earlier_run

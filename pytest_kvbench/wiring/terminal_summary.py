@@ -34,6 +34,9 @@ def write_summary(terminalreporter, run, gate) -> None:
         shown = ", ".join(u["item_id"] for u in run.unfinished[:8]) + (" ..." if len(run.unfinished) > 8 else "")
         terminalreporter.write_line(f"run {run.run_id} is incomplete: {len(run.unfinished)} item(s) not finished "
                                     f"({shown}); finish them with: {run.resume_command()}", red=True)
+    if run.crashed:  # complete, but not without trouble: the item's worker died once
+        shown = ", ".join(f"{c['item_id']}: re-run" for c in run.crashed[:8]) + (" ..." if len(run.crashed) > 8 else "")
+        terminalreporter.write_line(f"run {run.run_id}: {len(run.crashed)} crashed item(s) ({shown})", yellow=True)
     terminalreporter.write_line(f"run {run.run_id}: {run.run_dir} ; table: {Path(run.results_dir) / 'RESULTS.md'}")
     failures = run.write_failures + gate.write_failures
     if failures:

@@ -7,7 +7,8 @@ to `--state`, so that a long prompt on a big model is prefilled once for all rou
 decodes every method's copy for `--tokens` tokens in a fresh process per copy of the code (`--code DIR`,
 repeatable: e.g. this checkout and `git archive main` unpacked), round after round, so the neighbours'
 load falls on all alike. Printed: per method and code, the median wall and CPU (process) seconds per token
-and tokens/s, each code's new/old ratio, and the load average. The saved state also records each method's
+and tokens/s (of CPU time on a CPU, of wall time on CUDA, where `--device cuda` runs it and the clock
+waits for the queued work), each code's new/old ratio, and the load average. The saved state also records each method's
 own selection seconds of that prefill (`own_s`: where H2O's accumulated attention shows).
 
     python scripts/measure/random_model.py qwen2.5-0.5b /tmp/qwen05
@@ -41,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=16, help="tokens each method decodes per round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are printed")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (on CUDA, read the wall times: CPU time waits)")
     parser.add_argument("--state", type=Path, required=True, help="the prefilled caches: made here if missing")
     parser.add_argument("--code", type=Path, action="append", help="a copy of the code (repeatable; default .)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -57,7 +59,7 @@ def load_model(args):
 
     torch.set_num_threads(args.threads)
     return AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype),
-                                                attn_implementation="sdpa").eval()
+                                                attn_implementation="sdpa").to(args.device).eval()
 
 
 def make_state(args) -> None:
@@ -89,17 +91,20 @@ def child(args) -> None:
     """Decode every saved state with the code on PYTHONPATH; one JSON line of {method: [wall, cpu]}."""
     import torch
 
+    from kvmethods.runtime.clock import now
     from kvmethods.runtime.generation import PrefilledPrompt, decode_greedy
 
     model = load_model(args)
-    saved = torch.load(args.state, weights_only=False)
+    saved = torch.load(args.state, weights_only=False, map_location=args.device)
     out = {}
     for name, state in zip([*saved["methods"], "full"], saved["states"]):
+        if state is None:  # the method raised in the shared prefill
+            continue
         fork = PrefilledPrompt(copy.deepcopy(state.cache), state.next_logits, state.next_position, state.uneven)
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu = now(), time.process_time()  # now(): after the queued CUDA work
         with torch.inference_mode():
             tokens, _, _, _ = decode_greedy(model, fork, args.tokens, set())
-        out[name] = [time.perf_counter() - wall, time.process_time() - cpu, len(tokens)]
+        out[name] = [now() - wall, time.process_time() - cpu, len(tokens)]
     print(json.dumps(out))
 
 
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             done = subprocess.run(command, env=dict(os.environ, PYTHONPATH=str(code)), capture_output=True,
                                   text=True, check=True)
             runs[str(code)].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"{args.model} ({args.dtype}), budget {args.budget}, {args.task}@{args.context_length}, {args.tokens} "
+    print(f"{args.model} ({args.dtype}, {args.device}), budget {args.budget}, {args.task}@{args.context_length}, {args.tokens} "
           f"tokens decoded per method, {args.threads} thread(s), {args.rounds} interleaved rounds, load average "
           f"{statistics.median(loads):.1f} (min {min(loads):.1f}, max {max(loads):.1f})")
     medians: dict[str, dict[str, tuple[float, float]]] = {}
@@ -135,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
         row = name.ljust(14)
         for code in medians:
             wall, cpu = medians[code][name]
-            row += f"   {wall:6.3f} s wall {cpu:6.3f} s CPU ({1 / cpu:5.1f} tok/s)"
+            rate = 1 / (wall if args.device != "cpu" else cpu)
+            row += f"   {wall:6.3f} s wall {cpu:6.3f} s CPU ({rate:6.1f} tok/s)"
         if len(codes) == 2:
             old, new = (medians[str(code)][name][1] for code in codes)
             row += f"   {new / old:5.2f}x"

@@ -1,11 +1,13 @@
 #!/usr/bin/env python
-"""One layer of H2O's accumulated attention or of KVzip's repeat attention, for copies of the code interleaved.
+"""One layer's scoring (H2O, KVzip) or ragged decode steps (AdaKV), for copies of the code interleaved.
 
 Issue 36 (item 4): on an H200, H2O's selection at 32k took 6.4 s (a plain prefill 1.3 s) and KVzip at 32k did
 not finish in 150 s. Both are one kernel per layer over random tensors of a model's layer shape, so they are
 timed here alone, without a model: `h2o` is `scoring.accumulated_attention` over a T-token layer, `kvzip` is
 `kvzip_attention.attend_and_score` of one repeat chunk (`--chunk` context tokens plus 20 instruction tokens)
-over a T-token context, with its output, at the block size kvzip.py picks for it. Each round runs every
+over a T-token context, with its output, at the block size kvzip.py picks for it. `ragged` is `--steps` decoding steps over one layer of AdaKV's
+ragged cache (storage/ragged.py: the mask the per-layer hook asks for, the update, and sdpa over the padded
+view with it), its KV heads keeping a skewed share of heads x 1,024 of the T tokens. Each round runs every
 `--code DIR` copy (repeatable: e.g. `git archive main` unpacked, and this checkout) in a fresh process, one
 after the other, so the neighbours' load falls on all alike; medians of wall and CPU seconds per call, the
 new/old ratio and the load average are printed.
@@ -31,18 +33,19 @@ SHAPES = {"qwen2.5-0.5b": (14, 2, 64), "llama-3-8b": (32, 8, 128)}  # query head
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernel", choices=["h2o", "kvzip"], required=True)
+    parser.add_argument("--kernel", choices=["h2o", "kvzip", "ragged"], required=True)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b")
     parser.add_argument("--tokens", type=int, default=8192, help="the layer's (context's) length")
     parser.add_argument("--chunk", type=int, default=2048, help="kvzip: context tokens one repeat forward repeats")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--steps", type=int, default=64, help="ragged: decoding steps per call")
     parser.add_argument("--calls", type=int, default=1, help="calls per process (the minimum is kept)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--code", type=Path, action="append", help="a copy of the code (repeatable; default .)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for name in ("tokens", "chunk", "calls", "rounds", "threads"):
+    for name in ("tokens", "chunk", "steps", "calls", "rounds", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be a positive integer")
     return args
@@ -89,11 +92,41 @@ def kvzip_call(args, torch):
     return lambda: attend_and_score(query, key, value, span, dim**-0.5)
 
 
+def ragged_call(args, torch):
+    import copy
+
+    from kvmethods.storage.ragged import RaggedLayer
+
+    q_heads, kv_heads, dim = SHAPES[args.shape]
+    dtype, T = getattr(torch, args.dtype), args.tokens
+    generator = torch.Generator().manual_seed(0)
+    shares = torch.linspace(3.0, 0.25, kv_heads)  # a skewed allocation of kv_heads x 1,024 kept tokens
+    counts = (shares / shares.sum() * kv_heads * min(1024, T // kv_heads)).long().clamp(1, T).tolist()
+    kept = torch.zeros(1, kv_heads, T, dtype=torch.bool)
+    for head, count in enumerate(counts):
+        kept[0, head, torch.randperm(T, generator=generator)[:count]] = True
+    keys = torch.randn(1, kv_heads, T, dim, generator=generator).to(dtype)
+    layer = RaggedLayer(keys, torch.randn(1, kv_heads, T, dim, generator=generator).to(dtype), kept)
+    steps = [tuple(torch.randn(1, heads, 1, dim, generator=generator).to(dtype) for heads in (q_heads, kv_heads, kv_heads))
+             for _ in range(args.steps)]
+
+    def decode():
+        fresh = copy.deepcopy(layer)
+        for query, key, value in steps:
+            mask = fresh.attention_mask(1, q_heads, dtype)
+            all_keys, all_values = fresh.update(key, value)
+            groups = q_heads // kv_heads
+            torch.nn.functional.scaled_dot_product_attention(
+                query.view(1, kv_heads, groups, dim), all_keys, all_values, attn_mask=mask.view(1, kv_heads, groups, -1))
+
+    return decode
+
+
 def child(args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    call = (h2o_call if args.kernel == "h2o" else kvzip_call)(args, torch)
+    call = {"h2o": h2o_call, "kvzip": kvzip_call, "ragged": ragged_call}[args.kernel](args, torch)
     best = None
     with torch.inference_mode():
         for _ in range(args.calls):
@@ -120,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
             timings[code].append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"{args.kernel}, {args.shape} layer ({args.dtype}), {args.tokens} tokens"
           + (f", a {args.chunk}-token chunk" if args.kernel == "kvzip" else "")
+          + (f", {args.steps} decoding steps" if args.kernel == "ragged" else "")
           + f", {args.threads} thread(s), {args.rounds} interleaved rounds, load average "
             f"{statistics.median(loads):.1f} (min {min(loads):.1f}, max {max(loads):.1f})")
     medians = {}

@@ -13,7 +13,7 @@ from pytest_kvbench.engine.decode_batching import AUTO, AUTO_CPU, DecodeBatching
 from pytest_kvbench.engine.runner import Runner
 from model_helpers import one_thread  # noqa: F401 - module-scoped autouse fixture
 
-METHODS = ["snapkv", "pyramidkv", "h2o", "streamingllm", "adakv", "kvzip", "kivi", "tova"]
+METHODS = ["snapkv", "pyramidkv", "h2o", "streamingllm", "adakv", "kvzip", "kivi", "tova", "snapkv+kivi", "rkv"]
 
 
 def run_group(decode_batch, samples=3, methods=METHODS, patch=None):
@@ -53,7 +53,9 @@ def test_each_member_decodes_its_first_sample_alone_and_the_rest_in_batches(both
         assert sizes[0] == 1 and all(1 < size <= 4 for size in sizes[1:]), (name, sizes)
         latency = by_method[name].latency
         assert latency.decode_tokens_per_s_alone is not None and latency.decode_tokens_per_s_alone > 0
-    assert [row["decode_batch"] for row in by_method["kivi"].samples] == [1, 1, 1]  # quantized: alone
+    for name in ["kivi", "snapkv+kivi"]:  # quantized: a batch of their own
+        assert [row["decode_batch"] for row in by_method[name].samples] == [1, 2, 2], name
+    assert "decode_batch" not in by_method["rkv"].samples[0]  # compresses while decoding: prefilled and decoded alone
     assert by_method["full"].latency.decode_tokens_per_s_alone == by_method["full"].latency.decode_tokens_per_s
     assert runner.batching.shrunk is None and all(r.latency.decode_batch_note is None for r in batched)
 

@@ -96,11 +96,11 @@ def test_decode_kl_sees_a_decoding_step_bug_that_teacher_forcing_misses(model, m
         return compare(reference, out.target_logprobs)[0], decode_divergence(reference, out.tokens, out.logprobs)
 
     kl, good = decode_kl()
-    forward = generation._forward
+    forward = generation.forward
 
     def shifted(model_, cache, ids_, start, uneven, keep):  # decode steps only: one token at a time
         return forward(model_, cache, ids_, start + 20 if len(ids_) == 1 else start, uneven, keep)
 
-    monkeypatch.setattr(generation, "_forward", shifted)
+    monkeypatch.setattr(generation, "forward", shifted)
     bad_kl, bad = decode_kl()
     assert bad_kl == pytest.approx(kl) and bad != pytest.approx(good)

@@ -9,7 +9,8 @@ import torch
 
 from kvmethods import Budget, MethodError, available_methods, get_method
 from kvmethods.core.capabilities import Capability, decodes_alone
-from kvmethods.runtime.batched_generation import BatchRequest, batched_cache, can_decode_in_batch, generate_batch
+from kvmethods.runtime.batched_generation import (MEMBERS, PADDED, BatchRequest, batch_kind, batched_cache,
+                                                  can_decode_in_batch, generate_batch)
 from kvmethods.runtime.generation import generate, prefill
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from kvmethods.storage.ragged import RaggedLayer
@@ -28,9 +29,13 @@ def _built(name: str):
 
 BUILTINS = [name for name in available_methods() if (method := _built(name)) is not None]
 SHARING = [name for name in BUILTINS if can_share_prefill(_built(name))]
+# prefilled alone but batched (ThinK's thin keys, with KIVI too): decoding compressors and kvpress excluded
+ALONE_PREFILL = [name for name in BUILTINS if not can_share_prefill(_built(name))
+                 and not decodes_alone(_built(name).capabilities)]
 BUDGETS = [Budget.parse("6"), Budget.parse("r0.5"), Budget.parse("64")]  # 64 keeps the whole prompt
 # A window shorter than the prompt: adakv's heads keep uneven counts on the tiny model (ragged layers)
 UNEVEN = [get_method("adakv", window=4), get_method("adakv", base="pyramidkv", window=4)]
+COMPOSED = [get_method("snapkv+kivi", group_size=8, residual=8), get_method("think+kivi", group_size=8, residual=8)]
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
@@ -73,42 +78,59 @@ def _check_equal(label, batched, alone, steps_checked):
 
 @pytest.mark.parametrize("protocol", ["question_in_window", "query_agnostic"])
 def test_every_builtin_decodes_the_same_tokens_in_a_batch_as_alone(model, protocol):
+    """Every built-in at three budgets: sharing methods from one shared prefill, the others prefilled alone; one
+    batch per kind (dense + ragged padded together, quantized / thin-key storages together) and the reference."""
     ids, context_len, new = prompt(), 30, 8
-    requests = [(method, budget) for method in [_built(name) for name in SHARING] + UNEVEN for budget in BUDGETS]
+    sharing = [_built(name) for name in SHARING] + UNEVEN + COMPOSED[:1]
+    requests = [(method, budget) for method in sharing for budget in BUDGETS]
     reference = generate(model, get_method("full"), Budget.parse("full"), ids, context_len, new, set(), protocol,
                          return_logprobs=True)
     targets = reference.tokens
     shared = shared_prefill(model, requests, ids, context_len, protocol)
-    batch = [(number, BatchRequest(method, budget, state))
-             for number, ((method, budget), state) in enumerate(zip(requests, shared.selections))
-             if can_decode_in_batch(method, state)]
-    # the reference's full cache joins as one more member: dense layers, much longer than the others
-    members = [request for _, request in batch] + [BatchRequest(get_method("full"), None, shared.reference)]
-    outputs = generate_batch(model, members, len(ids), new, set(), teacher_targets=targets, return_logprobs=True)
-    assert {requests[n][0].name for n, _ in batch} >= {"snapkv", "pyramidkv", "adakv", "kvzip", "h2o", "tova"}
+    states = list(shared.selections)
+    for method in [_built(name) for name in ALONE_PREFILL] + COMPOSED[1:]:
+        for budget in BUDGETS:
+            requests.append((method, budget))
+            states.append(prefill(model, method, budget, ids, context_len, protocol))
+    kinds: dict[str, list[int]] = {}
+    for number, ((method, _), state) in enumerate(zip(requests, states)):
+        if batch_kind(method, state) is not None:
+            kinds.setdefault(batch_kind(method, state), []).append(number)
+    assert set(kinds) == {PADDED, MEMBERS}
+    batched_names = {requests[n][0].name for numbers in kinds.values() for n in numbers}
+    assert batched_names >= {"snapkv", "pyramidkv", "adakv", "kvzip", "h2o", "tova", "kivi", "snapkv+kivi", "think",
+                             "think+kivi"}
     assert any(isinstance(layer, RaggedLayer) and len(set(layer.kept_per_head)) > 1
-               for _, r in batch for layer in r.state.cache.layers), "no uneven heads: the per-head masks untested"
+               for n in kinds[PADDED] for layer in states[n].cache.layers), "no uneven heads: the per-head masks untested"
     checked: list[int] = []
-    for (number, request), batched in zip(batch, outputs):
-        method, budget = requests[number]
-        alone = generate(model, method, budget, ids, context_len, new, set(), protocol, teacher_targets=targets,
-                         return_logprobs=True, prefilled=request.state)
-        _check_equal(f"{method.name}@{budget.spec}", batched, alone, checked)
-    assert outputs[-1].tokens == reference.tokens
-    assert (outputs[-1].logprobs - reference.logprobs).abs().max() <= LOGPROB_TOLERANCE
-    assert len(checked) == len(batch) and sum(checked) > len(batch)
+    for kind, numbers in kinds.items():
+        members = [BatchRequest(*requests[n], states[n]) for n in numbers]
+        if kind == PADDED:  # the reference's full cache joins as one more member: dense, much longer than the others
+            members.append(BatchRequest(get_method("full"), None, shared.reference))
+        outputs = generate_batch(model, members, len(ids), new, set(), teacher_targets=targets, return_logprobs=True)
+        for number, batched in zip(numbers, outputs):
+            method, budget = requests[number]
+            alone = generate(model, method, budget, ids, context_len, new, set(), protocol, teacher_targets=targets,
+                             return_logprobs=True, prefilled=states[number])
+            _check_equal(f"{method.name}@{budget.spec}", batched, alone, checked)
+        if kind == PADDED:
+            assert outputs[-1].tokens == reference.tokens
+            assert (outputs[-1].logprobs - reference.logprobs).abs().max() <= LOGPROB_TOLERANCE
+    assert len(checked) == sum(map(len, kinds.values())) and sum(checked) > len(checked)
 
 
 def test_what_decodes_alone_is_a_capability_and_every_other_builtin_batches(model):
     ids = prompt()
     alone = {name for name in BUILTINS if decodes_alone(_built(name).capabilities)}
-    assert {"kivi", "think", "rkv", "decoding"} <= alone and not {"snapkv", "adakv", "kvzip", "full"} & alone
+    assert {"rkv", "decoding"} <= alone and not {"snapkv", "adakv", "kvzip", "full", "kivi", "think"} & alone
     for name in BUILTINS:
         method = _built(name)
         if Capability.RUNS_PREFILL in method.capabilities:
             continue
         state = prefill(model, method, Budget.parse("6"), ids, 30, "query_agnostic")
         assert can_decode_in_batch(method, state) == (name not in alone), name
+    kivi = prefill(model, _built("kivi"), Budget.parse("6"), ids, 30, "query_agnostic")
+    assert batch_kind(_built("kivi"), kivi) == MEMBERS
 
 
 def test_members_leave_the_batch_when_they_stop_and_the_others_go_on(llama):

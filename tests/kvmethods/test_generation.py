@@ -23,7 +23,7 @@ from kvmethods import (
 )
 from kvmethods.attention.hooks import per_layer_causal_masks
 from kvmethods.core.families import decoder_layers
-from kvmethods.runtime import generation
+from kvmethods.runtime import generation, prompt_forward
 from kvmethods.runtime.generation import PROTOCOLS, generate, prefill, teacher_force
 from kvmethods.testing import tiny_model
 from kvmethods.adapters.transformers_compat import cache_argument
@@ -174,7 +174,7 @@ def test_a_decoding_step_over_uneven_layers_runs_unmasked_and_a_multi_token_forw
             handles = [layer.self_attn.register_forward_pre_hook(record, with_kwargs=True)
                        for layer in decoder_layers(model)]
             try:
-                step_logits = generation._forward(model, state.cache, ids, state.next_position, False, 1)
+                step_logits = generation.forward(model, state.cache, ids, state.next_position, False, 1)
             finally:
                 for handle in handles:
                     handle.remove()
@@ -189,15 +189,15 @@ def test_a_decoding_step_over_uneven_layers_runs_unmasked_and_a_multi_token_forw
 
 def test_forwards_over_a_filled_cache_keep_cudnn_attention_off_on_cuda(model, monkeypatch):
     cudnn = torch.backends.cuda.cudnn_sdp_enabled()
-    monkeypatch.setattr(generation, "_device", lambda model: torch.device("cuda"))
-    with generation.cached_forward_kernels(model, 0):  # the prompt's own forward: torch's choice
+    monkeypatch.setattr(prompt_forward, "device_of", lambda model: torch.device("cuda"))
+    with prompt_forward.cached_forward_kernels(model, 0):  # the prompt's own forward: torch's choice
         assert torch.backends.cuda.cudnn_sdp_enabled() == cudnn
-    with generation.cached_forward_kernels(model, 40):
+    with prompt_forward.cached_forward_kernels(model, 40):
         assert not torch.backends.cuda.cudnn_sdp_enabled()
         assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
     assert torch.backends.cuda.cudnn_sdp_enabled() == cudnn
-    monkeypatch.setattr(generation, "_device", lambda model: torch.device("cpu"))
-    with generation.cached_forward_kernels(model, 40):  # CPU: nothing changes
+    monkeypatch.setattr(prompt_forward, "device_of", lambda model: torch.device("cpu"))
+    with prompt_forward.cached_forward_kernels(model, 40):  # CPU: nothing changes
         assert torch.backends.cuda.cudnn_sdp_enabled() == cudnn
 
 

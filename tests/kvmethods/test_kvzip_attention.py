@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import kvmethods.scorers.kvzip as kvzip_module
+from kvmethods.attention import kvzip_attention
 from kvmethods import MethodError, get_method
 from kvmethods.runtime.generation import prefill
 from kvmethods.attention.kvzip_attention import ATTENTION_NAME, RepeatSpan, attend_and_score, scoring_attention
@@ -181,15 +182,20 @@ def test_kvzip_scores_are_those_of_its_attention(family, monkeypatch):
             torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
 
-def test_a_half_precision_model_multiplies_in_its_dtype_and_sums_in_float32():
-    # bf16 inputs: the products run in bf16 (as the reference scores in the model's dtype), the softmax and the
-    # scores in float32, so both stay within bf16's rounding of the float64 computation
+def test_a_half_precision_model_multiplies_in_its_dtype_and_sums_in_float32(monkeypatch):
+    # bf16 inputs on an accelerator (product_dtype: the model's): the products run in bf16 (as the reference
+    # scores in the model's dtype), the softmax and the scores in float32, so both stay within bf16's rounding
+    # of the float64 computation; on a CPU the products run in float32
     generator = torch.Generator().manual_seed(1)
     T, R, dim = len(CONTEXT), 45, 16
     query = torch.randn(1, 8, R, dim, generator=generator, dtype=torch.float64) * 3
     key, value = (torch.randn(1, 2, T + R, dim, generator=generator, dtype=torch.float64) for _ in range(2))
     span = RepeatSpan(T, 40, 80, 4, 1 << 12, [])
     exact_out, exact_scores = attend_and_score(query, key, value, span, dim**-0.5)
+    with MatmulDtypes() as matmuls:
+        attend_and_score(query.bfloat16(), key.bfloat16(), value.bfloat16(), span, dim**-0.5)
+    assert matmuls.dtypes == {torch.float32}
+    monkeypatch.setattr(kvzip_attention, "product_dtype", lambda tensor: tensor.dtype)
     with MatmulDtypes() as matmuls:
         out, scores = attend_and_score(query.bfloat16(), key.bfloat16(), value.bfloat16(), span, dim**-0.5)
     assert matmuls.dtypes == {torch.bfloat16}

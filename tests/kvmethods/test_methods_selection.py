@@ -13,6 +13,7 @@ from kvmethods import Budget, get_method
 from kvmethods.runtime.generation import prefill
 from kvmethods.runtime.layer_inputs import LayerInputs
 from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
+from kvmethods.scorers import scoring
 from kvmethods.scorers.scoring import accumulated_attention
 from kvmethods.testing import tiny_model
 from model_helpers import MatmulDtypes, one_thread  # noqa: F401 (one_thread: a module-scoped autouse fixture)
@@ -170,9 +171,10 @@ def test_accumulated_attention_is_independent_of_chunking(models):
         torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-14)
 
 
-def test_accumulated_attention_of_a_half_precision_model_sums_in_float32(models):
-    # bf16 inputs: the logits and probabilities are bf16 (H2O's reference), the column sums float32, so the
-    # scores stay within bf16's rounding of the float64 ones however many query rows are summed
+def test_accumulated_attention_of_a_half_precision_model_sums_in_float32(models, monkeypatch):
+    # bf16 inputs: on a CPU the products run in float32; on an accelerator (product_dtype: the model's) the
+    # logits and probabilities are bf16 (H2O's reference) and the column sums float32, so the scores stay
+    # within bf16's rounding of the float64 ones however many query rows are summed
     model, attentions, ids = models
     cache = DynamicCache()
     captured = {}
@@ -188,6 +190,11 @@ def test_accumulated_attention_of_a_half_precision_model_sums_in_float32(models)
     exact = accumulated_attention(LayerInputs(module, 0, 1, hidden, cos, sin, keys, values), scratch_bytes=2**30)
     half = LayerInputs(module, 0, 1, hidden, cos, sin, keys.bfloat16(), values.bfloat16(),
                        projected_queries=module.q_proj(hidden).bfloat16())
+    with MatmulDtypes() as matmuls:
+        on_cpu = accumulated_attention(half, scratch_bytes=2**30)
+    assert matmuls.dtypes == {torch.float32}
+    torch.testing.assert_close(on_cpu.double(), exact, rtol=3e-2, atol=3e-3)
+    monkeypatch.setattr(scoring, "product_dtype", lambda tensor: tensor.dtype)  # as on an accelerator
     for scratch in (64, 2**30):  # one row per chunk (many float32 additions), everything at once
         with MatmulDtypes() as matmuls:
             got = accumulated_attention(half, scratch_bytes=scratch)

@@ -206,9 +206,10 @@ def cli_dir(tmp_path_factory):
 @st.composite
 def bad_cli_arguments(draw) -> list[str]:
     run = draw(unusable_paths | st.sampled_from(["a_file.txt", "..", "/", "no_such_run", "bench_", "latest"]))
-    verb = draw(st.sampled_from(["show", "export", "compare", "report", "merge", "variance", "coverage", "options"]))
-    if verb == "show":
-        return ["show", run]
+    verb = draw(st.sampled_from(["show", "export", "compare", "report", "merge", "variance", "coverage", "clean",
+                                 "options"]))
+    if verb in ("show", "clean"):
+        return [verb, run]
     if verb == "export":
         if draw(st.booleans()):
             return ["export", run, "--format", "md"]
@@ -464,6 +465,7 @@ def test_any_value_is_a_grid_or_a_one_line_usage_error(workdir, pairs):
     (["variance", "a", "--plot", ""], "--plot is empty"), (["report", "a", "-o", ""], "--output is empty"),
     (["list", "--results", ""], "--results is empty"), (["compare", "a", "b", "--fail", "score:1,"], "empty element"),
     (["variance", "a", "b", "--threshold", "١%"], "invalid threshold"), (["coverage", "a", ""], "BASELINE is empty"),
+    (["clean", " "], "RUN is empty"),
 ])
 def test_kvbench_refuses_empty_arguments_before_anything(cli_dir, monkeypatch, capsys, argv, named):
     monkeypatch.chdir(cli_dir)

@@ -199,11 +199,11 @@ FULL_DISK_AT_SECOND_RECORD = (
     "import errno, os\n"
     "from pytest_kvbench.results.run import storage\n"
     "real_append, appended = storage.append_record, []\n"
-    "def full_disk(path, record):\n"
+    "def full_disk(path, record, *amend):\n"
     "    appended.append(record)\n"
     "    if len(appended) > 1:\n"
     "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))\n"
-    "    return real_append(path, record)\n"
+    "    return real_append(path, record, *amend)\n"
     "storage.append_record = full_disk\n"
 )
 

@@ -5,11 +5,14 @@ every path a command will write is checked before it reads or prints anything.""
 from __future__ import annotations
 
 import json
+import os
+from types import SimpleNamespace
 
 import pytest
 from test_cli_support import RUN_ID, make_record, run_cli, standard_records, write_run
 
 from pytest_kvbench.results.run import storage
+from pytest_kvbench.cases import GridError
 from pytest_kvbench.results.run.directories import RunError, load_run
 
 SEEDS = (0, 1, 2)  # variance needs several seeds of one item
@@ -101,6 +104,115 @@ def test_a_run_without_run_json_is_incomplete_not_damaged(capsys, tmp_path, run_
     assert code == 0
     assert out.splitlines()[0] == f"run {RUN_ID} (incomplete: no run.json (the run is still going, or was " \
                                   f"stopped before its end))"
+
+
+def session(tmp_path, *, is_controller: bool):
+    from kvmethods import Budget
+    from pytest_kvbench.cases import Grid, MethodSpec
+    from pytest_kvbench.wiring.session import RunSession
+
+    grid = Grid(methods=[MethodSpec("snapkv")], budgets=[Budget.parse("128")], tasks=["qasper"])
+    return RunSession(grid, tmp_path, RUN_ID, is_controller=is_controller, environment={"command": "pytest bench/"})
+
+
+def test_a_record_appended_after_another_process_s_crash_record_supersedes_it(capsys, tmp_path):
+    """An xdist controller appends a crash record when a worker dies; ``--dist loadgroup`` runs the item again
+    in the same session on another worker, started before the crash: its record still says what it
+    supersedes, and the run is complete with 1 crashed item, named in every command."""
+    worker, controller = session(tmp_path, is_controller=False), session(tmp_path, is_controller=True)
+    first, second = standard_records()[:2]
+    worker.add(first)
+    controller.add(second | {"status": "error", "crashed": True, "message": "worker gw1 crashed", "score": None})
+    worker.add(second)
+    lines = storage.read_records(tmp_path / "runs" / RUN_ID / storage.RECORDS_FILE)
+    assert "supersedes" not in lines[0] and "supersedes" not in lines[1]
+    assert lines[2]["supersedes"] == {"status": "error", "message": "worker gw1 crashed", "crashed": True}
+    controller.finish(complete=True)
+    run = load_run(RUN_ID, tmp_path)
+    assert run.state.label() == f"complete with 1 crashed item ({second['item_id']}: re-run)" and run.complete
+    assert [c["item_id"] for c in run.info["crashed"]] == [second["item_id"]]
+    code, out, _ = cli(capsys, tmp_path, "show", RUN_ID)
+    assert f"crashed, then run again: {second['item_id']}: worker gw1 crashed" in out
+    assert "Items whose worker crashed, then run again" in (tmp_path / "runs" / RUN_ID / "RESULTS.md").read_text()
+
+
+def test_a_run_that_wrote_its_start_and_was_killed_names_every_item_it_did_not_finish(capsys, tmp_path):
+    run = session(tmp_path, is_controller=True)
+    cases = [(SimpleNamespace(key=r["key"], id=r["item_id"]), f"t.py::t[{r['item_id']}]") for r in standard_records()[:3]]
+    run.expect(cases)
+    run.write_start()
+    run.add(standard_records()[0])  # then kill -9: no end
+    info = json.loads((tmp_path / "runs" / RUN_ID / storage.RUN_FILE).read_text())
+    assert info["end"] is None and info["environment"]["command"] == "pytest bench/" and len(info["expected"]) == 3
+    missing = ", ".join(r["item_id"] for r in standard_records()[1:3])
+    assert load_run(RUN_ID, tmp_path).state.label() == \
+        f"incomplete: stopped before its end (killed, or still running); 2 item(s) not finished ({missing})"
+    assert (tmp_path / "runs" / RUN_ID / storage.SETTINGS_FILE).is_file(), "so that it can be resumed"
+
+
+def test_a_lock_only_folder_is_listed_resumable_and_cleanable(capsys, tmp_path):
+    from pytest_kvbench.results.run.lock import RunLock
+    from pytest_kvbench.wiring.grid.resume import check_resume
+
+    folder = tmp_path / "runs" / RUN_ID
+    RunLock(folder).acquire().release()
+    code, out, _ = cli(capsys, tmp_path, "list")
+    assert code == 0 and RUN_ID in out and "started, no item finished" in out
+    assert check_resume(RUN_ID, tmp_path, session(tmp_path, is_controller=True).grid) == RUN_ID
+    holder = RunLock(folder).acquire()
+    try:
+        with pytest.raises(GridError, match=f"run {RUN_ID} is in use by process {os.getpid()} on "):
+            check_resume(RUN_ID, tmp_path, session(tmp_path, is_controller=True).grid)
+    finally:
+        holder.release()
+    write_run(tmp_path, standard_records()[:1], run_id="bench_9f8e7d6c_20250103_101010")
+    code, _, err = cli(capsys, tmp_path, "clean", "bench_9f8e7d6c_20250103_101010")
+    assert code == 2 and "holds 1 record(s); clean removes only a run with no finished item" in err
+    code, out, _ = cli(capsys, tmp_path, "clean", RUN_ID)
+    assert code == 0 and not folder.exists() and "started, no item finished" in out
+
+
+def test_a_damaged_run_is_repaired_in_one_line_before_a_resume_runs(tmp_path, run_dir):
+    from pytest_kvbench.results.run.repair import repair
+
+    garbage_after_records(run_dir)
+    truncate_run_json(run_dir)
+    line = repair(run_dir)
+    assert line.startswith(f"kvbench: --kvbench-resume {RUN_ID} found the run damaged and repaired it before running: ")
+    assert "1 line(s) of records.jsonl that are not records (line 31) moved to records.jsonl.damaged" in line
+    assert "run.json could not be read: kept as run.json.damaged" in line and "\n" not in line
+    assert (run_dir / "records.jsonl.damaged").read_text() == "\x00\x00 garbage\n"
+    run = load_run(RUN_ID, tmp_path)
+    assert not run.state.damaged and len(run.records) == 30
+    assert repair(run_dir) is None
+
+
+def test_records_only_run_json_holds_are_put_back_by_the_repair(tmp_path, run_dir):
+    from pytest_kvbench.results.run.repair import repair
+
+    log = run_dir / storage.RECORDS_FILE
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:20]))
+    assert "10 record(s) that only run.json held appended to records.jsonl" in repair(run_dir)
+    assert len(storage.read_records(log)) == 30 and not load_run(RUN_ID, tmp_path).state.damaged
+
+
+def test_the_results_directory_s_table_says_which_run_it_shows_and_where_the_others_are(tmp_path):
+    from pytest_kvbench.wiring.session import RunSession
+
+    first = session(tmp_path, is_controller=True)
+    first.add(standard_records()[0])
+    first.finish(complete=True)
+    alone = (tmp_path / "RESULTS.md").read_text()
+    assert alone == (tmp_path / "runs" / RUN_ID / "RESULTS.md").read_text() and "other run" not in alone
+    later = "bench_9f8e7d6c_20250103_101010"
+    second = RunSession(first.grid, tmp_path, later, is_controller=True, environment={"command": "pytest bench/"})
+    second.add(standard_records(run_id=later)[1])
+    second.finish(complete=True)
+    shared = (tmp_path / "RESULTS.md").read_text()
+    assert f"This file shows the last run written here, `{later}`, only. 1 other run(s) share this results " \
+           f"directory (`{RUN_ID}`)" in shared
+    assert f"kvbench list --results {tmp_path}" in shared and "runs/<run id>/RESULTS.md" in shared
+    assert "other run" not in (tmp_path / "runs" / later / "RESULTS.md").read_text()
 
 
 def test_a_torn_last_line_of_a_killed_writer_is_named_but_is_no_damage(capsys, tmp_path, run_dir):

@@ -29,7 +29,8 @@ from ...core.budget import Budget
 from ...core.capabilities import REWRITES_WHILE_DECODING, Capability
 from .cache_snapshot import CacheSnapshot
 from ...decoding.decoding_compression import compressing_decode
-from ..generation import GenerationOutput, PrefilledPrompt, _teacher_force_prefilled, _uneven, measured_prefill, prefill
+from ..generation import GenerationOutput, PrefilledPrompt, teacher_force_prefilled, measured_prefill, prefill
+from ..prompt_forward import is_uneven
 from .shared_context import ask, decode_answer
 from ..clock import now
 
@@ -66,7 +67,7 @@ def run_turns(model, method: Method, budget: Budget | str, context: list[int], t
                 decode_answer(model, method, answered, out, max_new_tokens, eos, return_logprobs)
             cut_started = now()
         out.decode_s += now() - cut_started  # per_turn's cut back at the scope's exit: the turn's work
-        state.uneven = state.uneven or _uneven(state.cache)
+        state.uneven = state.uneven or is_uneven(state.cache)
         context_s = 0.0
         pending = out.tokens[-1:] if out.stop_token is None and keep_answers else []  # an eos stop fed every token
         if forced is not None:
@@ -85,10 +86,10 @@ def forced_turn(model, method: Method, state: PrefilledPrompt, fed: list[int], t
     with turn_scope(model, method, state, len(fed)):
         state = ask(model, state, fed)
         snapshot = None if keep_answers else CacheSnapshot.take(state.cache)
-        logprobs = _teacher_force_prefilled(model, state, target)
+        logprobs = teacher_force_prefilled(model, state, target)
         if snapshot is not None:
             snapshot.restore(state.cache)
-    state.uneven = state.uneven or _uneven(state.cache)
+    state.uneven = state.uneven or is_uneven(state.cache)
     if not keep_answers:
         return state, logprobs, []
     state.next_position += max(len(target) - 1, 0)

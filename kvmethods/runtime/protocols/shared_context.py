@@ -16,8 +16,9 @@ import torch
 
 from ...core.base import Method
 from ...core.budget import Budget
-from ..generation import (GenerationOutput, PrefilledPrompt, _forward, decode_greedy, measured_prefill, prefill,
+from ..generation import (GenerationOutput, PrefilledPrompt, decode_greedy, measured_prefill, prefill,
                           teacher_force_copy)
+from ..prompt_forward import forward
 from .cache_snapshot import CacheSnapshot
 from ..clock import now
 
@@ -26,7 +27,7 @@ def ask(model, context: PrefilledPrompt, question: list[int]) -> PrefilledPrompt
     """The context's cache with `question` prefilled (uncompressed) on top, ready to decode."""
     if not question:
         return dataclasses.replace(context)
-    logits = _forward(model, context.cache, question, context.next_position, context.uneven, 1)[-1]
+    logits = forward(model, context.cache, question, context.next_position, context.uneven, 1)[-1]
     return dataclasses.replace(context, next_logits=logits, next_position=context.next_position + len(question))
 
 

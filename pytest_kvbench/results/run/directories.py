@@ -19,7 +19,7 @@ from pathlib import Path
 from pytest_kvbench import user_paths
 from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.record import Record, RecordError
-from pytest_kvbench.results.run.state import RunError, RunState, read_run_files
+from pytest_kvbench.results.run.state import LOCK_FILES, RunError, RunState, read_run_files
 
 __all__ = ["Run", "RunError", "RunInfo", "RunState", "list_runs", "load_run", "parse_records", "resolve_run_dir", "runs_dir"]
 
@@ -97,7 +97,14 @@ def runs_dir(results_dir: str | os.PathLike) -> Path:
 
 
 def _is_run_dir(path: Path) -> bool:
-    return (path / storage.RUN_FILE).is_file() or (path / storage.RECORDS_FILE).is_file()
+    """A run's files, or only its lock files: a run killed as it started is listed ("started, no item
+    finished"), so that it can be resumed or cleaned (``kvbench clean``)."""
+    return any((path / name).is_file() for name in (storage.RUN_FILE, storage.RECORDS_FILE, *LOCK_FILES))
+
+
+def run_dirs(results_dir: str | os.PathLike) -> list[Path]:
+    """Every run directory under ``results_dir/runs`` (hidden ones, like a merge in progress, left out)."""
+    return _run_dirs(results_dir)
 
 
 def _run_dirs(results_dir: str | os.PathLike) -> list[Path]:
@@ -120,7 +127,8 @@ def resolve_run_dir(run_id_or_path: str | os.PathLike, results_dir: str | os.Pat
         as_path = as_path.parent
     if as_path.is_dir() and (os.sep in text or _is_run_dir(as_path) or text in (".", "..")):
         if not _is_run_dir(as_path):
-            raise RunError(f"{as_path} is not a run directory (no {storage.RUN_FILE} or {storage.RECORDS_FILE})")
+            raise RunError(f"{as_path} is not a run directory (no {storage.RUN_FILE}, {storage.RECORDS_FILE} or "
+                           f"{LOCK_FILES[0]})")
         return as_path
     if not as_path.exists() and (os.sep in text or text.startswith(".")):
         raise RunError(f"{text}: no such run directory")

@@ -66,3 +66,22 @@ def describe_holder(run_dir: Path) -> str:
         return f"process {holder['pid']} on {holder['host']} (since {holder['since']}: {command})"
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "another process"
+
+
+def held_by_another(run_dir: Path) -> str | None:
+    """Who holds the run directory's lock (``describe_holder``) when another process does; None when it is free
+    (taken and given back at once) or cannot be tried (a directory this process may not write)."""
+    from filelock import FileLock  # lazy: the plugin loads in every pytest run of its users
+
+    path = Path(run_dir) / LOCK_FILE
+    if not path.exists():
+        return None
+    lock = FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return describe_holder(run_dir)
+    except OSError:
+        return None
+    lock.release()
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.record.names import RecordNameError, check_record_names
 from pytest_kvbench.results.run.directories import Run, RunError, load_run, runs_dir
+from pytest_kvbench.results.run.state import run_expected, unfinished_of
 
 # Grid settings that change what an item measures without appearing in its key: runs that
 # disagree on them cannot become one run.
@@ -77,17 +79,30 @@ def _plan_merge(runs: list[Run]) -> _MergePlan:
     return plan
 
 
+def _merged_state(plan: _MergePlan, records: list[Record]) -> dict:
+    """What the merged run had to finish (every input's items) and did not, computed as every reader does."""
+    expected, seen = [], set()
+    for run in plan.runs:
+        for item in run_expected(run.info, run.records):
+            if item.get("key") not in seen:
+                seen.add(item.get("key"))
+                expected.append(item)
+    crashed = [c for run in plan.runs for c in run.state.crashed]
+    return {"expected": expected, "unfinished": unfinished_of(expected, records), "crashed": crashed}
+
+
 def _merged_run_json(run_id: str, plan: _MergePlan, records: list[Record]) -> dict:
     starts = [r.info.get("start_ts") for r in plan.runs if isinstance(r.info.get("start_ts"), (int, float))]
     ends = [r.info.get("end") for r in plan.runs if isinstance(r.info.get("end"), str)]
     first_start = min(plan.runs, key=lambda r: r.info.get("start_ts") or float("inf"))
+    state = _merged_state(plan, records)
     return run_writer.run_document(
         run_id=run_id, start=first_start.info.get("start"), start_ts=min(starts) if starts else None,
-        end=max(ends) if ends else None,
+        end=max(ends) if ends else run_writer.iso_time(time.time()),  # a merged run has ended, as a merge
         # machine time spent on the merged results, not wall time (the runs may not overlap)
         duration_s=round(sum(float(r.info.get("duration_s") or 0) for r in plan.runs), 3),
-        complete=all(r.complete for r in plan.runs), resumed=False, grid=plan.grid,
-        environment=plan.runs[0].environment, records=records,
+        complete=all(r.complete for r in plan.runs) and not state["unfinished"], resumed=False, grid=plan.grid,
+        environment=plan.runs[0].environment, records=records, **state,
         merged_from=[
             {"run_id": r.run_id, "path": str(r.path), "start": r.info.get("start"),
              "duration_s": r.info.get("duration_s"), "complete": r.complete,

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pytest_kvbench.atomic_files import atomic_write_text, json_text
 
@@ -45,12 +45,16 @@ def _lock_for(path: Path) -> FileLock:
     return FileLock(str(path) + ".lock")
 
 
-def append_record(records_path: str | os.PathLike, record: dict) -> None:
-    """Append one record as one JSON line, under a lock, flushed and fsynced before returning."""
+def append_record(records_path: str | os.PathLike, record: dict,
+                  amend: Callable[[dict], dict] | None = None) -> dict:
+    """Append one record as one JSON line, under a lock, flushed and fsynced before returning; ``amend`` may
+    change the record under the lock (RunSession: ``supersedes``, from what the file holds by then). Returns
+    the record as written."""
     records_path = Path(records_path)
     records_path.parent.mkdir(parents=True, exist_ok=True)
-    line = json_text(record, indent=None) + "\n"
     with _lock_for(records_path):
+        record = amend(record) if amend is not None else record
+        line = json_text(record, indent=None) + "\n"
         with open(records_path, "a+b") as handle:
             if handle.tell() > 0:
                 handle.seek(-1, os.SEEK_END)
@@ -59,6 +63,41 @@ def append_record(records_path: str | os.PathLike, record: dict) -> None:
             handle.write(line.encode("utf-8"))
             handle.flush()
             os.fsync(handle.fileno())
+    return record
+
+
+class RecordsTail:
+    """What the newest record of each key in a records file says of itself (status, message, crashed), read
+    incrementally: each process reads each byte once, so a run's appends stay linear in its records.
+
+    A re-run item's record says which record it supersedes (docs/resilience.md). An xdist worker cannot know
+    from its start alone: the controller appends a crash record when another worker dies, and ``--dist
+    loadgroup`` then runs that item again in the same session, on any worker."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.latest: dict[str, dict] = {}
+
+    def update(self) -> None:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        for line in data[:end].splitlines():
+            try:
+                raw = json.loads(line)
+            except ValueError:  # a torn or damaged line: no record (results/run/state.py names the damage)
+                continue
+            if isinstance(raw, dict) and isinstance(raw.get("key"), str):
+                self.latest[raw["key"]] = {"status": raw.get("status"), "message": raw.get("message")} | (
+                    {"crashed": True} if raw.get("crashed") else {})
+        self.offset += end + 1
 
 
 def read_json(path: Path, label: str, error: type[Exception]) -> Any:

@@ -175,7 +175,10 @@ def _finite(value):
     return value
 
 
-def to_json(records: Sequence[Record], run_id: str | None = None, environment: dict | None = None) -> str:
+def to_json(records: Sequence[Record], run_id: str | None = None, environment: dict | None = None,
+            state: str | None = None) -> str:
+    """Tables and records as JSON; ``state``: what reading the run found (results/run/state.py), which a run
+    with no record yet also has (``started, no item finished``)."""
     tables = []
     for table in score_tables(records):
         rows = []
@@ -190,15 +193,16 @@ def to_json(records: Sequence[Record], run_id: str | None = None, environment: d
             rows.append({"method": method, "cells": cells, "avg": _finite(table.value(method, "Avg")),
                          "best": [c for c in table.columns if table.is_best(method, c)]})
         tables.append({"model": table.model, "budget": table.budget, "tasks": table.tasks, "rows": rows})
-    if not records:
+    if not records and state is None:
         raise ExportError("nothing to export: the run has no records")
-    payload = {"run_id": run_id, "environment": environment or {}, "tables": tables,
+    payload = {"run_id": run_id, **({"state": state} if state is not None else {}),
+               "environment": environment or {}, "tables": tables,
                "records": [{k: _finite(v) for k, v in tidy_row(r).items()} for r in records]}
     return json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def export_records(records: Sequence[Record], fmt: str, *, run_id: str | None = None,
-                   environment: dict | None = None) -> str:
+                   environment: dict | None = None, state: str | None = None) -> str:
     """Dispatch on the format name given on the command line."""
     if fmt == "md":
         return to_markdown(records, title=f"Run {run_id}" if run_id else None)
@@ -207,5 +211,5 @@ def export_records(records: Sequence[Record], fmt: str, *, run_id: str | None = 
     if fmt == "latex":
         return to_latex(records)
     if fmt == "json":
-        return to_json(records, run_id, environment)
+        return to_json(records, run_id, environment, state)
     raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -116,6 +116,12 @@ class ScoreTable:
         kv = _mean_of(r.memory.kv_bytes_after for r in self.records[method])
         return kv / MiB if kv else None
 
+    def decode_tokens_per_s(self, method: str) -> float | None:
+        """The method's own decode speed: tokens per second of its samples decoded alone (batch 1), mean over the
+        row's records; records from before batched decoding give their decode_tokens_per_s (all alone then)."""
+        return _mean_of(r.latency.decode_tokens_per_s_alone if r.latency.decode_tokens_per_s_alone is not None
+                        else r.latency.decode_tokens_per_s for r in self.records[method])
+
     def mean_peak_mib(self, method: str) -> float | None:
         """Mean peak memory of the row's items (CPU resident or CUDA allocated, reset per item), MiB."""
         peak = _mean_of(r.memory.peak_bytes for r in self.records[method])

@@ -14,7 +14,7 @@ from pytest_kvbench.results.views.needle_grid import needle_grids
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.views.table_model import ScoreTable, cell_text, score_tables
 
-HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Peak MiB"]
+HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Dec tok/s", "Peak MiB"]
 BUDGET_USE = "KV/budget"  # only in the tables of byte budgets ("m0.25")
 
 
@@ -30,7 +30,8 @@ def _rows(table: ScoreTable, bold: bool) -> list[list[str]]:
             text = cell_text(table, method, column, over_samples=True)
             cells.append(f"**{text}**" if bold and table.is_best(method, column) else text)
         cells += [_fmt(table.mean_kl(method), 4), _fmt(table.mean_agreement(method), 3),
-                  _fmt(table.mean_kv_mib(method), 2), _fmt(table.mean_peak_mib(method), 1)]
+                  _fmt(table.mean_kv_mib(method), 2), _fmt(table.decode_tokens_per_s(method), 1),
+                  _fmt(table.mean_peak_mib(method), 1)]
         if table.is_byte_budget:
             cells.append(_fmt(table.budget_use(method), 3))
         rows.append(cells)
@@ -106,7 +107,9 @@ def results_markdown(run: dict, records: list[Record]) -> str:
         "± the half-width of their 95% interval: Student t over seeds when several ran, else a bootstrap over samples.",
         "KL: mean KL(full || method) over answer tokens (nats); Agree: greedy-token agreement with the full cache;",
         "KV MiB: mean KV-cache bytes the stored tensors hold after compression (quantized codes, scales, zero points",
-        "and full-precision window included); Peak MiB: the item's peak memory (CPU resident, or CUDA allocated);",
+        "and full-precision window included); Dec tok/s: the method's own decode speed (tokens per second of the",
+        "samples it decoded alone, at batch 1: docs/batched-decoding.md); Peak MiB: the item's peak memory (CPU",
+        "resident, or CUDA allocated);",
         "KV/budget (byte budgets `mF`: F x the full cache's bytes): stored bytes over the budget's allowance.",
         "Best compressed score per column in bold.",
         "",
@@ -130,9 +133,31 @@ def results_markdown(run: dict, records: list[Record]) -> str:
                   f"The run is incomplete. Finish it with `{run.get('resume_command')}`.", ""]
         lines += [f"- `{u['item_id']}`: {u.get('reason')}" for u in unfinished]
         lines.append("")
+    crashed = run.get("crashed") or []
+    if crashed:
+        lines += ["## Items whose worker crashed, then run again", ""]
+        lines += [f"- `{c.get('item_id')}`: {c.get('message')}" for c in crashed]
+        lines.append("")
     problems = [r for r in records if r.status in ("failed", "error") and not r.crashed]
     if problems:
         lines += ["## Failed items", ""]
         lines += [f"- `{r.item_id}`: {r.message or r.status}" for r in problems]
         lines.append("")
     return "\n".join(lines)
+
+
+SHOWN_OTHER_RUNS = 5
+
+
+def shared_results_markdown(markdown: str, run_id: str, others: list[str], results_dir: str) -> str:
+    """The results directory's RESULTS.md: the run's own, saying which run it shows and, when other runs share
+    the directory, where they are (their own RESULTS.md, ``kvbench list``)."""
+    if not others:
+        return markdown
+    named = ", ".join(f"`{name}`" for name in others[-SHOWN_OTHER_RUNS:]) + (", ..." if len(others) > SHOWN_OTHER_RUNS else "")
+    note = (f"This file shows the last run written here, `{run_id}`, only. {len(others)} other run(s) share this "
+            f"results directory ({named}): each has its own `runs/<run id>/RESULTS.md`; "
+            f"`kvbench list --results {results_dir}` lists them all.")
+    lines = markdown.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith("Run `")), 1) + 1
+    return "\n".join(lines[:at] + ["", note] + lines[at:])

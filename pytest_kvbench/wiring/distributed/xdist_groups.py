@@ -54,4 +54,22 @@ def reference_group_scheduler(config, log, groups: Mapping[str, str]):
             group = groups.get(parametrize_id(nodeid) or "")
             return group if group is not None else super()._split_scope(nodeid)
 
+        def add_node_collection(self, node, collection) -> None:
+            super().add_node_collection(node, collection)
+            if node not in self.registered_collections:  # a replacement worker whose collection xdist refused
+                self.refused = getattr(self, "refused", set()) | {node}
+
+        def _reschedule(self, node) -> None:
+            """xdist's loadscope hands work to every node, a replacement worker (after a crash) whose collection
+            it did not register included: an INTERNALERROR (KeyError) that ended the run unlabelled. Such a node
+            gets no work: it is told to stop if its collection was refused, and waits if it is still collecting;
+            a group that no worker can take is then simply not run (the run names its items as not finished)."""
+            if node in getattr(self, "refused", set()):
+                if not node.shutting_down:
+                    node.shutdown()
+                return
+            if node not in self.registered_collections:
+                return
+            super()._reschedule(node)
+
     return ReferenceGroupScheduling(config, log)

@@ -378,7 +378,7 @@ def _validate(grid: Grid, budgets: list[str], selection: tuple[str | None, str |
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py). ``selection``: pytest's -k and -m
     expressions, whose task names join a default grid (named_tasks.py)."""
-    methods, compressing = [], []
+    methods, compressing, capabilities = [], [], {}
     for spec in grid.methods:  # describe_method names the valid methods for an unknown one
         try:
             described = describe_method(spec.name, **spec.param_dict)
@@ -386,6 +386,8 @@ def _validate(grid: Grid, budgets: list[str], selection: tuple[str | None, str |
             raise GridError(str(exc)) from None
         if Capability.COMPRESSES in described.capabilities:
             compressing.append(described.name)
+        if described.capabilities & (Capability.COMPRESSES | Capability.OWN_STORAGE):
+            capabilities[str(spec)] = described.capabilities
         for name, value in described.params.items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise GridError(f"{spec.name}: parameter {name!r} must be a finite number, got {value!r}")
@@ -418,7 +420,7 @@ def _validate(grid: Grid, budgets: list[str], selection: tuple[str | None, str |
     if not grid.context_lengths:
         grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
     grid.models = canonical.models(grid.models)
-    limits = {model: model_refs.check_model_reference(model, compressing) for model in grid.models}
+    limits = {model: model_refs.check_model_reference(model, compressing, capabilities) for model in grid.models}
     _check_context_lengths(grid, limits)
     model_refs.check_attention_implementation(grid.attn_implementation)
     if grid.data_dir is None and grid.models == [DEFAULT_MODEL]:

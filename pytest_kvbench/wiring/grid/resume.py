@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from pytest_kvbench.cases import Grid, GridError
 from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.run.directories import RunError, resolve_run_dir, runs_dir
+from pytest_kvbench.results.run.lock import held_by_another
 from pytest_kvbench.user_paths import inside, shown
 
 
@@ -61,7 +63,13 @@ def settings_changes(before: dict, grid: Grid) -> list[str]:
 def check_resume(run_id: str, results_dir: Path, grid: Grid) -> str:
     """The run id to resume, after checking the target and that the settings did not change."""
     path = resume_target(run_id, results_dir)
+    holder = held_by_another(path)  # before anything else about the run: what it holds may be changing
+    if holder is not None:
+        raise GridError(f"--kvbench-resume {shown(run_id)}: run {path.name} is in use by {holder}; wait for it to "
+                        f"end (or stop it) and try again")
     before = recorded_settings(path)
+    if before is None and not (path / storage.RECORDS_FILE).exists() and not (path / storage.RUN_FILE).exists():
+        return path.name  # started, no item finished (only its lock files): nothing a new grid could mix with
     if before is None:
         raise GridError(f"--kvbench-resume {path.name}: the run records no settings, so a resume cannot be "
                         f"checked to measure the same thing; start a new run")
@@ -70,3 +78,13 @@ def check_resume(run_id: str, results_dir: Path, grid: Grid) -> str:
         raise GridError(f"--kvbench-resume {path.name}: the settings differ from the run's ({'; '.join(changes)}); "
                         f"resume with the run's settings, or start a new run")
     return path.name
+
+
+def repair_before_running(run_dir: Path) -> None:
+    """A damaged run (results/run/state.py) is repaired once its lock is held, before any item runs, and the
+    repair is one line on stderr (results/run/repair.py)."""
+    from pytest_kvbench.results.run.repair import repair  # lazy for startup time: resumes only
+
+    line = repair(run_dir)
+    if line:
+        sys.stderr.write(line + "\n")

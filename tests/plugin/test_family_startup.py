@@ -1,0 +1,62 @@
+"""A local model folder is checked against the grid's methods and its own weights at configure: a family a method
+cannot compress, or a config.json that contradicts the safetensors beside it, is one line (exit 4), before any
+weights load; a family the methods can compress configures (no item fails later for it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from test_bad_input import assert_one_line_usage_error
+from kvmethods.testing import family_model
+from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    made = {}
+    for family in ("gpt_oss", "deepseek_v3", "gemma2", "llama"):
+        folder = tmp_path_factory.mktemp(family)
+        family_model(family).save_pretrained(folder)
+        for name in TOKENIZER_FILES:
+            shutil.copy(DEFAULT_MODEL_DIR / name, folder / name)
+        made[family] = folder
+    return made
+
+
+@pytest.fixture
+def workdir(pytester, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return pytester
+
+
+@pytest.mark.parametrize("family, method, reason", [
+    ("gpt_oss", "kvzip", "sliding-window layers"),
+    ("deepseek_v3", "snapkv", "multi-head latent attention (MLA)"),
+    ("gpt_oss", "expected_attention", "it needs pre-RoPE queries"),
+])
+def test_a_family_a_method_cannot_compress_is_one_line_at_startup(workdir, folders, family, method, reason):
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(folders[family]),
+                                          "--kvbench-methods", f"full,{method}")
+    assert f"family {family!r} cannot be compressed by {method}: {reason}" in message
+
+
+def test_a_family_the_methods_compress_configures(workdir, folders):
+    result = workdir.runpytest_inprocess("-p", "no:cacheprovider", "--kvbench-model", str(folders["gemma2"]),
+                                         "--kvbench-methods", "full,snapkv,h2o,kivi", "--kvbench-context-lengths", "400")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stderr.str()
+
+
+@pytest.mark.parametrize("change, words", [({"vocab_size": 96}, "vocab_size 96"),
+                                           ({"num_hidden_layers": 3}, "the config has 3 layers")])
+def test_a_config_that_contradicts_its_weights_is_one_line(workdir, folders, tmp_path, change, words):
+    folder = tmp_path / "edited"
+    shutil.copytree(folders["llama"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | change))
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(folder))
+    assert "config.json contradicts its weights" in message and words in message

@@ -1,0 +1,19 @@
+"""docs/models.md's family x method table is the one scripts/family_table.py writes from the descriptions."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import family_table  # noqa: E402
+
+
+def test_the_family_table_in_the_docs_is_current():
+    assert family_table.main(["--check"]) == 0, "run python scripts/family_table.py"
+
+
+def test_the_table_counts_every_family_and_method():
+    text = family_table.table()
+    assert "16 families x 17 built-in methods" in text
+    assert "| deepseek_v3 |" in text and "| gemma2 | 1 global, 1 sliding |" in text
