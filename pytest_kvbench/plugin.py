@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kvbench import hookspecs
-from pytest_kvbench.wiring.grid import decode_batch_option, options
+from pytest_kvbench.wiring.grid import decode_batch_option, option_table
 
 RUN_PLUGIN = "kvbench-run"
 
@@ -30,7 +30,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    options.add_options(parser)
+    option_table.add_options(parser)
     decode_batch_option.add_option(parser)
 
 
@@ -38,7 +38,7 @@ def used_at_configure(config: pytest.Config) -> bool:
     """A --kvbench-* option or a grid ini key given, or this is the controller of an xdist run."""
     if any(value not in (None, False) for dest, value in vars(config.option).items() if dest.startswith("kvbench_")):
         return True
-    if any(config.getini(key) for key in options.GRID_INI_KEYS):
+    if any(config.getini(key) for key in option_table.GRID_INI_KEYS):
         return True
     option = config.option
     return not hasattr(config, "workerinput") and bool(
@@ -68,65 +68,8 @@ def activate(config: pytest.Config, session: pytest.Session | None = None):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-<<<<<<< HEAD
     if used_at_configure(config):
         activate(config)
-=======
-    # The kvbench fixture and xdist's hooks live in their own modules. They are registered as module
-    # objects (not `pytest_plugins` names), because this module has imported them already and pytest
-    # would warn that it cannot rewrite their assertions.
-    config.pluginmanager.register(fixture, "kvbench-fixture")
-    config.pluginmanager.register(xdist_hooks, "kvbench-xdist")
-    config.pluginmanager.register(default_selection, "kvbench-default-selection")
-    for name, text in MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: {text}")
-    if kvbench_options_given(config):
-        check_transformers(config)
-    try:
-        options.check_given_options(config)
-        grid = options.resolve_grid(config)
-        gate = Gate.from_config(config)
-        results = options.results_dir(config)
-        if is_worker(config):
-            run_id = config.workerinput["kvbench_run_id"]
-        elif config.getoption("kvbench_resume") is not None:
-            from pytest_kvbench.wiring.grid.resume import check_resume  # lazy for startup time: reads past runs
-
-            run_id = check_resume(config.getoption("kvbench_resume"), results, grid)
-        else:
-            run_id = new_run_id()
-        if not is_worker(config):
-            check_run_outputs(results, run_id)
-        decode_batch = decode_batch_option.decode_batch(config)
-    except GridError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    if is_worker(config):
-        pin_worker_device(config)
-    else:
-        check_worker_count(config)
-    session = RunSession(grid, results, run_id, is_controller=not is_worker(config),
-                         invocation_args=config.invocation_params.args,
-                         resumed=config.getoption("kvbench_resume") is not None)
-    config.stash[SESSION_KEY] = session
-    config.stash[SHIELD_KEY] = InterruptShield()
-    config.stash[GATE_KEY] = gate
-    progress_plugin = ProgressPlugin(config)
-    config.pluginmanager.register(progress_plugin, "kvbench-progress")
-    config.pluginmanager.register(FinishedItemLines(config, progress_plugin), "kvbench-progress-lines")
-    timeout = _positive_option(config, "kvbench_timeout", float, "a positive number of seconds")
-    threads = _positive_option(config, "kvbench_torch_threads", int, "a positive integer")
-    cores = os.cpu_count() or 1
-    if threads is not None and threads > cores:
-        raise pytest.UsageError(f"--kvbench-torch-threads {threads}: more threads than the {cores} CPU cores here")
-    config.stash[RUNNER_SETTINGS_KEY] = RunnerSettings(grid, run_id, timeout, threads,
-                                                        share_prefill=not config.getoption("kvbench_no_share_prefill"),
-                                                        decode_batch=decode_batch)
-    if session.resumed and session.is_controller:
-        lock_run(config, f"--kvbench-resume {run_id}: ")  # a second resume of the same run is refused here
-        from pytest_kvbench.wiring.grid.resume import repair_before_running  # lazy for startup time: resumes only
-
-        repair_before_running(session.run_dir)
->>>>>>> main
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -103,6 +103,9 @@ def pytest_configure(config: pytest.Config) -> None:
                                                         decode_batch=decode_batch)
     if session.resumed and session.is_controller:
         lock_run(config, f"--kvbench-resume {run_id}: ")  # a second resume of the same run is refused here
+        from pytest_kvbench.wiring.grid.resume import repair_before_running  # lazy for startup time: resumes only
+
+        repair_before_running(session.run_dir)
 
 
 def replay_session_start(config: pytest.Config, session: pytest.Session) -> None:
