@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kvbench import hookspecs
-from pytest_kvbench.wiring.grid import decode_batch_option, option_table
+from pytest_kvbench.wiring.grid import command_line, decode_batch_option
 
 RUN_PLUGIN = "kvbench-run"
 
@@ -30,7 +30,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    option_table.add_options(parser)
+    command_line.add_options(parser)
     decode_batch_option.add_option(parser)
 
 
@@ -38,7 +38,7 @@ def used_at_configure(config: pytest.Config) -> bool:
     """A --kvbench-* option or a grid ini key given, or this is the controller of an xdist run."""
     if any(value not in (None, False) for dest, value in vars(config.option).items() if dest.startswith("kvbench_")):
         return True
-    if any(config.getini(key) for key in option_table.GRID_INI_KEYS):
+    if any(config.getini(key) for key in command_line.GRID_INI_KEYS):
         return True
     option = config.option
     return not hasattr(config, "workerinput") and bool(

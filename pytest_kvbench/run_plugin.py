@@ -1,5 +1,5 @@
-"""The benchmark's plugin, registered by plugin.py once kvbench is used (wiring/activation.py): wires the
-grid, hooks and fixtures of pytest-kvbench together.
+"""The benchmark's plugin, registered by plugin.py once kvbench is used: wires the grid, hooks and fixtures
+of pytest-kvbench together.
 
 Nothing here does benchmark work itself. Configuration resolves and validates the grid
 (wiring/grid/options.py), collection turns it into one item per case (cases.py), the ``kvbench``
@@ -23,7 +23,7 @@ from pytest_kvbench.results import record as records
 from pytest_kvbench.results.run.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS, SUITES, suite_of
 from pytest_kvbench.wiring import default_selection, fixture
-from pytest_kvbench.wiring.grid import decode_batch_option, options
+from pytest_kvbench.wiring.grid import command_line, decode_batch_option, options
 from pytest_kvbench.wiring.distributed import xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.interrupts import InterruptShield, honour_sigint
@@ -63,7 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if kvbench_options_given(config):
         check_transformers(config)
     try:
-        options.check_given_options(config)
+        command_line.check_given_options(config)
         grid = options.resolve_grid(config)
         gate = Gate.from_config(config)
         results = options.results_dir(config)
@@ -157,24 +157,31 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("kvbench_case", params)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """After every other plugin's selection (-k, -m, --deselect, conftest hooks): the default selection, then
+    --kvbench-shard cuts what would run unsharded (shard K of N of the same selection on every machine, the
+    N shards together exactly that selection), then --kvbench-resume drops what the run finished. Cutting
+    before the default selection gave one shard nearly nothing; cutting after resume made a resumed shard
+    run other shards' items. --lf / --nf (pytest's wrappers) act on what is left after this."""
     run = config.stash[SESSION_KEY]
     if any(case_of(item) is not None for item in items):
         check_transformers(config)
     # A suite with no case in the grid (e.g. only RULER tasks chosen) gets no item at all,
     # rather than pytest's placeholder for an empty parameter set.
     items[:] = [i for i in items if not is_empty_case_item(i)]
-    keep, drop = list(items), []
+    drop = default_selection.left_out_items(config, items)
+    dropped = {id(i) for i in drop}
+    keep = [i for i in items if id(i) not in dropped]
     shard = config.getoption("kvbench_shard")
     if shard:  # before resume: a resumed shard finishes its own part, not a part of what is left of the grid
         try:
             k, n = parse_shard(shard)
         except ValueError as exc:
             raise pytest.UsageError(f"--kvbench-shard: {exc}") from None
-        bench = [i for i in keep if case_of(i) is not None]
-        chosen = {id(i) for i in select_shard(bench, k, n, lambda i: case_of(i).model)}
-        drop += [i for i in bench if id(i) not in chosen]
-        keep = [i for i in keep if case_of(i) is None or id(i) in chosen]
+        chosen = {id(i) for i in select_shard(keep, k, n, _shard_group)}
+        drop += [i for i in keep if id(i) not in chosen]
+        keep = [i for i in keep if id(i) in chosen]
     if config.getoption("kvbench_resume"):
         done = run.finished_keys()
         is_done = [case_of(i) is not None and case_of(i).key in done for i in keep]
@@ -183,6 +190,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _shard_group(item: pytest.Item) -> str:
+    """What a shard keeps together: a benchmark case's model; other items (bench/test_kernels.py's timings)
+    one group per file, so they run on one shard, not on every one."""
+    case = case_of(item)
+    return f"model {case.model}" if case is not None else f"file {item.nodeid.split('::', 1)[0]}"
 
 
 def _shares_prefill(case) -> bool:

@@ -7,7 +7,8 @@ are, every forward gets per-layer masks (hooks.per_layer_causal_masks), and this
 the layer knows the position of its first cached token, so a new token at position p sees the cached and new
 tokens at positions p - window + 1 .. p. After each update it keeps only the `window - 1` latest tokens (what
 transformers' own sliding-window cache keeps), so decoding holds the window, not the sequence, and the
-memory figures count what the layer really stores.
+memory figures count what the layer really stores: kv_bytes_after includes it, and `kv_bytes_window` (a
+sample field, generation.record_fields) says how much of it the window layers hold.
 """
 
 from __future__ import annotations
@@ -26,13 +27,18 @@ class WindowLayer(DynamicLayer):
         self.keys, self.values = keys, values
         self.window = window
         self.first_position = first_position
-        self._trim()
+        self._trim(copy=True)  # a copy: the full layer's tensors are freed (or stay the reference's own)
 
-    def _trim(self) -> None:
+    def _trim(self, copy: bool = False) -> None:
         excess = self.keys.shape[-2] - (self.window - 1)
         if excess > 0:
             self.keys, self.values = self.keys[..., excess:, :], self.values[..., excess:, :]
+            if copy:
+                self.keys, self.values = self.keys.clone(), self.values.clone()
             self.first_position += excess
+
+    def held_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.keys, self.values))
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         keys, values = super().update(key_states, value_states, *args, **kwargs)

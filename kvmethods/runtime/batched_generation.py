@@ -8,9 +8,10 @@ an accelerator (and, less so, a CPU) is mostly idle. `generate_batch` decodes th
   head), plugged into a transformers `DynamicCache`; each layer's attention gets its boolean mask through a
   pre-hook on the attention module (attention_hooks.attention_masks), the model's forward is never replaced;
 - new tokens keep their true positions (position_ids per member: the same for every member of a sample);
-- the teacher-forced pass of fidelity (the reference's output fed to every member) is one forward of the
-  batch over the targets, after which the tail is dropped and the greedy decoding starts from the same
-  padded copy (no per-member deepcopy of the cache);
+- the teacher-forced pass of fidelity (the reference's output fed to every member) costs nothing for a member
+  whose greedy output is the reference's: its decoding was fed exactly those tokens, so its decoding steps are
+  the teacher-forced rows; the members whose output differs are teacher-forced in one batched forward over
+  the targets, after the decoding (no per-member deepcopy of the cache);
 - a member stops at an eos or max_new_tokens, the others go on; stopped members leave the batch once half its
   rows have stopped (leaving copies the batch's buffers, so not at every stop; until then a stopped row is
   computed and ignored, its outputs unchanged).
@@ -135,15 +136,7 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
     cache = batched_cache(states, room)
     device = cache.layers[0].keys.device
     positions = torch.tensor([[s.next_position] for s in states], dtype=torch.long, device=device)
-    if teacher_targets is not None:
-        targets = [int(t) for t in teacher_targets]
-        for out, logprobs in zip(outputs, _teacher_force(model, cache, states, targets, positions)):
-            out.target_logprobs = logprobs
-        if isinstance(cache.layers[0], BatchedLayer):  # back to the prompts: the targets' slots are reused
-            for layer in cache.layers:
-                layer.drop_tail()
-        else:  # member layers changed their storage (what they quantized): decode from fresh copies
-            cache = batched_cache(states, room)
+    keep_steps = return_logprobs or teacher_targets is not None
     steps: list[list[torch.Tensor]] = [[] for _ in requests]
     decode_s = [0.0] * len(requests)
     rows = list(range(len(requests)))  # the request in each batch row (None: stopped, still computed)
@@ -153,7 +146,7 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
         for row, number in enumerate(rows):
             if number is None:
                 continue
-            if return_logprobs:
+            if keep_steps:
                 steps[number].append(torch.log_softmax(logits[row].float(), dim=-1))
             token = chosen[row]
             out = outputs[number]
@@ -180,7 +173,32 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
         share = (now() - started) / len(active)  # the step's time, shared equally by the members still decoding
         for number in active:
             decode_s[number] += share
+    if teacher_targets is not None:
+        _teacher_forced_rows(model, states, outputs, steps, [int(t) for t in teacher_targets], room, device)
     for number, out in enumerate(outputs):
         out.decode_s = decode_s[number]
         out.logprobs = torch.stack(steps[number]) if return_logprobs else None
     return outputs
+
+
+def _teacher_forced_rows(model, states: list[PrefilledPrompt], outputs: list[GenerationOutput],
+                         steps: list[list[torch.Tensor]], targets: list[int], room: int, device) -> None:
+    """Each output's target_logprobs. A member whose greedy output (its stopping eos included) is the targets
+    themselves was fed exactly the targets while decoding, so its decoding steps are the teacher-forced rows
+    (up to float rounding of a one-token forward); the others are teacher-forced in one batch of their own."""
+    forced = []
+    for number, out in enumerate(outputs):
+        produced = out.tokens + ([out.stop_token] if out.stop_token is not None else [])
+        if produced == targets and targets:
+            out.target_logprobs = torch.stack(steps[number])
+        elif len(targets) <= 1:
+            out.target_logprobs = torch.stack(steps[number][: len(targets)]) if targets else \
+                states[number].next_logits.new_zeros(0, states[number].next_logits.shape[-1]).float()
+        else:
+            forced.append(number)
+    if forced:
+        chosen = [states[n] for n in forced]
+        cache = batched_cache(chosen, room)
+        positions = torch.tensor([[s.next_position] for s in chosen], dtype=torch.long, device=device)
+        for number, logprobs in zip(forced, _teacher_force(model, cache, chosen, targets, positions)):
+            outputs[number].target_logprobs = logprobs

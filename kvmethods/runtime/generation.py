@@ -32,6 +32,7 @@ from ..core.families import check_family
 from ..attention.hooks import capturing_window_queries, compressing_prefill, store_selection
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name
+from ..attention.window_layer import WindowLayer
 from ..adapters.transformers_compat import DynamicCache
 from .budget_plan import plan_budget
 from .prompt_forward import check_request, device_of, forward, is_uneven, store_quantized
@@ -69,6 +70,9 @@ class GenerationOutput:
     # Methods compressing while decoding (decoding_compression.py): the cache length (longest layer) after
     # each decoding step; empty for the others, whose cache grows by one token a step.
     decode_cache_lengths: list[int] = field(default_factory=list)
+    # Of kv_bytes_after, what the sliding-window layers kept as their window hold (window_layer.py); None when
+    # no layer is one. kv_bytes_after - kv_bytes_window is what the method's compression left in the others.
+    kv_bytes_window: int | None = None
 
 
 def record_fields(out: GenerationOutput) -> dict:
@@ -83,7 +87,8 @@ def record_fields(out: GenerationOutput) -> dict:
         "kv_bytes_budget": out.kv_bytes_budget,
         # > 0: over the byte budget by that many bytes (a quantizer alone cannot trade tokens for bytes)
         "kv_budget_distance_bytes": None if out.kv_bytes_budget is None else out.kv_bytes_physical - out.kv_bytes_budget,
-    } | ({"decode_cache_lengths": out.decode_cache_lengths} if out.decode_cache_lengths else {})
+    } | ({"decode_cache_lengths": out.decode_cache_lengths} if out.decode_cache_lengths else {}) \
+      | ({"kv_bytes_window": out.kv_bytes_window} if out.kv_bytes_window is not None else {})
 
 
 @dataclass
@@ -203,9 +208,12 @@ def measured_prefill(model, method: Method, state: PrefilledPrompt, prompt_token
         logical -= sum(map(sum, masked)) * _bytes_per_token(state.cache) // sum(len(ms) for ms in masked)
     kept = [round(sum(heads) / len(heads)) for heads in per_head]
     ragged = any(isinstance(layer, RaggedLayer) for layer in state.cache.layers)
-    return GenerationOutput([], kept, _bytes_per_token(state.cache) * prompt_tokens, physical, prompt_tokens,
-                            prefill_s, 0.0, None, None, None, per_head, logical, physical,
-                            kernel_name(model) if ragged else None, state.scoring_s, masked is not None)
+    out = GenerationOutput([], kept, _bytes_per_token(state.cache) * prompt_tokens, physical, prompt_tokens,
+                           prefill_s, 0.0, None, None, None, per_head, logical, physical,
+                           kernel_name(model) if ragged else None, state.scoring_s, masked is not None)
+    windows = [layer for layer in state.cache.layers if isinstance(layer, WindowLayer)]
+    out.kv_bytes_window = sum(layer.held_bytes() for layer in windows) if windows else None
+    return out
 
 
 def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[int], return_logprobs: bool = False,

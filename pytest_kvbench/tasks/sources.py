@@ -31,7 +31,7 @@ def is_fixture_dir(data_dir) -> bool:
         return True
     try:
         resolved = Path(data_dir).resolve()
-    except OSError:
+    except (OSError, ValueError):  # unreadable, or not a path at all (a NUL byte): the data checks name it
         return False
     return resolved == DATA_ROOT or resolved.parent == DATA_ROOT
 

@@ -5,7 +5,8 @@ passkey, LongBench v2, ...) its full cache scores exactly 0, so every method sco
 items only add flat zero rows. Its measured full-cache scores are data next to the model
 (``default_model/task_scores.toml``); items of tasks scored 0 there are deselected (pytest's
 ``pytest_deselected``, so pytest counts them) when the user selected nothing: no ``-m``, no ``-k``, no
-task list and no protocol but the default. Naming a task, a marker or a keyword selects from the whole grid as before, so the smoke subset
+task list and no protocol but the default. The plugin's collection hook deselects them (``left_out_items``)
+after -k / -m and before ``--kvbench-shard`` splits what is left, so shards split what runs unsharded. Naming a task, a marker or a keyword selects from the whole grid as before, so the smoke subset
 (``-m smoke``) and its baseline are unchanged; a task or suite named in ``-k`` / ``-m`` that is not in the default
 grid joins it first (named_tasks.py), so ``-k qasper`` finds qasper. The run header names both.
 """
@@ -20,7 +21,7 @@ import pytest
 from pytest_kvbench.cases import DEFAULT_MODEL, DEFAULT_PROTOCOL, Case, Grid
 from pytest_kvbench.wiring.grid import named_tasks
 from pytest_kvbench.wiring.items import case_of
-from pytest_kvbench.wiring.grid.options import tomllib  # the standard library's, or tomli before Python 3.11
+from pytest_kvbench.wiring.grid.grid_file import tomllib  # the standard library's, or tomli before Python 3.11
 from pytest_kvbench.wiring.stash_keys import ACTIVATED_LATE_KEY, SESSION_KEY
 
 SCORES_FILE = Path(__file__).parents[1] / "default_model" / "task_scores.toml"
@@ -62,17 +63,12 @@ def outside_default_selection(case: Case) -> bool:
     return case.model == DEFAULT_MODEL and case.task.split(":", 1)[0] in unscored_tasks()
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+def left_out_items(config: pytest.Config, items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items the default selection deselects in this run (none when the user selected). Called by the
+    plugin's collection hook (plugin.py), after -k / -m and before --kvbench-shard cuts what is left."""
     if not left_out_tasks(config, config.stash[SESSION_KEY].grid):
-        return
-    kept, dropped = [], []
-    for item in items:
-        case = case_of(item)
-        (dropped if case is not None and outside_default_selection(case) else kept).append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+        return []
+    return [item for item in items if (case := case_of(item)) is not None and outside_default_selection(case)]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -16,7 +16,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_kvbench import atomic_files
 from pytest_kvbench.cases import Grid
 from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.run.environment import capture_environment, installed_packages
@@ -111,8 +110,8 @@ class RunSession:
             environment=self.environment, records=records, expected=expected,
             unfinished=unfinished_of(expected, records), resume_command=self.resume_command())
         try:
-            self._write_settings()
-            atomic_files.atomic_write_json(self.run_dir / storage.RUN_FILE, run)
+            for _, _, write in writer.start_of_run_files(self.run_dir, run, self.grid.as_dict()):
+                write()
         except OSError:
             pass
 
@@ -140,18 +139,12 @@ class RunSession:
             return raw | {"supersedes": earlier} if earlier is not None else raw
 
         try:
-            self._write_settings()
+            storage.write_settings(self.run_dir, self.grid.as_dict())
             storage.append_record(self.records_path, raw, with_supersedes)
         except OSError as exc:
             return (f"kvbench: the record of {raw.get('item_id') or raw.get('key')} could not be written to "
                     f"{self.records_path} ({(exc.strerror or str(exc)).lower()}); the records before it are kept")
         return None
-
-    def _write_settings(self) -> None:
-        """settings.json, once: what --kvbench-resume checks a later attempt against."""
-        settings = self.run_dir / storage.SETTINGS_FILE
-        if not settings.exists():
-            atomic_files.atomic_write_json(settings, self.grid.as_dict())
 
     def history(self) -> list[Record]:
         """Every record line of the run, oldest first (crashed attempts included); a line that is not a record is
@@ -167,10 +160,10 @@ class RunSession:
 
     # -- end of run ----------------------------------------------------------------------------
     def finish(self, *, complete: bool) -> dict:
-        """Write run.json, per-task files and RESULTS.md from every record, each on its own (a failure is
-        kept in ``write_failures``, the others are still written); return run.json's content."""
+        """Write what results/run/writer.py says ends the run (settings.json, item folders, run.json, both
+        RESULTS.md copies), each on its own (a failure is kept in ``write_failures``, the others are still
+        written); return run.json's content."""
         from pytest_kvbench.results.run import writer as run_writer  # lazy for startup time: tables and tabulate, at the end only
-        from pytest_kvbench.results.views.tables import shared_results_markdown  # lazy, as the writer above
         from pytest_kvbench.wiring.final_writes import write_each
 
         history = self.history()
@@ -189,22 +182,10 @@ class RunSession:
             environment=self.environment | {"packages": installed_packages()},  # read once, at the end
             expected=expected, unfinished=self.unfinished, crashed=self.crashed,
             resume_command=None if complete else self.resume_command())
-        files, markdown = run_writer.run_files(self.run_dir, run, records)
-        # settings.json too: a run stopped before its first record can be resumed
-        files.insert(0, (storage.SETTINGS_FILE, self.run_dir / storage.SETTINGS_FILE, self._write_settings))
-        table = self.results_dir / storage.RESULTS_FILE
-        shared = shared_results_markdown(markdown, self.run_id, self._other_runs(), str(self.results_dir))
-        files.append((f"{storage.RESULTS_FILE} of the results directory", table,
-                      lambda: atomic_files.atomic_write_text(table, shared)))
+        files = run_writer.end_of_run_files(self.run_dir, run, records, settings=self.grid.as_dict(),
+                                            results_dir=self.results_dir)
         self.written, self.write_failures = write_each(files)
         return run
-
-    def _other_runs(self) -> list[str]:
-        """The other runs of the results directory, oldest first (the names hold their start time)."""
-        from pytest_kvbench.results.run.directories import run_dirs  # lazy: at the end of a run only
-
-        return sorted((p.name for p in run_dirs(self.results_dir) if p.name != self.run_id),
-                      key=lambda name: (name.rsplit("_", 2)[-2:], name))
 
     def kept(self) -> list[str]:
         """What a failure line says was kept: the records, and what finish() did write."""

@@ -201,3 +201,20 @@ def test_the_family_table_says_before_loading_what_the_probe_finds(family):
     for name in METHODS:
         capabilities = method_of(name).capabilities
         assert refusal(table, capabilities) == refusal(probed, capabilities), (family, name)
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])
+def test_the_memory_figures_count_the_window_layers_apart(family):
+    """kv_bytes_window is what the sliding layers hold (window - 1 tokens per head), inside kv_bytes_after; the
+    rest is the compressed global layers' share; a model without window layers records no such field."""
+    from kvmethods.runtime.generation import record_fields
+
+    model = model_of(family)
+    out = generate(model, get_method("snapkv", window=4), "8", PROMPT, len(PROMPT), NEW, EOS, "question_in_window")
+    per_token = 2 * model.config.num_key_value_heads * model.config.head_dim * 4  # K and V, float32
+    assert out.kv_bytes_window == (WINDOW - 1) * per_token
+    assert out.kv_bytes_after - out.kv_bytes_window == 8 * per_token  # the global layer at its budget
+    assert record_fields(out)["kv_bytes_window"] == out.kv_bytes_window
+    plain = generate(model_of("llama"), get_method("snapkv", window=4), "8", PROMPT, len(PROMPT), NEW, EOS,
+                     "question_in_window")
+    assert plain.kv_bytes_window is None and "kv_bytes_window" not in record_fields(plain)

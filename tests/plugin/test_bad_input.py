@@ -249,7 +249,7 @@ def test_malformed_kvbench_arguments_exit_2_with_one_line(cli_dir, monkeypatch, 
 # functions): the same code pytest_configure runs, without an inner pytest session per case.
 
 from pytest_kvbench.input_values import InputError  # noqa: E402
-from pytest_kvbench.wiring.grid import options  # noqa: E402
+from pytest_kvbench.wiring.grid import command_line, options  # noqa: E402
 from pytest_kvbench.wiring.gate import Gate  # noqa: E402
 from pytest_kvbench.cases import Grid  # noqa: E402
 
@@ -259,7 +259,7 @@ ARABIC_12, HUGE = "١٢", "9" * 20
 def resolved(pytester, *args: str) -> Grid:
     """What pytest_configure resolves from these arguments (and the pytester directory's ini/grid files)."""
     config = pytester.parseconfig("-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args)
-    options.check_given_options(config)
+    command_line.check_given_options(config)
     grid = options.resolve_grid(config)
     Gate.from_config(config)
     options.results_dir(config)

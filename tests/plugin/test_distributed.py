@@ -18,6 +18,7 @@ from pytest_kvbench.wiring.distributed.gpu_slots import (
     visible_devices,
     worker_index,
 )
+from helpers import BENCH
 from pytest_kvbench.input_values import parse_shard
 from pytest_kvbench.wiring.distributed.shards import select_shard, shard_cuts
 from pytest_kvbench.wiring.distributed.xdist_groups import parametrize_id, reference_group_scheduler, xdist_group_name
@@ -378,3 +379,29 @@ def test_shards_cover_exactly_once_for_any_grouping():
         assert min(map(len, shards)) >= share - tolerance - 1
 
     check()
+
+
+# ---------------------------------------------------------------------------- --kvbench-shard in a run
+
+
+@pytest.mark.parametrize("select", [[], ["-k", "snapkv or ruler"]], ids=["default-selection", "-k"])
+def test_shards_split_what_runs_unsharded(bench, select):
+    """`pytest bench/ --kvbench-shard K/3`: the three shards hold exactly what runs unsharded (after -k and the
+    default selection, bench/test_kernels.py's timings included), each item once, in even parts. The shard used
+    to be cut before the default selection (shard 1/3 of `pytest bench/` kept only the kernel timings, shards 2
+    and 3 the rest) and before -k, and kept the kernel timings on every shard."""
+    bench.makepyfile(test_suite_kernels=(BENCH / "test_kernels.py").read_text())
+
+    def collected(*extra):
+        result = bench.runpytest("--collect-only", "-q", *select, *extra)
+        assert result.ret == 0, result.stdout.str()[-2000:]
+        return [line for line in result.outlines if "::" in line], result.stdout.str()
+
+    unsharded, summary = collected()
+    assert "deselected" in summary  # the default selection or -k left items out
+    assert any("kernels" in item for item in unsharded) and any("kernels" not in item for item in unsharded)
+    parts = [collected("--kvbench-shard", f"{k}/3")[0] for k in (1, 2, 3)]
+    assert sorted(item for part in parts for item in part) == sorted(unsharded)  # all of it, each item once
+    sizes = [len(part) for part in parts]
+    share = len(unsharded) / 3
+    assert min(sizes) > 0 and max(sizes) - min(sizes) <= 2 * int(0.1 * share) + 1, sizes  # docs/slurm.md#shards

@@ -10,8 +10,13 @@ import shutil
 import pytest
 
 from test_bad_input import assert_one_line_usage_error
-from kvmethods.testing import family_model
+from kvmethods.core.catalog import BUILTINS
+from kvmethods.families.layout import refusal
+from kvmethods.families.table import layout_of
+from kvmethods.testing import FAMILIES, family_config, family_model
+from pytest_kvbench.cases import GridError
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
+from pytest_kvbench.wiring.grid import family_check
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -60,3 +65,20 @@ def test_a_config_that_contradicts_its_weights_is_one_line(workdir, folders, tmp
     (folder / "config.json").write_text(json.dumps(config | change))
     message = assert_one_line_usage_error(workdir, "--kvbench-model", str(folder))
     assert "config.json contradicts its weights" in message and words in message
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_and_builtin_method_is_supported_or_refused_at_startup_in_one_line(family):
+    """The walk of the family x method table at configure: a refusal is a GridError of one line naming the family,
+    the method and the reason (the same rule the runtime asks, tests/kvmethods/test_families.py)."""
+    config = family_config(family)
+    layout = layout_of(config)
+    for name, entry in sorted(BUILTINS.items()):
+        reason = refusal(layout, entry.capabilities)
+        if reason is None:
+            family_check.check_methods("tiny", config, {name: entry.capabilities})
+            continue
+        with pytest.raises(GridError) as refused:
+            family_check.check_methods("tiny", config, {name: entry.capabilities})
+        message = str(refused.value)
+        assert "\n" not in message and f"family {family!r} cannot be compressed by {name}: {reason}" in message

@@ -1,6 +1,6 @@
 """Property: any value of any ``--kvbench-*`` option or grid-file key is a valid configuration or a short usage error.
 
-Every option the plugin registers (read from ``options.add_options``, so a new option is covered the day it is
+Every option the plugin registers (read from ``command_line.add_options``, so a new option is covered the day it is
 added) and every key of the ``--kvbench-config`` TOML grid file gets values from the classes of issue 31: empty,
 separators only, huge numbers, non-ASCII digits, unicode, over-long, paths of every kind, beside values that
 work. pytest's whole configure step then runs in this process (``--collect-only``, no test file, so no model
@@ -25,7 +25,7 @@ from transformers import AttentionInterface, AutoConfig  # noqa: F401
 from helpers import file_mtimes
 
 from pytest_kvbench.engine import models
-from pytest_kvbench.wiring.grid import options
+from pytest_kvbench.wiring.grid import command_line, grid_file
 
 _EXAMPLES = os.environ.get("KVBENCH_PROPERTY_EXAMPLES")
 PROFILE = settings(max_examples=int(_EXAMPLES) if _EXAMPLES else 30, deadline=None, derandomize=not _EXAMPLES,
@@ -50,7 +50,7 @@ class _RecordingParser:
 
 
 _REGISTERED = _RecordingParser()
-options.add_options(_REGISTERED)
+command_line.add_options(_REGISTERED)
 VALUE_OPTIONS = sorted(name for name, flag in _REGISTERED.options.items() if not flag)
 FLAG_OPTIONS = sorted(name for name, flag in _REGISTERED.options.items() if flag)
 
@@ -106,7 +106,7 @@ def toml_entries(key: str) -> st.SearchStrategy[tuple[str, object]]:
     return st.one_of(fitting, fitting.map(lambda value: [value]), toml_any).map(lambda value: (key, value))
 
 
-toml_tables = st.lists(st.sampled_from(sorted(options.TOML_KEYS)).flatmap(toml_entries)
+toml_tables = st.lists(st.sampled_from(sorted(grid_file.TOML_KEYS)).flatmap(toml_entries)
                        | st.tuples(st.sampled_from(["unknown", "kvbench", "model s", ""]), toml_any),
                        min_size=1, max_size=3).map(dict)
 

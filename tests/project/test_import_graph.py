@@ -44,7 +44,7 @@ LAYERS = (
     ("pytest_kvbench.wiring",),
     ("pytest_kvbench.wiring.distributed", "pytest_kvbench.wiring.progress"),
     ("pytest_kvbench.plugin", "pytest_kvbench.run_plugin", "pytest_kvbench.cli", "pytest_kvbench.cli_checks",  # entry points
-     "pytest_kvbench.cli_clean"),
+     "pytest_kvbench.commands"),
 )
 
 # Circles allowed while they are being removed: (why, regex every member's basename matches, package). Empty:

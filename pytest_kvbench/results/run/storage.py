@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from pytest_kvbench.atomic_files import atomic_write_text, json_text
+from pytest_kvbench.atomic_files import atomic_write_json, atomic_write_text, json_text
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -31,6 +31,14 @@ SETTINGS_FILE = "settings.json"  # the grid a run was made with; --kvbench-resum
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     atomic_write_text(path, "".join(json_text(row, indent=None) + "\n" for row in rows))
+
+
+def write_settings(run_dir: Path, settings: dict) -> None:
+    """settings.json, once (the first record's, or the end of a run stopped before any): what --kvbench-resume
+    checks a later attempt against, so it is never rewritten."""
+    path = run_dir / SETTINGS_FILE
+    if not path.exists():
+        atomic_write_json(path, settings)
 
 
 def new_run_id(now: datetime | None = None) -> str:

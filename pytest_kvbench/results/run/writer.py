@@ -1,4 +1,4 @@
-"""The one writer of a run directory's finished form: item folders, run.json and RESULTS.md.
+"""The one writer of a run directory's finished form: item folders, run.json and both RESULTS.md copies.
 
 The session (at the end of a run, and of a resumed one) and ``kvbench merge`` both end a run
 here, so a run directory has one layout whoever made it (DEVELOPERS.md, *Run directory*):
@@ -21,7 +21,8 @@ from pytest_kvbench.cases import model_label
 from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.record_key import DEFAULT_PROTOCOL
-from pytest_kvbench.results.views.tables import results_markdown, zero_scores
+from pytest_kvbench.results.run.directories import run_dirs
+from pytest_kvbench.results.views.tables import results_markdown, shared_results_markdown, zero_scores
 
 SCHEMA = 1
 RESULTS_FILE = storage.RESULTS_FILE
@@ -97,28 +98,52 @@ def run_document(*, run_id: str, start: str | None, start_ts: float | None, end:
             "records": [r.to_json() for r in records]}
 
 
-def run_files(run_dir: Path, run: dict, records: list[Record]) -> tuple[list[tuple[str, Path, Callable[[], object]]],
-                                                                     str]:
-    """What ending a run writes, in order: (what, path, the function that writes it) for each item folder,
-    run.json (``run``, from run_document) and the run's RESULTS.md; and the RESULTS.md text. The session
-    writes them one by one so that one failure (a full disk) leaves the others written
-    (wiring/final_writes.py). Item folders name the seed when the records hold several seeds.
+def start_of_run_files(run_dir: Path, run: dict, settings: dict) -> list[tuple[str, Path, Callable[[], object]]]:
+    """What a run writes when it starts (its items known, its directory locked): settings.json (when not there
+    yet) and a first run.json (``run``, without ``end``), so a run killed with -9 still says what it was."""
+    return [(storage.SETTINGS_FILE, run_dir / storage.SETTINGS_FILE,
+             partial(storage.write_settings, run_dir, settings)),
+            (storage.RUN_FILE, run_dir / storage.RUN_FILE,
+             partial(atomic_files.atomic_write_json, run_dir / storage.RUN_FILE, run))]
+
+
+def end_of_run_files(run_dir: Path, run: dict, records: list[Record], *, settings: dict | None = None,
+                     results_dir: Path | None = None) -> list[tuple[str, Path, Callable[[], object]]]:
+    """Every file ending a run writes, in order: (what, path, the function that writes it). ``settings``
+    (the session's grid): settings.json first, when it is not there yet (a run stopped before its first record
+    can then be resumed); then each item folder, run.json (``run``, from run_document) and the run's
+    RESULTS.md; with ``results_dir`` (the session, not a merge), the results directory's RESULTS.md: the
+    run's, saying which run it shows and where the directory's other runs are. The caller writes them one by
+    one, so that one failure (a full disk) leaves the others written (wiring/final_writes.py). Item folders name the seed when the records hold several seeds.
     """
     show_seed = len({r.seed for r in records}) > 1
     markdown = results_markdown(run, records)
-    files: list[tuple[str, Path, Callable[[], object]]] = [
-        ("item folder", item_dir(run_dir, record, show_seed), partial(write_item_files, run_dir, record, show_seed))
-        for record in records if record.samples]
+    files: list[tuple[str, Path, Callable[[], object]]] = []
+    if settings is not None:
+        files.append((storage.SETTINGS_FILE, run_dir / storage.SETTINGS_FILE,
+                      partial(storage.write_settings, run_dir, settings)))
+    files += [("item folder", item_dir(run_dir, record, show_seed),
+               partial(write_item_files, run_dir, record, show_seed)) for record in records if record.samples]
     files.append((storage.RUN_FILE, run_dir / storage.RUN_FILE,
                   partial(atomic_files.atomic_write_json, run_dir / storage.RUN_FILE, run)))
-    files.append((f"the run's {RESULTS_FILE}", run_dir / RESULTS_FILE, partial(atomic_files.atomic_write_text, run_dir / RESULTS_FILE,
-                                                                markdown)))
-    return files, markdown
+    files.append((f"the run's {RESULTS_FILE}", run_dir / RESULTS_FILE,
+                  partial(atomic_files.atomic_write_text, run_dir / RESULTS_FILE, markdown)))
+    if results_dir is not None:
+        table = results_dir / RESULTS_FILE
+        shared = shared_results_markdown(markdown, run["run_id"], other_runs(results_dir, run["run_id"]),
+                                         str(results_dir))
+        files.append((f"{RESULTS_FILE} of the results directory", table,
+                      partial(atomic_files.atomic_write_text, table, shared)))
+    return files
 
 
-def write_run(run_dir: Path, run: dict, records: list[Record]) -> str:
-    """Item folders, run.json and the run's RESULTS.md, all atomic; returns the RESULTS.md text."""
-    files, markdown = run_files(run_dir, run, records)
-    for _, _, write in files:
+def other_runs(results_dir: Path, run_id: str) -> list[str]:
+    """The other runs of the results directory, oldest first (the names hold their start time)."""
+    return sorted((p.name for p in run_dirs(results_dir) if p.name != run_id),
+                  key=lambda name: (name.rsplit("_", 2)[-2:], name))
+
+
+def write_run(run_dir: Path, run: dict, records: list[Record]) -> None:
+    """Item folders, run.json and the run's RESULTS.md, all atomic (``kvbench merge``'s staging directory)."""
+    for _, _, write in end_of_run_files(run_dir, run, records):
         write()
-    return markdown

@@ -1,6 +1,7 @@
 """Across machines: ``--kvbench-shard K/N`` picks part K of N of the items, models kept together.
 
-Deterministic and machine-independent, so N machines given the same grid run every item once.
+Deterministic and machine-independent, so N machines given the same grid run every item once. The plugin's
+collection hook (plugin.py) cuts what would run unsharded: after -k / -m and the default selection.
 """
 
 from __future__ import annotations

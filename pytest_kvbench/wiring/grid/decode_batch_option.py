@@ -15,7 +15,7 @@ from pytest_kvbench.input_values import MAX_DECODE_BATCH, InputError, ascii_int,
 OPTION = "--kvbench-decode-batch"
 INI = "kvbench_decode_batch"
 AUTO = "auto"
-DEFAULT = "1"
+DEFAULT = AUTO
 HELP = (f"members of a sample decoding in one batched forward per step: 'auto' (free CUDA memory, or 32 on CPU) "
         f"or 1..{MAX_DECODE_BATCH} (1: one member after another); default {DEFAULT}")
 

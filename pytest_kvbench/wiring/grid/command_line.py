@@ -1,13 +1,17 @@
-"""The --kvbench-* options and kvbench_* ini keys that pytest learns: declared in every pytest run, so light.
+"""The ``--kvbench-*`` options and ``kvbench_*`` ini keys pytest learns, and the form of the values given.
 
-pytest calls pytest_addoption in every run of every project where the plugin is installed; this module imports
-nothing but pytest, so declaring the options costs no grid, task or result import (plugin.py). What the values
-mean, and their checks, are options.py's, once kvbench is used.
+Registered in pytest_addoption; checked first at configure, before any value is resolved (options.py): a blank
+value, a one-value option typed twice with two values, a malformed ``--kvbench-shard``. pytest declares the
+options in every run of every project where the plugin is installed, so this module imports nothing of the
+grid, the tasks or results (plugin.py).
 """
 
 from __future__ import annotations
 
 import pytest
+
+from pytest_kvbench.input_values import InputError as GridError  # cases.GridError, without the case model
+from pytest_kvbench.input_values import parse_shard, shown_list
 
 DEFAULT_METHODS = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "tova", "knorm", "random"]
 
@@ -32,8 +36,8 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
                "length, budgets, protocol and samples, and refuses options that contradict it (docs/protocols.md)",
                "string"),
 }
-GRID_INI_KEYS = tuple("kvbench_" + name.replace("-", "_") for name in GRID_OPTIONS)
 
+GRID_INI_KEYS = tuple("kvbench_" + name.replace("-", "_") for name in GRID_OPTIONS)  # plugin.py: kvbench is used
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvbench", "KV-cache compression benchmark")
@@ -73,3 +77,39 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--kvbench-no-share-prefill", dest="kvbench_no_share_prefill", action="store_true",
                     help="prefill every item on its own instead of once per sample for a reference group "
                          "(to time items in isolation)")
+
+
+def check_given_options(config: pytest.Config) -> None:
+    """Every ``--kvbench-*`` value given on the command line: none blank, alone or repeated
+    (``--kvbench-save ''``, ``--kvbench-model X --kvbench-model ''``), since an empty value used to be
+    read as "unset" and silently dropped; ``--kvbench-shard`` well formed. Runs before anything else."""
+    for dest, value in sorted(vars(config.option).items()):
+        if not dest.startswith("kvbench_") or isinstance(value, bool) or value is None:
+            continue
+        option = "--" + dest.replace("_", "-")
+        for given in value if isinstance(value, list) else [value]:
+            if isinstance(given, str) and not given.strip():
+                raise GridError(f"{option} is empty; give a value or leave the option out")
+        if isinstance(value, str):
+            _check_given_once(option, config.invocation_params.args)
+    shard = config.getoption("kvbench_shard")
+    if shard is not None:
+        try:
+            parse_shard(shard)
+        except ValueError as exc:
+            raise GridError(str(exc)) from None
+
+
+def _check_given_once(option: str, args) -> None:
+    """A one-value option typed twice with two values (``--kvbench-preset A --kvbench-preset B``) is refused:
+    argparse keeps the last without a word. Only the command line counts: it may override ini addopts."""
+    args, values = [str(arg) for arg in args], []
+    for i, arg in enumerate(args):
+        if arg.startswith(option + "="):
+            values.append(arg.split("=", 1)[1])
+        elif arg == option and i + 1 < len(args):
+            values.append(args[i + 1])
+    if len(set(values)) > 1:
+        times = "twice" if len(values) == 2 else f"{len(values)} times"
+        raise GridError(f"{option} given {times} ({' and '.join(map(shown_list, values))}); it takes one value: "
+                        f"give it once")

@@ -1,0 +1,94 @@
+"""The resolved grid checked against the registries, still without loading a model.
+
+Method names and parameters (kvmethods.describe_method), budgets, tasks (the task registry; -k / -m names join
+a default grid, named_tasks.py), protocols, models and their context lengths, the data directory. Repeated
+values are reduced to one canonical spelling (canonical.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvmethods import FULL_CACHE, Budget, MethodError, describe_method
+from kvmethods.core.capabilities import Capability
+from pytest_kvbench import tasks as task_registry, user_paths
+from pytest_kvbench.cases import DEFAULT_MODEL, Grid, GridError
+from pytest_kvbench.input_values import MAX_TOKENS, shown
+from pytest_kvbench.tasks import TaskError, check_context_length, get_task
+from pytest_kvbench.tasks.sources import is_fixture_dir
+from pytest_kvbench.wiring.grid import canonical, model_refs, named_tasks
+from pytest_kvbench.wiring.grid.cache_protocols import (check_decoding_intervals, check_per_turn,
+                                                        check_tasks_serve_protocols)
+
+
+def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, str | None] = (None, None)) -> None:
+    """Names, budgets and paths checked against the registries, still without loading a model;
+    repeated values are reduced to one canonical spelling (canonical.py). ``selection``: pytest's -k and -m
+    expressions, whose task names join a default grid (named_tasks.py)."""
+    methods, compressing, capabilities = [], [], {}
+    for spec in grid.methods:  # describe_method names the valid methods for an unknown one
+        try:
+            described = describe_method(spec.name, **spec.param_dict)
+        except MethodError as exc:
+            raise GridError(str(exc)) from None
+        if Capability.COMPRESSES in described.capabilities:
+            compressing.append(described.name)
+        if described.capabilities & (Capability.COMPRESSES | Capability.OWN_STORAGE):
+            capabilities[str(spec)] = described.capabilities
+        for name, value in described.params.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise GridError(f"{spec.name}: parameter {name!r} must be a finite number, got {value!r}")
+        methods.append(canonical.method(spec, described.name, described.params))
+    grid.methods = [spec for spec, _ in canonical.unique(methods, key=lambda pair: pair[1])]
+    try:
+        grid.budgets = canonical.unique((Budget.parse(b) for b in budgets), key=lambda budget: budget.spec)
+    except MethodError as exc:
+        raise GridError(f"--kvbench-budgets: {exc}") from None
+    if FULL_CACHE in grid.budgets:
+        raise GridError(f"--kvbench-budgets: {FULL_CACHE.spec!r} is not a compression budget; the full cache runs "
+                        f"once per task as the method {FULL_CACHE.spec!r}")
+    too_large = [budget.spec for budget in grid.budgets if budget.kind == "tokens" and budget.value > MAX_TOKENS]
+    if too_large:
+        raise GridError(f"--kvbench-budgets: {shown(too_large[0])} tokens is more than any context ({MAX_TOKENS:,} at most)")
+    tasks_named = grid.tasks_named = bool(grid.tasks)
+    grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
+    if not tasks_named:  # -k qasper / -m infinitebench select from every task the registry knows
+        on_fixtures = is_fixture_dir(grid.data_dir) or (grid.data_dir is None and set(grid.models) == {DEFAULT_MODEL})
+        grid.tasks_added, grid.tasks_unavailable = named_tasks.added_tasks(*selection, grid.tasks, on_fixtures)
+        grid.tasks = grid.tasks + grid.tasks_added
+    try:
+        grid.tasks = canonical.unique(task_registry.get_task(task).name for task in grid.tasks)
+    except task_registry.TaskError as exc:
+        raise GridError(str(exc)) from None
+    grid.smoke_tasks = [t for t in grid.tasks if t in task_registry.SMOKE_TASKS]
+    check_tasks_serve_protocols(grid, tasks_named)
+    check_decoding_intervals(grid)
+    check_per_turn(grid)
+    if not grid.context_lengths:
+        grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
+    grid.models = canonical.models(grid.models)
+    limits = {model: model_refs.check_model_reference(model, compressing, capabilities) for model in grid.models}
+    _check_context_lengths(grid, limits)
+    model_refs.check_attention_implementation(grid.attn_implementation)
+    if grid.data_dir is None and grid.models == [DEFAULT_MODEL]:
+        grid.data_dir = "fixtures"  # the embedded model runs on the shipped fixture data, never the hub
+    if grid.data_dir and grid.data_dir != "fixtures":
+        try:
+            user_paths.existing_dir(grid.data_dir, "--kvbench-data")
+        except user_paths.PathError as exc:
+            raise GridError(str(exc)) from None
+
+
+def _check_context_lengths(grid: Grid, limits: dict[str, int | None]) -> None:
+    """Each RULER context length leaves room for the task's answer and fits every model, where the
+    model's maximum is known from its config (a model's own check at load time covers the rest)."""
+    for name in grid.tasks:
+        task = get_task(name)
+        if task.suite != "ruler":
+            continue
+        for length in grid.context_lengths:
+            for limit in limits.values():
+                try:
+                    check_context_length(task, limit, length)
+                except TaskError as exc:
+                    raise GridError(f"--kvbench-context-lengths: {exc}") from None
