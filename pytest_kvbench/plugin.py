@@ -4,7 +4,7 @@ pytest loads this module in every run of every project where pytest-kvbench is i
 runs never use it, so it costs next to nothing (docs/performance.md): it declares the options and hooks, and
 registers the benchmark's own plugin (run_plugin.py: the grid, one item per case, the records, the run; it
 imports the case model, the task registry and results/) only when kvbench is used:
-- at configure, when a --kvbench-* option or a grid ini key is given (bad values are usage errors, exit 4,
+- at configure, when a --kvbench-* option or a kvbench_* ini key is given (bad values are usage errors, exit 4,
   before anything is collected), or on the controller of an xdist run (it hands every worker the run id and
   its progress channel before the workers collect);
 - otherwise during collection, before the first test module whose text names kvbench is imported (its suite
@@ -35,10 +35,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def used_at_configure(config: pytest.Config) -> bool:
-    """A --kvbench-* option or a grid ini key given, or this is the controller of an xdist run."""
+    """A --kvbench-* option or a kvbench_* ini key given, or this is the controller of an xdist run."""
     if any(value not in (None, False) for dest, value in vars(config.option).items() if dest.startswith("kvbench_")):
         return True
-    if any(config.getini(key) for key in command_line.GRID_INI_KEYS):
+    ini_defaults = {**command_line.INI_DEFAULTS, decode_batch_option.INI: None}
+    if any(config.getini(key) != default for key, default in ini_defaults.items()):  # even a blank one
         return True
     option = config.option
     return not hasattr(config, "workerinput") and bool(

@@ -37,7 +37,9 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
                "string"),
 }
 
-GRID_INI_KEYS = tuple("kvbench_" + name.replace("-", "_") for name in GRID_OPTIONS)  # plugin.py: kvbench is used
+# Every ini key with its default: one set to anything else says kvbench is used (plugin.py)
+INI_DEFAULTS = {**{"kvbench_" + name.replace("-", "_"): None for name in GRID_OPTIONS},
+                "kvbench_results": "results", "kvbench_progress_interval": "30"}
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvbench", "KV-cache compression benchmark")
@@ -52,10 +54,10 @@ def add_options(parser: pytest.Parser) -> None:
                     help="TOML grid file (models, methods, budgets, tasks, samples, seed, ...)")
     group.addoption("--kvbench-results", dest="kvbench_results", default=None,
                     help="results directory (default: results/)")
-    parser.addini("kvbench_results", "results directory", default="results")
+    parser.addini("kvbench_results", "results directory", default=INI_DEFAULTS["kvbench_results"])
     parser.addini("kvbench_progress_interval", "least seconds between plain progress lines of samples when the "
                   "output is not a terminal (one worker's under -n; default 30; 0: every sample, every fifth "
-                  "of an item without -n)", default="30")
+                  "of an item without -n)", default=INI_DEFAULTS["kvbench_progress_interval"])
     group.addoption("--kvbench-save", dest="kvbench_save", default=None,
                     help="write a baseline file from this run")
     group.addoption("--kvbench-save-force", dest="kvbench_save_force", action="store_true",
