@@ -174,7 +174,8 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
         for number in active:
             decode_s[number] += share
     if teacher_targets is not None:
-        _teacher_forced_rows(model, states, outputs, steps, [int(t) for t in teacher_targets], room, device)
+        reuse = isinstance(cache.layers[0], BatchedLayer)  # member layers quantize as tokens arrive: not the same
+        _teacher_forced_rows(model, states, outputs, steps, [int(t) for t in teacher_targets], room, device, reuse)
     for number, out in enumerate(outputs):
         out.decode_s = decode_s[number]
         out.logprobs = torch.stack(steps[number]) if return_logprobs else None
@@ -182,14 +183,18 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
 
 
 def _teacher_forced_rows(model, states: list[PrefilledPrompt], outputs: list[GenerationOutput],
-                         steps: list[list[torch.Tensor]], targets: list[int], room: int, device) -> None:
+                         steps: list[list[torch.Tensor]], targets: list[int], room: int, device,
+                         reuse: bool) -> None:
     """Each output's target_logprobs. A member whose greedy output (its stopping eos included) is the targets
-    themselves was fed exactly the targets while decoding, so its decoding steps are the teacher-forced rows
-    (up to float rounding of a one-token forward); the others are teacher-forced in one batch of their own."""
+    themselves was fed exactly the targets while decoding, so with `reuse` (a padded batch, whose caches change
+    only by the tokens appended) its decoding steps are the teacher-forced rows (up to float rounding of a
+    one-token forward). Not for member layers: KIVI quantizes the values leaving its window at every decoding
+    step, while the teacher-forced forward feeds all targets at once, as generation.teacher_force_copy does.
+    The others are teacher-forced in one batch of their own."""
     forced = []
     for number, out in enumerate(outputs):
         produced = out.tokens + ([out.stop_token] if out.stop_token is not None else [])
-        if produced == targets and targets:
+        if reuse and produced == targets and targets:
             out.target_logprobs = torch.stack(steps[number])
         elif len(targets) <= 1:
             out.target_logprobs = torch.stack(steps[number][: len(targets)]) if targets else \
