@@ -22,7 +22,7 @@ from pytest_kvbench.cases import DEFAULT_MODEL, DEFAULT_PROTOCOL, Case, Grid
 from pytest_kvbench.wiring.grid import named_tasks
 from pytest_kvbench.wiring.items import case_of
 from pytest_kvbench.wiring.grid.grid_file import tomllib  # the standard library's, or tomli before Python 3.11
-from pytest_kvbench.wiring.stash_keys import SESSION_KEY
+from pytest_kvbench.wiring.stash_keys import ACTIVATED_LATE_KEY, SESSION_KEY
 
 SCORES_FILE = Path(__file__).parents[1] / "default_model" / "task_scores.toml"
 
@@ -72,6 +72,15 @@ def left_out_items(config: pytest.Config, items: list[pytest.Item]) -> list[pyte
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    return _selection_lines(config)
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """The header's lines, when kvbench came in during collection (after the header was written)."""
+    return _selection_lines(config) if config.stash.get(ACTIVATED_LATE_KEY, False) else []
+
+
+def _selection_lines(config: pytest.Config) -> list[str]:
     run = config.stash.get(SESSION_KEY, None)
     if run is None:
         return []

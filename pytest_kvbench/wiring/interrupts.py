@@ -12,7 +12,7 @@ the run's files must agree with records.jsonl (docs/resilience.md). Three things
   until pytest unconfigures, a first SIGINT is only noted (a second one goes through), so the workers stop
   cleanly and the files are written whole; the session then ends as interrupted, with pytest's usual short note.
 - The plugin's ``pytest_sessionfinish`` wraps xdist's teardown and keeps a KeyboardInterrupt raised there
-  (plugin.py), so that the run's files are still written: a Ctrl-C there used to give pytest's 84-line
+  (run_plugin.py), so that the run's files are still written: a Ctrl-C there used to give pytest's 84-line
   traceback and no run.json.
 """
 

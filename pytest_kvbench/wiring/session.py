@@ -58,7 +58,7 @@ class RunSession:
 
     def capture_environment(self) -> dict:
         """Git commit, package versions, command line (results/run/environment.py), captured once: when the
-        controller's collection found items (plugin.py), or when first read; not at configure, which runs
+        controller's collection found items (run_plugin.py), or when first read; not at configure, which runs
         in every pytest run of a user (git is a subprocess)."""
         if self._environment is None:
             self._environment = capture_environment(self._invocation_args)

@@ -1,6 +1,6 @@
 """The per-run objects the plugin keeps in pytest's config and item stashes, named once.
 
-The plugin's hooks live in several modules (plugin.py, xdist_hooks.py, fixture.py, ...); they find
+The plugin's hooks live in several modules (run_plugin.py, xdist_hooks.py, fixture.py, ...); they find
 the run session, runner, gate and progress through these keys rather than module globals, so two
 pytest sessions in one process (pytester) never share them.
 """
@@ -30,3 +30,4 @@ RECORD_KEY = pytest.StashKey[dict]()  # item stash: the item's measured record
 VERDICT_KEY = pytest.StashKey[dict]()  # item stash: the gate's verdict on it
 SHIELD_KEY = pytest.StashKey["InterruptShield"]()  # holds a Ctrl-C off while the controller writes the run
 INTERRUPTED_WORKERS_KEY = pytest.StashKey[set]()  # xdist workers stopped by Ctrl-C (not crashed)
+ACTIVATED_LATE_KEY = pytest.StashKey[bool]()  # kvbench came in during collection (plugin.py), after the header

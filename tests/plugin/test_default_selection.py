@@ -38,6 +38,14 @@ def test_the_default_selection_runs_only_the_scored_tasks(bench):
     assert "default selection" in header and all(task in header for task in UNSCORED)
 
 
+def test_without_any_kvbench_option_the_benchmark_comes_in_at_its_module(bench):
+    """No option: the plugin registers the benchmark before bench/'s modules are imported (plugin.py), selects the
+    same items, and names the tasks left out after collection (the header was written before it came in)."""
+    assert tasks_of(collected_ids(bench.runpytest("--collect-only", "-q"))) == set(SCORED)
+    out = bench.runpytest("--collect-only").stdout.str()
+    assert "default selection" in out and all(task in out for task in UNSCORED)
+
+
 @pytest.mark.parametrize("select", [["-k", "passkey"], ["--kvbench-tasks", "passkey"]])
 def test_a_task_left_out_stays_selectable(bench, select):
     ids = collected_ids(bench.runpytest("--collect-only", "-q", *ONE_METHOD, *select))

@@ -18,13 +18,17 @@ from pytest_kvbench.wiring.distributed.gpu_slots import GPU_DRIVER_PATHS
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "datasets", "scipy", "matplotlib", "numpy", "pandas", "safetensors", "tokenizers")
+# what the benchmark's own plugin (run_plugin.py) brings: the grid, the case model, the task registry, results/
+BENCHMARK = ("pytest_kvbench.run_plugin", "pytest_kvbench.cases", "pytest_kvbench.tasks", "pytest_kvbench.results",
+             "pytest_kvbench.wiring.grid.options", "pytest_kvbench.wiring.default_selection")
 PROBE = f"""
 import json, os, sys
 
 def pytest_unconfigure(config):
     with open(os.path.join({{out!r}}, f"{{{{os.getpid()}}}}.json"), "w") as out:
         json.dump({{{{"kvbench": config.pluginmanager.has_plugin("kvbench"),
-                    "heavy": sorted(name for name in {HEAVY!r} if name in sys.modules)}}}}, out)
+                    "heavy": sorted(name for name in {HEAVY!r} if name in sys.modules),
+                    "benchmark": sorted(name for name in sys.modules if name.startswith({BENCHMARK!r}))}}}}, out)
 """
 
 
@@ -39,7 +43,8 @@ def probed_pytest(tmp_path: Path, cwd: Path, *args: str) -> tuple[subprocess.Com
                           cwd=cwd, env=env, capture_output=True, text=True)
     seen = [json.loads(path.read_text()) for path in out.glob("*.json")]
     return proc, {"processes": len(seen), "kvbench": all(s["kvbench"] for s in seen),
-                  "heavy": sorted({name for s in seen for name in s["heavy"]})}
+                  "heavy": sorted({name for s in seen for name in s["heavy"]}),
+                  "benchmark": sorted({name for s in seen for name in s["benchmark"]})}
 
 
 def test_an_unrelated_pytest_run_imports_nothing_heavy(tmp_path):
@@ -50,6 +55,18 @@ def test_an_unrelated_pytest_run_imports_nothing_heavy(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert seen["kvbench"], "the plugin was not loaded, so this test proves nothing"
     assert seen["heavy"] == []
+    assert seen["benchmark"] == []  # the benchmark's plugin comes in only when kvbench is used (plugin.py)
+
+
+def test_a_kvbench_option_or_a_module_using_kvbench_brings_the_benchmark_in(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    _, seen = probed_pytest(tmp_path, project, "-q", "test_one.py", "--kvbench-results", str(tmp_path / "r"))
+    assert "pytest_kvbench.run_plugin" in seen["benchmark"] and seen["heavy"] == []
+    (project / "test_two.py").write_text("def test_two(kvbench_case):\n    pass\n")  # a benchmark module
+    proc, seen = probed_pytest(tmp_path, project, "-q", "--collect-only", "test_one.py", "test_two.py")
+    assert "pytest_kvbench.run_plugin" in seen["benchmark"] and seen["heavy"] == []
 
 
 @pytest.mark.skipif(any(os.path.exists(path) for path in GPU_DRIVER_PATHS),

@@ -1,16 +1,19 @@
 """The ``--kvbench-*`` options and ``kvbench_*`` ini keys pytest learns, and the form of the values given.
 
 Registered in pytest_addoption; checked first at configure, before any value is resolved (options.py): a blank
-value, a one-value option typed twice with two values, a malformed ``--kvbench-shard``.
+value, a one-value option typed twice with two values, a malformed ``--kvbench-shard``. pytest declares the
+options in every run of every project where the plugin is installed, so this module imports nothing of the
+grid, the tasks or results (plugin.py).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_kvbench.cases import GridError
+from pytest_kvbench.input_values import InputError as GridError  # cases.GridError, without the case model
 from pytest_kvbench.input_values import parse_shard, shown_list
-from pytest_kvbench.wiring.grid.options import DEFAULT_METHODS
+
+DEFAULT_METHODS = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "tova", "knorm", "random"]
 
 # name -> (help, ini type); each becomes --kvbench-<name> and the ini key kvbench_<name>.
 GRID_OPTIONS: dict[str, tuple[str, str]] = {
@@ -34,6 +37,9 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
                "string"),
 }
 
+# Every ini key with its default: one set to anything else says kvbench is used (plugin.py)
+INI_DEFAULTS = {**{"kvbench_" + name.replace("-", "_"): None for name in GRID_OPTIONS},
+                "kvbench_results": "results", "kvbench_progress_interval": "30"}
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvbench", "KV-cache compression benchmark")
@@ -48,10 +54,10 @@ def add_options(parser: pytest.Parser) -> None:
                     help="TOML grid file (models, methods, budgets, tasks, samples, seed, ...)")
     group.addoption("--kvbench-results", dest="kvbench_results", default=None,
                     help="results directory (default: results/)")
-    parser.addini("kvbench_results", "results directory", default="results")
+    parser.addini("kvbench_results", "results directory", default=INI_DEFAULTS["kvbench_results"])
     parser.addini("kvbench_progress_interval", "least seconds between plain progress lines of samples when the "
                   "output is not a terminal (one worker's under -n; default 30; 0: every sample, every fifth "
-                  "of an item without -n)", default="30")
+                  "of an item without -n)", default=INI_DEFAULTS["kvbench_progress_interval"])
     group.addoption("--kvbench-save", dest="kvbench_save", default=None,
                     help="write a baseline file from this run")
     group.addoption("--kvbench-save-force", dest="kvbench_save_force", action="store_true",

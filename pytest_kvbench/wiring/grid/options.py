@@ -18,10 +18,10 @@ from pytest_kvbench.cases import DEFAULT_MODEL, Grid, GridError, MethodSpec, par
 from pytest_kvbench.input_values import MAX_TOKENS, shown, shown_list, split_list
 from pytest_kvbench.wiring.grid import canonical, presets
 from pytest_kvbench.wiring.grid.cache_protocols import parse_protocols
+from pytest_kvbench.wiring.grid.command_line import DEFAULT_METHODS
 from pytest_kvbench.wiring.grid.grid_checks import validate_grid
 from pytest_kvbench.wiring.grid.grid_file import load_grid_file, toml_methods
 
-DEFAULT_METHODS = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "tova", "knorm", "random"]
 DEFAULT_BUDGETS = ["128", "256"]
 DEFAULT_SAMPLES = 20
 

@@ -23,7 +23,7 @@ from pytest_kvbench.wiring.stash_keys import PROGRESS_KEY
 
 
 class FinishedItemLines:
-    """Registered by plugin.py in every process; active in the process that writes the terminal (single
+    """Registered by run_plugin.py in every process; active in the process that writes the terminal (single
     process or xdist controller) when its stdout is not a terminal and the run is not quiet."""
 
     def __init__(self, config: pytest.Config, progress_plugin) -> None:

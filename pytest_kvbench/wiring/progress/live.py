@@ -182,7 +182,7 @@ def progress_interval(config: pytest.Config) -> float:
 
 
 class ProgressPlugin:
-    """The xdist side of live progress, registered by plugin.py in every process.
+    """The xdist side of live progress, registered by run_plugin.py in every process.
 
     Controller: opens a channel per worker and shows what arrives; keeps the progress line out of
     the way of the dots (the wrapped hooks). Worker: closes its channel when the session ends.
