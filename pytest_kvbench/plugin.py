@@ -69,7 +69,8 @@ def activate(config: pytest.Config, session: pytest.Session | None = None):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if used_at_configure(config):
+    # `pytest --markers` lists the suite markers (smoke, ruler, ...), which the run plugin registers
+    if used_at_configure(config) or getattr(config.option, "markers", False):
         activate(config)
 
 

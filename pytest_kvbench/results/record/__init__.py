@@ -126,7 +126,8 @@ class Memory:
 class Fidelity:
     kl: float | None = None  # mean KL divergence to the full-cache pass
     agreement: float | None = None  # mean greedy agreement with it
-    decode_kl: float | None = None  # mean KL along the greedy decode itself (engine/fidelity.py)
+    # mean KL along the greedy decode itself (engine/fidelity.py); absent from records made before it existed
+    decode_kl: float | None = field(default=None, metadata=OMITTED_AT_DEFAULT)
     extra: dict = field(default_factory=dict)
 
 
