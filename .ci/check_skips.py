@@ -34,6 +34,7 @@ ALLOWED = (
     Allowed(("main",), "tests.kvmethods.test_kvpress_adapter", "No module named 'kvpress'", KVPRESS_ELSEWHERE),
     Allowed(("main",), "tests.scripts.test_compare_kvpress", "No module named 'kvpress'", KVPRESS_ELSEWHERE),
     Allowed(("main",), "tests.plugin.test_methods_grid_specs", "needs kvpress", KVPRESS_ELSEWHERE),
+    Allowed(("main",), "tests.kvmethods.test_kvpress_families", "No module named 'kvpress'", KVPRESS_ELSEWHERE),
     Allowed(("kvpress",), "tests.plugin.test_methods_grid_specs", "kvpress is installed",
             "the message for a missing kvpress is checked in the main environment"),
     Allowed(ENVIRONMENTS, "tests.kvmethods.test_hf_quantized", "needs optimum-quanto",
