@@ -178,7 +178,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         try:
             k, n = parse_shard(shard)
         except ValueError as exc:
-            raise pytest.UsageError(f"--kvbench-shard: {exc}") from None
+            raise pytest.UsageError(str(exc)) from None  # the message names the option
         chosen = {id(i) for i in select_shard(keep, k, n, _shard_group)}
         drop += [i for i in keep if id(i) not in chosen]
         keep = [i for i in keep if id(i) in chosen]

@@ -13,7 +13,7 @@ from pytest_kvbench.cli_checks import UsageError
 from pytest_kvbench.commands.common import EXIT_OK, EXIT_REGRESSION, load
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
 from pytest_kvbench.comparison.gate_coverage import coverage_message, uncompared
-from pytest_kvbench.comparison.power import cannot_fail_warning, gate_powers, power_table
+from pytest_kvbench.comparison.power import power_lines
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table, score_alone_note
 from pytest_kvbench.results.run import storage
@@ -59,11 +59,7 @@ def cmd_compare(args) -> int:
     note = score_alone_note(baseline, tolerances)
     if note:
         print(note)
-    powers = gate_powers(baseline.entries.values(), tolerances, seed=args.seed)
-    print("\ngate power (what each baseline entry can detect):\n" + power_table(powers))
-    warning = cannot_fail_warning(powers)
-    if warning:
-        print(warning)
+    print("\n" + "\n".join(power_lines(baseline.entries.values(), tolerances, seed=args.seed)))
     for verdict in verdicts:
         if verdict.failed:
             print(f"{verdict.status.upper()} {verdict.message}")

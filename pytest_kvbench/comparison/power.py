@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from tabulate import tabulate
 
 from pytest_kvbench.comparison.tolerances import FIDELITY_METRICS, Tolerances
+from pytest_kvbench.comparison.verdicts import SCORE_SCALE
 from pytest_kvbench.results.record import is_number
 from pytest_kvbench.stats import compare_paired
 
-SCORE_SCALE = 100.0
 POWER_RESAMPLES = 2_000  # enough to place the interval's edge; the verdicts themselves use 10,000
 NO_SIGNAL_KL = 1e-6  # below this on every sample (and agreement 1), the output was the full cache's
 
@@ -125,3 +125,11 @@ def cannot_fail_warning(powers: list[Power]) -> str | None:
     more = f", ... ({len(dead) - 6} more)" if len(dead) > 6 else ""
     return (f"warning: {len(dead)} of {len(powers)} gate entries cannot fail on score or fidelity (only an error "
             f"fails them): {shown}{more}")
+
+
+def power_lines(entries: Iterable, tolerances: Tolerances, seed: int = 0) -> list[str]:
+    """What the gate's reports (``kvbench compare``, the terminal summary) say of its power: a heading, the
+    table and, when some entry cannot fail, the warning."""
+    powers = gate_powers(entries, tolerances, seed)
+    warning = cannot_fail_warning(powers)
+    return ["gate power (what each baseline entry can detect):", power_table(powers), *([warning] if warning else [])]

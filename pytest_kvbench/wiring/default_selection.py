@@ -65,7 +65,7 @@ def outside_default_selection(case: Case) -> bool:
 
 def left_out_items(config: pytest.Config, items: list[pytest.Item]) -> list[pytest.Item]:
     """The items the default selection deselects in this run (none when the user selected). Called by the
-    plugin's collection hook (plugin.py), after -k / -m and before --kvbench-shard cuts what is left."""
+    plugin's collection hook (run_plugin.py), after -k / -m and before --kvbench-shard cuts what is left."""
     if not left_out_tasks(config, config.stash[SESSION_KEY].grid):
         return []
     return [item for item in items if (case := case_of(item)) is not None and outside_default_selection(case)]

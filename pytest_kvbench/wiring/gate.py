@@ -80,20 +80,14 @@ class Gate:
         lines = []
         if self._verdicts:
             # lazy for startup time: numpy and scipy (see above)
+            from pytest_kvbench.comparison.power import power_lines
             from pytest_kvbench.comparison.verdicts import comparison_table, score_alone_note
-
-            # lazy for startup time: numpy and scipy (see above)
-            from pytest_kvbench.comparison.power import cannot_fail_warning, gate_powers, power_table
 
             lines += ["comparison with baseline:", comparison_table(self._verdicts)]
             note = score_alone_note(self.baseline, self.tolerances)
             if note:
                 lines.append(note)
-            powers = gate_powers(self.baseline.entries.values(), self.tolerances)
-            lines += ["gate power (what each baseline entry can detect):", power_table(powers)]
-            warning = cannot_fail_warning(powers)
-            if warning:
-                lines.append(warning)
+            lines += power_lines(self.baseline.entries.values(), self.tolerances)
         if self._unrun:
             lines.append(f"baseline entries not run ({len(self._unrun)}): {', '.join(self._unrun[:20])}"
                          + (" ..." if len(self._unrun) > 20 else ""))
