@@ -60,11 +60,7 @@ def keep_window(cache, layer_idx: int, window: int) -> torch.Tensor:
     """Turn layer `layer_idx` of `cache` (a full, uncompressed sliding layer) into its WindowLayer; returns the
     kept positions [batch, kv_heads, n] (the selection records show)."""
     layer = cache.layers[layer_idx]
-    if isinstance(layer, WindowLayer):
-        first, length = layer.first_position, layer.keys.shape[-2]
-    else:
-        kept = WindowLayer(layer.keys, layer.values, window, 0)
-        cache.layers[layer_idx] = kept
-        first, length = kept.first_position, kept.keys.shape[-2]
-    keys = cache.layers[layer_idx].keys
-    return torch.arange(first, first + length, device=keys.device).expand(keys.shape[0], keys.shape[1], -1)
+    if not isinstance(layer, WindowLayer):
+        layer = cache.layers[layer_idx] = WindowLayer(layer.keys, layer.values, window, 0)
+    first, keys = layer.first_position, layer.keys
+    return torch.arange(first, first + keys.shape[-2], device=keys.device).expand(keys.shape[0], keys.shape[1], -1)

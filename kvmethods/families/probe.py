@@ -28,6 +28,7 @@ from torch import nn
 from ..core.errors import MethodError
 from ..attention.query_capture import capturing_queries
 from ..adapters.transformers_compat import attention_implementation
+from ..runtime.layer_inputs import rotate_half
 from .layout import CAPTURED, CHUNKED, GLOBAL, LINEAR, PROJECTION, SLIDING, FamilyLayout, LayerLayout
 
 ATTENTION_ATTR = "self_attn"
@@ -59,11 +60,6 @@ def attention_modules(model: nn.Module) -> list[nn.Module | None]:
 def rotary_embedding(model: nn.Module) -> nn.Module | None:
     """The decoder's shared rotary-embedding module (`rotary_emb`), used to rotate to future positions."""
     return getattr(decoder(model), "rotary_emb", None)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def _close(a: torch.Tensor | None, b: torch.Tensor) -> bool:

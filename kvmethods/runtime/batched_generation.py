@@ -99,8 +99,8 @@ def _batch_masks(model, cache: DynamicCache):
 
 
 def _forward(model, cache: DynamicCache, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int):
-    """tokens, positions [B, q] -> logits [B, q or 1, vocab]."""
-    with _batch_masks(model, cache), cached_forward_kernels(model, cache.get_seq_length()):  # no cuDNN graphs
+    """tokens, positions [B, q] -> logits [B, q or 1, vocab], inside _batch_masks(model, cache)."""
+    with cached_forward_kernels(model, cache.get_seq_length()):  # no cuDNN graphs
         return model(input_ids=tokens, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                      **cache_argument(model, cache)).logits
 
@@ -115,7 +115,8 @@ def _teacher_force(model, cache: DynamicCache, states: list[PrefilledPrompt], ta
     device = positions.device
     tokens = torch.tensor([targets[:-1]], dtype=torch.long, device=device).expand(len(states), -1)
     steps = positions + torch.arange(len(targets) - 1, device=device)
-    logits = _forward(model, cache, tokens, steps, 0)
+    with _batch_masks(model, cache):
+        logits = _forward(model, cache, tokens, steps, 0)
     return [torch.cat([first[b], torch.log_softmax(logits[b].float(), dim=-1)]) for b in range(len(states))]
 
 
@@ -141,38 +142,39 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
     decode_s = [0.0] * len(requests)
     rows = list(range(len(requests)))  # the request in each batch row (None: stopped, still computed)
     logits = torch.stack([s.next_logits for s in states])
-    while True:
-        chosen = logits.argmax(-1).tolist()
-        for row, number in enumerate(rows):
-            if number is None:
-                continue
-            if keep_steps:
-                steps[number].append(torch.log_softmax(logits[row].float(), dim=-1))
-            token = chosen[row]
-            out = outputs[number]
-            if token in eos:
-                out.stop_token = token
-            else:
-                out.tokens.append(token)
-            if token in eos or len(out.tokens) >= max_new_tokens:
-                rows[row] = None
-        active = [number for number in rows if number is not None]
-        if not active:
-            break
-        if 2 * len(active) <= len(rows):  # half the rows stopped: they leave (a copy of the buffers, so not each time)
-            keep = torch.tensor([row for row, number in enumerate(rows) if number is not None], device=device)
-            for layer in cache.layers:
-                layer.keep_rows(keep)
-            positions = positions[keep]
-            rows = active
-        started = now()
-        tokens = torch.tensor([[outputs[number].tokens[-1] if number is not None else 0] for number in rows],
-                              dtype=torch.long, device=device)
-        logits = _forward(model, cache, tokens, positions, 1)[:, -1]
-        positions = positions + 1
-        share = (now() - started) / len(active)  # the step's time, shared equally by the members still decoding
-        for number in active:
-            decode_s[number] += share
+    with _batch_masks(model, cache):  # the mask hooks once for the whole decoding, not per step
+        while True:
+            chosen = logits.argmax(-1).tolist()
+            for row, number in enumerate(rows):
+                if number is None:
+                    continue
+                if keep_steps:
+                    steps[number].append(torch.log_softmax(logits[row].float(), dim=-1))
+                token = chosen[row]
+                out = outputs[number]
+                if token in eos:
+                    out.stop_token = token
+                else:
+                    out.tokens.append(token)
+                if token in eos or len(out.tokens) >= max_new_tokens:
+                    rows[row] = None
+            active = [number for number in rows if number is not None]
+            if not active:
+                break
+            if 2 * len(active) <= len(rows):  # half the rows stopped: they leave (a copy of the buffers, not each time)
+                keep = torch.tensor([row for row, number in enumerate(rows) if number is not None], device=device)
+                for layer in cache.layers:
+                    layer.keep_rows(keep)
+                positions = positions[keep]
+                rows = active
+            started = now()
+            tokens = torch.tensor([[outputs[number].tokens[-1] if number is not None else 0] for number in rows],
+                                  dtype=torch.long, device=device)
+            logits = _forward(model, cache, tokens, positions, 1)[:, -1]
+            positions = positions + 1
+            share = (now() - started) / len(active)  # the step's time, shared equally by the members still decoding
+            for number in active:
+                decode_s[number] += share
     if teacher_targets is not None:
         reuse = isinstance(cache.layers[0], BatchedLayer)  # member layers quantize as tokens arrive: not the same
         _teacher_forced_rows(model, states, outputs, steps, [int(t) for t in teacher_targets], room, device, reuse)

@@ -23,7 +23,7 @@ from ..core.errors import MethodError
 from ..families.layout import LayerLayout
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
@@ -88,7 +88,7 @@ class LayerInputs:
             return q
         cos = self.cos[:, -n:].unsqueeze(1)
         sin = self.sin[:, -n:].unsqueeze(1)
-        return q * cos + _rotate_half(q) * sin
+        return q * cos + rotate_half(q) * sin
 
     @property
     def rotates(self) -> bool:

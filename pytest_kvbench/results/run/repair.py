@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 
 from pytest_kvbench.atomic_files import atomic_write_text
-from pytest_kvbench.results.record import Record, RecordError
 from pytest_kvbench.results.run import storage
+from pytest_kvbench.results.run.state import parse_record
 
 DAMAGED_SUFFIX = ".damaged"
 
@@ -34,12 +34,8 @@ def _is_record(line: bytes) -> bool | None:
     try:
         raw = json.loads(text)
     except ValueError:
-        return None if text.startswith("{") and not text.endswith("}") else False
-    try:
-        Record.from_json(raw)
-    except RecordError:
-        return False
-    return True
+        return None if storage.torn_line(text) else False
+    return parse_record(raw)[1] is None
 
 
 def _repair_log(log: Path) -> tuple[str | None, set[str]]:

@@ -142,6 +142,12 @@ class RecordsScan:
     record_lines: list[int] = field(default_factory=list)  # the line number of each record
 
 
+def torn_line(text: str) -> bool:
+    """A line that is a prefix of a record cut short by a killed writer (RecordsScan): no damage."""
+    text = text.strip()
+    return text.startswith("{") and not text.endswith("}")
+
+
 def scan_records(records_path: str | os.PathLike) -> RecordsScan:
     """Read a records file line by line without stopping at a bad line (see RecordsScan); OSError and
     UnicodeDecodeError propagate."""
@@ -157,8 +163,7 @@ def scan_records(records_path: str | os.PathLike) -> RecordsScan:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            stripped = line.strip()
-            if stripped.startswith("{") and not stripped.endswith("}"):
+            if torn_line(line):
                 scan.torn.append(number)
             else:
                 scan.bad.append((number, f"not a JSON record ({exc.msg})"))
