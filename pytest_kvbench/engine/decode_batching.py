@@ -37,6 +37,11 @@ def _cache_bytes(state) -> int:
     return total
 
 
+def _device(states: list) -> torch.device:
+    """Where the members' caches are (tests fake a CUDA device here)."""
+    return states[0].cache.layers[0].keys.device if states else torch.device("cpu")
+
+
 class DecodeBatching:
     """The batch limit of one worker: the setting, and what out-of-memory errors taught it."""
 
@@ -55,7 +60,7 @@ class DecodeBatching:
         auto the free memory's (CUDA) or AUTO_CPU; never above a limit an out-of-memory error set."""
         if self.setting != AUTO:
             return max(1, self.limit)
-        device = states[0].cache.layers[0].keys.device if states else torch.device("cpu")
+        device = _device(states)
         if device.type != "cuda":
             size = AUTO_CPU
         else:
@@ -66,6 +71,12 @@ class DecodeBatching:
             member = longest + per_token * new + 2 * 4 * max(1, targets) * vocab
             size = int(free * AUTO_MEMORY_SHARE // max(1, member))
         return max(1, min(size, MAX_DECODE_BATCH, self.limit or MAX_DECODE_BATCH))
+
+    def samples_together(self, rows: int, members: int) -> int:
+        """How many samples' groups of `members` members decode in the same batches (batching across samples)
+        when a batch holds `rows` members (size()): as many whole groups as fit, at least one. Their compressed
+        caches wait for the batch, so the caches held at once never exceed one batch's members (or one group)."""
+        return max(1, rows // max(1, members))
 
     def out_of_memory(self, batch: int) -> int:
         """A batch of `batch` members ran out of memory: the limit halves (at least 1); returns it."""
