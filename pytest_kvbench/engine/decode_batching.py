@@ -1,4 +1,4 @@
-"""How many members of a sample decode in one batch (`--kvbench-decode-batch auto|N`), and shrinking on OOM.
+"""How many members decode in one batch (`--kvbench-decode-batch auto|N`), of how many samples, and shrinking on OOM.
 
 A sample's members decode in batches of at most N (kvmethods.runtime.batched_generation); `1` is the sequential
 decoding of before, member by member. `auto` sizes the batch when it is formed:
@@ -14,6 +14,9 @@ An out-of-memory error in a batch is not a member's failure: the memory is freed
 rest of the run (`shrunk` keeps one line saying so, the terminal summary shows it once) and the members are
 decoded again in smaller batches, down to one, where an out-of-memory error fails the member as before.
 No sample is lost: a batch re-decodes from the members' prefilled caches, which it never changes.
+
+Batching across samples: as many whole groups (a sample's members) as one batch holds decode together
+(`samples_together`); their compressed caches wait for the batch, so what waits is bounded by the limit.
 """
 
 from __future__ import annotations
