@@ -41,7 +41,7 @@ from ..attention.attention_hooks import AttentionCall, attention_masks
 from ..storage.batched import BatchedLayer, MemberLayers, can_batch, can_batch_as_members
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 from .clock import now
-from .generation import GenerationOutput, PrefilledPrompt, measured_prefill
+from .generation import GenerationOutput, PrefilledPrompt, byte_allowance, measured_prefill
 from .prompt_forward import cached_forward_kernels
 
 
@@ -131,7 +131,7 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
     for request in requests:  # measured before the batch: what each member's own cache holds
         out = measured_prefill(model, request.method, request.state, prompt_tokens, 0.0)
         if request.budget is not None and request.budget.kind == "memory":
-            out.kv_bytes_budget = int(request.budget.value * out.kv_bytes_before)
+            out.kv_bytes_budget = byte_allowance(request.budget, out)
         outputs.append(out)
     room = max(max_new_tokens, len(teacher_targets or []))
     cache = batched_cache(states, room)
