@@ -33,7 +33,6 @@ ThinK: `CompactLayer`) batch with each other, each member's layers updated on it
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,10 +43,10 @@ from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import decodes_alone
 from ..attention.attention_hooks import AttentionCall, attention_masks
-from ..storage.batched import BatchedLayer, MemberLayers, can_batch, can_batch_as_members
+from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 from .clock import now
-from .generation import GenerationOutput, PrefilledPrompt, measured_prefill
+from .generation import GenerationOutput, PrefilledPrompt, byte_allowance, measured_prefill
 from .prompt_forward import cached_forward_kernels
 
 
@@ -91,13 +90,15 @@ def can_decode_in_batch(method: Method, state: PrefilledPrompt) -> bool:
 
 def batched_cache(states: list[PrefilledPrompt], room: int) -> DynamicCache:
     """The members' caches as one batch: padded into BatchedLayers (the members' caches stay as they are) or,
-    for storages of their own, MemberLayers over copies of the members' layers (which decoding changes)."""
+    for storages of their own, MemberLayers over forks of the members' layers (which decoding changes; a fork
+    shares the stored codes, CompactLayer.fork) reading into one MemberBuffer."""
     cache = DynamicCache()
     n_layers = len(states[0].cache.layers)
     if all(can_batch(layer) for s in states for layer in s.cache.layers):
         cache.layers = [BatchedLayer([s.cache.layers[i] for s in states], room) for i in range(n_layers)]
     else:
-        cache.layers = [MemberLayers([copy.deepcopy(s.cache.layers[i]) for s in states]) for i in range(n_layers)]
+        buffer = MemberBuffer()  # one layer's padded read, reused by every layer
+        cache.layers = [MemberLayers([s.cache.layers[i].fork() for s in states], buffer) for i in range(n_layers)]
     return cache
 
 
@@ -153,7 +154,7 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
         tokens = request.prompt_tokens if request.prompt_tokens is not None else prompt_tokens
         out = measured_prefill(model, request.method, request.state, tokens, 0.0)
         if request.budget is not None and request.budget.kind == "memory":
-            out.kv_bytes_budget = int(request.budget.value * out.kv_bytes_before)
+            out.kv_bytes_budget = byte_allowance(request.budget, out)
         outputs.append(out)
     own_targets = [r.teacher_targets if r.teacher_targets is not None else teacher_targets for r in requests]
     forcing = targets_of is not None or any(t is not None for t in own_targets)
