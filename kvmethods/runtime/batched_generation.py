@@ -7,11 +7,16 @@ an accelerator (and, less so, a CPU) is mostly idle. `generate_batch` decodes th
 - the members' caches become one `storage.batched.BatchedLayer` per layer (padded, masked per member and KV
   head), plugged into a transformers `DynamicCache`; each layer's attention gets its boolean mask through a
   pre-hook on the attention module (attention_hooks.attention_masks), the model's forward is never replaced;
-- new tokens keep their true positions (position_ids per member: the same for every member of a sample);
+- new tokens keep their true positions (position_ids per member: the same for every member of a sample, and
+  per row when members of several samples, whose prompts differ in length, share a batch);
 - the teacher-forced pass of fidelity (the reference's output fed to every member) costs nothing for a member
   whose greedy output is the reference's: its decoding was fed exactly those tokens, so its decoding steps are
   the teacher-forced rows; the members whose output differs are teacher-forced in one batched forward over
-  the targets, after the decoding (no per-member deepcopy of the cache);
+  the targets, after the decoding (no per-member deepcopy of the cache). Each member has its own targets
+  (`BatchRequest.teacher_targets`, its sample's reference) or they come from rows decoded in the same batch
+  (`targets_of`: a sample's full-cache reference decoded beside the members, whose greedy decoding does not
+  depend on it); targets of different lengths are padded after their end (causal: the padding changes no
+  real row), except for member layers (KIVI quantizes by how many tokens arrive), teacher-forced per length;
 - a member stops at an eos or max_new_tokens, the others go on; stopped members leave the batch once half its
   rows have stopped (leaving copies the batch's buffers, so not at every stop; until then a stopped row is
   computed and ignored, its outputs unchanged).
@@ -29,6 +34,7 @@ ThinK: `CompactLayer`) batch with each other, each member's layers updated on it
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -45,6 +51,10 @@ from .generation import GenerationOutput, PrefilledPrompt, measured_prefill
 from .prompt_forward import cached_forward_kernels
 
 
+# targets_of(outputs) -> per request, the targets it is teacher-forced on (None: none), once decoding is done
+TargetsOf = Callable[[list[GenerationOutput]], list[list[int] | None]]
+
+
 @dataclass
 class BatchRequest:
     """One member of a batch: its method and budget, and the cache its prefill made."""
@@ -52,6 +62,8 @@ class BatchRequest:
     method: Method
     budget: Budget | None
     state: PrefilledPrompt
+    prompt_tokens: int | None = None  # its prompt's length (members of several samples); None: generate_batch's
+    teacher_targets: list[int] | None = None  # its own targets (its sample's reference); None: generate_batch's
 
 
 PADDED = "padded"  # dense and ragged caches: one padded copy (BatchedLayer)
@@ -105,39 +117,51 @@ def _forward(model, cache: DynamicCache, tokens: torch.Tensor, positions: torch.
                      **cache_argument(model, cache)).logits
 
 
-def _teacher_force(model, cache: DynamicCache, states: list[PrefilledPrompt], targets: list[int],
+def _teacher_force(model, cache: DynamicCache, states: list[PrefilledPrompt], targets: list[list[int]],
                    positions: torch.Tensor) -> list[torch.Tensor]:
-    """Each member's [len(targets), vocab] float32 log-probs of the targets (generation.teacher_force_prefilled,
-    for the whole batch in one forward); the targets stay in the cache."""
+    """Each member's [len(its targets), vocab] float32 log-probs of its targets (generation.teacher_force_prefilled,
+    for the whole batch in one forward); the targets stay in the cache. Shorter targets are padded after their
+    end (token 0): attention is causal, so the padding changes none of a row's real positions."""
     first = [torch.log_softmax(s.next_logits.float(), dim=-1).unsqueeze(0) for s in states]
-    if len(targets) <= 1:
-        return [row[: len(targets)] for row in first]
+    longest = max(len(t) for t in targets)
+    if longest <= 1:
+        return [row[: len(t)] for row, t in zip(first, targets)]
     device = positions.device
-    tokens = torch.tensor([targets[:-1]], dtype=torch.long, device=device).expand(len(states), -1)
-    steps = positions + torch.arange(len(targets) - 1, device=device)
+    fed = [list(t[:-1]) + [0] * (longest - max(len(t), 1)) for t in targets]
+    tokens = torch.tensor(fed, dtype=torch.long, device=device)
+    steps = positions + torch.arange(longest - 1, device=device)
     with _batch_masks(model, cache):
         logits = _forward(model, cache, tokens, steps, 0)
-    return [torch.cat([first[b], torch.log_softmax(logits[b].float(), dim=-1)]) for b in range(len(states))]
+    return [torch.cat([first[b], torch.log_softmax(logits[b, : max(len(t) - 1, 0)].float(), dim=-1)])[: len(t)]
+            for b, t in enumerate(targets)]
 
 
 @torch.inference_mode()
-def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_new_tokens: int, eos: set[int], *,
-                   teacher_targets: list[int] | None = None, return_logprobs: bool = False) -> list[GenerationOutput]:
+def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | None, max_new_tokens: int, eos: set[int],
+                   *, teacher_targets: list[int] | None = None, return_logprobs: bool = False,
+                   targets_of: TargetsOf | None = None) -> list[GenerationOutput]:
     """What generation.generate(model, method, budget, ..., prefilled=state) returns for each request (tokens,
-    stop token, sizes measured before decoding, target_logprobs with teacher_targets, per-step log-probs with
-    return_logprobs), decoded in one batch; `decode_s` is each member's share of the batched steps."""
+    stop token, sizes measured before decoding, target_logprobs with teacher targets, per-step log-probs with
+    return_logprobs), decoded in one batch; `decode_s` is each member's share of the batched steps.
+
+    A request's own prompt_tokens and teacher_targets win over the arguments (members of several samples);
+    `targets_of(outputs)`, called once the decoding is done, gives each request's targets instead (None: no
+    teacher-forced pass), e.g. its sample's reference decoded as another row of the same batch."""
     states = [r.state for r in requests]
     outputs = []
     for request in requests:  # measured before the batch: what each member's own cache holds
-        out = measured_prefill(model, request.method, request.state, prompt_tokens, 0.0)
+        tokens = request.prompt_tokens if request.prompt_tokens is not None else prompt_tokens
+        out = measured_prefill(model, request.method, request.state, tokens, 0.0)
         if request.budget is not None and request.budget.kind == "memory":
             out.kv_bytes_budget = int(request.budget.value * out.kv_bytes_before)
         outputs.append(out)
-    room = max(max_new_tokens, len(teacher_targets or []))
+    own_targets = [r.teacher_targets if r.teacher_targets is not None else teacher_targets for r in requests]
+    forcing = targets_of is not None or any(t is not None for t in own_targets)
+    room = max([max_new_tokens] + [len(t) for t in own_targets if t is not None])
     cache = batched_cache(states, room)
     device = cache.layers[0].keys.device
     positions = torch.tensor([[s.next_position] for s in states], dtype=torch.long, device=device)
-    keep_steps = return_logprobs or teacher_targets is not None
+    keep_steps = return_logprobs or forcing
     steps: list[list[torch.Tensor]] = [[] for _ in requests]
     decode_s = [0.0] * len(requests)
     rows = list(range(len(requests)))  # the request in each batch row (None: stopped, still computed)
@@ -175,9 +199,11 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
             share = (now() - started) / len(active)  # the step's time, shared equally by the members still decoding
             for number in active:
                 decode_s[number] += share
-    if teacher_targets is not None:
-        reuse = isinstance(cache.layers[0], BatchedLayer)  # member layers quantize as tokens arrive: not the same
-        _teacher_forced_rows(model, states, outputs, steps, [int(t) for t in teacher_targets], room, device, reuse)
+    del cache, logits
+    if forcing:
+        targets = list(targets_of(outputs) if targets_of is not None else own_targets)
+        reuse = all(can_batch(layer) for s in states for layer in s.cache.layers)  # member layers quantize as tokens arrive
+        _teacher_forced_rows(model, states, outputs, steps, targets, device, reuse)
     for number, out in enumerate(outputs):
         out.decode_s = decode_s[number]
         out.logprobs = torch.stack(steps[number]) if return_logprobs else None
@@ -185,27 +211,33 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int, max_
 
 
 def _teacher_forced_rows(model, states: list[PrefilledPrompt], outputs: list[GenerationOutput],
-                         steps: list[list[torch.Tensor]], targets: list[int], room: int, device,
+                         steps: list[list[torch.Tensor]], targets: list[list[int] | None], device,
                          reuse: bool) -> None:
-    """Each output's target_logprobs. A member whose greedy output (its stopping eos included) is the targets
-    themselves was fed exactly the targets while decoding, so with `reuse` (a padded batch, whose caches change
-    only by the tokens appended) its decoding steps are the teacher-forced rows (up to float rounding of a
-    one-token forward). Not for member layers: KIVI quantizes the values leaving its window at every decoding
-    step, while the teacher-forced forward feeds all targets at once, as generation.teacher_force_copy does.
-    The others are teacher-forced in one batch of their own."""
-    forced = []
+    """Each output's target_logprobs (none where its targets are None). A member whose greedy output (its stopping
+    eos included) is the targets themselves was fed exactly the targets while decoding, so with `reuse` (a padded
+    batch, whose caches change only by the tokens appended) its decoding steps are the teacher-forced rows (up to
+    float rounding of a one-token forward). Not for member layers: KIVI quantizes the values leaving its window at
+    every decoding step, while the teacher-forced forward feeds all targets at once, as
+    generation.teacher_force_copy does. The others are teacher-forced in one batch of their own (member layers:
+    one per targets length, as a member quantizes by how many tokens arrive)."""
+    forced: dict[int, list[int]] = {}
     for number, out in enumerate(outputs):
+        wanted = None if targets[number] is None else [int(t) for t in targets[number]]
+        targets[number] = wanted
+        if wanted is None:
+            continue
         produced = out.tokens + ([out.stop_token] if out.stop_token is not None else [])
-        if reuse and produced == targets and targets:
+        if reuse and produced == wanted and wanted:
             out.target_logprobs = torch.stack(steps[number])
-        elif len(targets) <= 1:
-            out.target_logprobs = torch.stack(steps[number][: len(targets)]) if targets else \
+        elif len(wanted) <= 1:
+            out.target_logprobs = torch.stack(steps[number][: len(wanted)]) if wanted else \
                 states[number].next_logits.new_zeros(0, states[number].next_logits.shape[-1]).float()
         else:
-            forced.append(number)
-    if forced:
-        chosen = [states[n] for n in forced]
-        cache = batched_cache(chosen, room)
+            forced.setdefault(0 if reuse else len(wanted), []).append(number)
+    for numbers in forced.values():
+        chosen = [states[n] for n in numbers]
+        wanted = [targets[n] for n in numbers]
+        cache = batched_cache(chosen, max(map(len, wanted)))
         positions = torch.tensor([[s.next_position] for s in chosen], dtype=torch.long, device=device)
-        for number, logprobs in zip(forced, _teacher_force(model, cache, chosen, targets, positions)):
+        for number, logprobs in zip(numbers, _teacher_force(model, cache, chosen, wanted, positions)):
             outputs[number].target_logprobs = logprobs

@@ -4,6 +4,8 @@ masks each member's and head's padding; members leave the batch when they stop."
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -50,6 +52,11 @@ def llama():
 
 def prompt(n=40, seed=None):
     return [int(t) for t in torch.randint(5, 200, (n,), generator=torch.Generator().manual_seed(seed or n))]
+
+
+def copied(state):
+    """A prefilled state to decode alone (decoding appends to its cache) while the batch reads the original."""
+    return copy.deepcopy(state)
 
 
 def first_divergence(label: str, batched, alone) -> str | None:
@@ -175,3 +182,60 @@ def test_the_padded_mask_hides_each_members_padding_per_head(llama):
     assert mask[:, :, :, layer.prompt:].tolist()[0][0] == [[True, True, False], [True, True, True]]
     layer.drop_tail()
     assert layer.get_seq_length() == layer.prompt
+
+
+def test_members_of_samples_of_different_lengths_decode_in_one_batch_as_alone(llama):
+    """Three prompts of 31, 40 and 52 tokens: their members (dense, ragged, quantized) in one batch per kind, each
+    row at its own positions and teacher-forced on its own sample's reference, which decodes as a row of the same
+    batch (targets_of); every row equals its sequential run."""
+    protocol, new = "question_in_window", 8
+    methods = [(get_method("snapkv"), Budget.parse("6")), (UNEVEN[0], Budget.parse("12")),
+               (get_method("pyramidkv"), Budget.parse("r0.5")), (_built("kivi"), Budget.parse("8")),
+               (COMPOSED[0], Budget.parse("10"))]
+    padded: list[tuple] = []  # (sample, BatchRequest, label) rows of the padded batch; references are method None
+    members: list[tuple] = []
+    for sample, n in enumerate([31, 40, 52]):
+        ids = prompt(n, seed=n)
+        shared = shared_prefill(llama, methods, ids, n - 6, protocol)
+        padded.append((sample, BatchRequest(get_method("full"), None, shared.reference, len(ids)), None))
+        for (method, budget), state in zip(methods, shared.selections):
+            row = (sample, BatchRequest(method, budget, state, len(ids)), (ids, n - 6, f"{method.name}@{budget.spec}"))
+            (padded if batch_kind(method, state) == PADDED else members).append(row)
+    assert {batch_kind(r.method, r.state) for _, r, _ in members} == {MEMBERS}
+
+    def alone(row, targets):
+        _, request, (ids, context_len, _) = row
+        return generate(llama, request.method, request.budget, ids, context_len, new, set(), protocol,
+                        teacher_targets=targets, return_logprobs=True, prefilled=copied(request.state))
+
+    cut = {0: new, 1: 5, 2: 6}  # targets of different lengths (padded after their end; per length for KIVI)
+
+    def references_of(outputs):  # each sample's reference row gives its members' targets
+        produced = {sample: out.tokens[: cut[sample]] for (sample, _, label), out in zip(padded, outputs)
+                    if label is None}
+        return [None if label is None else produced[sample] for sample, _, label in padded]
+
+    references = {}
+    for sample, n in enumerate([31, 40, 52]):
+        ids = prompt(n, seed=n)
+        references[sample] = generate(llama, get_method("full"), Budget.parse("full"), ids, n - 6, new, set(), protocol,
+                                      return_logprobs=True)
+    expected = {id(r): alone(r, references[r[0]].tokens[: cut[r[0]]]) for r in padded + members if r[2] is not None}
+    batched = generate_batch(llama, [r for _, r, _ in padded], None, new, set(), return_logprobs=True,
+                             targets_of=references_of)
+    checked: list[int] = []
+    for row, out in zip(padded, batched):
+        if row[2] is None:  # a reference row: its own sequential run
+            reference = references[row[0]]
+            assert out.tokens == reference.tokens and out.target_logprobs is None
+            assert (out.logprobs - reference.logprobs).abs().max() <= LOGPROB_TOLERANCE
+        else:
+            _check_equal(row[2][2], out, expected[id(row)], checked)
+    quantized = generate_batch(llama, [BatchRequest(r.method, r.budget, r.state, r.prompt_tokens,
+                                                    references[sample].tokens[: cut[sample]])
+                                       for sample, r, _ in members],
+                               None, new, set(), return_logprobs=True)
+    for row, out in zip(members, quantized):
+        _check_equal(row[2][2], out, expected[id(row)], checked)
+    assert len(checked) == 3 * len(methods)
+    assert {r.state.next_position for _, r, _ in padded} == {31, 40, 52}  # each row decoded at its own positions
