@@ -211,16 +211,17 @@ class Runner:
         return made
 
     # -- the item ------------------------------------------------------------------------------
-    def run(self, case: Case, progress: Callable[[int, int], None] | None = None) -> records.Record:
+    def run(self, case: Case, progress: Callable[..., None] | None = None) -> records.Record:
         """The item's record; out of memory raises ItemOutOfMemory after the memory is freed.
-        progress(samples done, samples in all) is called after each sample."""
+        progress(samples done, samples in all, decoded) is called after each sample; decoded: the `decode_batch`
+        of each (member, sample) this run decoded for the group since the last call (shared_prefills.py)."""
         try:
             with fail_on_out_of_memory(case.id):
-                return self._run(case, progress or (lambda done, total: None))
+                return self._run(case, progress or (lambda done, total, decoded=(): None))
         finally:
             self.shared.finish(case)  # outcomes left for this item (it failed mid-way) are freed
 
-    def _run(self, case: Case, progress: Callable[[int, int], None]) -> records.Record:
+    def _run(self, case: Case, progress: Callable[..., None]) -> records.Record:
         started = now()
         task = get_task(case.task)
         method = self._method(case)
@@ -268,7 +269,7 @@ class Runner:
                     "fields": {k: v for k, v in sample.fields.items()
                                if k in ("length", "depth", "context_length") or (k == "all_classes" and v)},
                 } | first_output | group_position(context, turn))
-                progress(len(rows), len(samples))
+                progress(len(rows), len(samples), self.shared.decoded_batches(case))
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
         aggregate = by_context_and_turn(rows) | aggregate  # a task's own "turns" (SCBench's) win
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,

@@ -51,6 +51,7 @@ class SharedPrefills:
         self._hosted: Counter[str] = Counter()  # other items' sample decodes run inside an item's run
         self._elsewhere: Counter[str] = Counter()  # an item's own sample decodes run inside another's
         self._alone: set[str] = set()  # items with a sample decoded alone (their own decode speed measured)
+        self._batches: dict[str, list[int]] = {}  # by host: decode_batch of each (member, sample) it decoded
 
     def plan(self, cases: Iterable[Case]) -> None:
         """The items this worker will run, in any order."""
@@ -72,6 +73,13 @@ class SharedPrefills:
             self._alone.add(case.key)
         if decoded.host != case.key:
             self._hosted[decoded.host] += 1
+        self._batches.setdefault(decoded.host, []).append(decoded.timing.get("decode_batch", 1))
+
+    def decoded_batches(self, host: Case) -> tuple[int, ...]:
+        """What `host`'s run decoded since last asked: each (member, sample)'s `decode_batch` (1: alone).
+        The progress line says it, and the ETA tells a sample whose members shared a batch from one whose
+        members decoded alone (wiring/progress/eta.py)."""
+        return tuple(self._batches.pop(host.key, ()))
 
     def measured_alone(self, case: Case) -> bool:
         """Whether a sample of the item was decoded alone (batch 1) already: its own decode speed is measured."""
@@ -107,6 +115,7 @@ class SharedPrefills:
         """The item ended: what still waits for it is freed."""
         self._finished.add(case.key)
         self._failed.pop(case.key, None)
+        self._batches.pop(case.key, None)
         for key in [k for k in self._decoded if k[0] == case.key]:
             del self._decoded[key]
 

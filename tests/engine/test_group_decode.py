@@ -54,7 +54,7 @@ def measured_run():
 
     runner._compressed = measured_decode
 
-    def progress(done, total):
+    def progress(done, total, decoded=()):
         between.append((live_tensor_bytes(tensors_reachable(runner.shared)), live_bytes_beyond(runner, base)))
 
     records = [runner.run(case, progress) for case in cases]

@@ -14,7 +14,7 @@ TTY_CONFTEST = HOOK_CONFTEST + (
     "def pytest_configure(config):\n"
     "    config.pluginmanager.get_plugin('terminalreporter').isatty = lambda: True\n"
 )
-LINE = re.compile(r"\[kvbench\] (\S+): (\d+)/3 samples, [\d.]+ s/sample, item ETA \S+; items (\d+)/2")
+LINE = re.compile(r"\[kvbench\] (\S+): (\d+)/3 samples, [\d.]+ s/sample, item ETA \S+;(?: [^;\r\n[]+;)? items (\d+)/2")
 
 
 def run(tmp_path, *args, conftest=HOOK_CONFTEST, env=None):
@@ -34,6 +34,8 @@ def test_a_terminal_gets_one_line_rewritten_per_sample_and_erased(tmp_path):
         ("full-niah_single_1-ctx256", n) for n in (1, 2, 3)] + [("snapkv-16-niah_single_1-ctx256", n) for n in (1, 2, 3)]
     assert "\r[kvbench] full-niah_single_1-ctx256: 2/3" in out  # in place, not new lines
     assert int(shown[-1][2]) == 1 and "session ETA" in out  # one item finished when the second runs
+    # full's run decodes snapkv's sample right after the shared prefill (a group of one member: alone)
+    assert "full-niah_single_1-ctx256: 1/3 samples" in out and "; 1 member decoded alone; items 0/2" in out
     assert "[kvbench]" not in junit
 
 
@@ -67,7 +69,7 @@ def test_quiet_runs_show_no_progress(tmp_path):
 
 # -- under xdist: the controller shows the workers' progress -------------------------------------
 
-WORKER_LINE = re.compile(r"^\[kvbench\] (gw\d+) (\S+) (\d+)/3 [\d.]+ s/sample ETA \S+; items (\d+)/2", re.M)
+WORKER_LINE = re.compile(r"^\[kvbench\] (gw\d+) (\S+) (\d+)/3 [\d.]+ s/sample ETA \S+(?: \([^)]*\))?; items (\d+)/2", re.M)
 XDIST = ["-p", "xdist", "-n", "2", "--kvbench-torch-threads", "1"]
 BOARD_ROW = re.compile("\x1b7\x1bD\r\x1b\\[K(.*?)\x1b8")  # progress_board's drawing: down a row, draw, back
 

@@ -75,6 +75,13 @@ def test_a_plain_line_names_the_worker_item_samples_eta_and_the_session():
                                        "items 4/10, session ETA 1m00s\n")
 
 
+def test_a_plain_line_says_how_the_workers_last_sample_decoded_its_groups_members():
+    shown, reporter, _ = board(interval=0)
+    shown.update("gw0", dict(snapshot(done=3, total=30, per_sample=10.0), batch="33 members decoded in one batch"))
+    assert reporter.out.getvalue().startswith(
+        "[kvbench] gw0 snapkv-128-qasper 3/30 10.0 s/sample ETA 4m30s (33 members decoded in one batch); items")
+
+
 def test_a_plain_line_starts_on_a_line_of_its_own_after_dots():
     shown, reporter, _ = board(interval=0)
     with shown.terminal_turn():

@@ -131,3 +131,53 @@ def test_the_plan_asks_each_method_whether_it_shares_the_groups_forward():
     assert all(shares_prefill(case(m)) for m in ("full", "snapkv", "kvzip", "kivi", "snapkv+kivi", "adakv"))
     assert not shares_prefill(case("think"))
     assert not shares_prefill(case("snapkv", (("prefill_chunk", 512),)))
+
+
+# -- batched decoding: a group's first sample decodes every member alone, the later ones in one batch ---------
+
+def test_after_the_first_batched_sample_the_item_is_projected_at_the_batched_rate_not_the_mean():
+    """The real-model job's shape: the first sample decodes 33 members alone (60 s), each later one decodes
+    them in one batch (10 s). Projecting the mean after sample 2 (35 s a sample) would show 28 x 35 s left."""
+    planned = [PlannedItem(f"g{i}", "g", 30, 2048) for i in range(34)]
+    estimate = GroupedEstimate(planned)
+    estimate.start("g0")
+    estimate.sample("g0", 60.0, batched=False)
+    estimate.sample("g0", 10.0, batched=True)
+    later_items = 33 * 0.0  # nothing measured for them yet
+    assert estimate.projected("g0", 2, 30, 70.0) == pytest.approx(60.0 + 29 * 10.0)
+    assert estimate.remaining("g0", 2, 30, 70.0) == pytest.approx(28 * 10.0 + later_items)
+
+
+def test_without_a_batched_sample_the_item_is_projected_at_its_mean_rate():
+    estimate = GroupedEstimate([PlannedItem("a", "a", 10, 100)])
+    estimate.start("a")
+    for _ in range(2):
+        estimate.sample("a", 4.0, batched=False)
+    assert estimate.projected("a", 2, 10, 8.0) == pytest.approx(40.0)
+    assert estimate.remaining("a", 2, 10, 8.0) == pytest.approx(32.0)
+
+
+def test_a_group_not_started_pays_its_opening_per_member_and_its_later_samples_once_each():
+    """Group g (10 members) measured: opening 20 s (2 s a member alone), then 5 s a batched sample. Group h has
+    4 members and 20 samples of twice the tokens: opening 4 x 2 s, 19 batched samples at 5 s, all x 2."""
+    planned = [PlannedItem(f"g{i}", "g", 10, 1000) for i in range(10)] + [PlannedItem(f"h{i}", "h", 20, 2000)
+                                                                          for i in range(4)]
+    estimate = GroupedEstimate(planned)
+    estimate.start("g0")
+    estimate.sample("g0", 20.0, batched=False)
+    for _ in range(9):
+        estimate.sample("g0", 5.0, batched=True)
+    estimate.finish("g0", 65.0, 10, 1000)
+    for i in range(1, 10):
+        estimate.start(f"g{i}")
+        estimate.finish(f"g{i}", 0.0, 10, 1000)
+    assert estimate.remaining() == pytest.approx((4 * 2.0 + 19 * 5.0) * 2)
+
+
+def test_samples_decoded_ahead_average_into_the_batched_rate():
+    """Batching across samples: one sample decodes the members of three samples, the two after find theirs."""
+    estimate = GroupedEstimate([PlannedItem("a", "g", 9, 100), PlannedItem("b", "g", 9, 100)])
+    estimate.start("a")
+    for seconds, batched in [(30.0, False), (12.0, True), (0.0, True), (0.0, True)]:
+        estimate.sample("a", seconds, batched)
+    assert estimate.projected("a", 4, 9, 42.0) == pytest.approx(30.0 + 8 * 4.0)

@@ -24,6 +24,20 @@ seconds per sample. The estimate:
   group was measured is priced the other way round, at an item alone per sample. Pricing an item alone at a
   group member's share showed "session ETA 1s" with kvzip items of a minute each left.
 
+Batched decoding (docs/batched-decoding.md) changes what a group's sample costs: its first sample decodes every
+member alone (each method's own decode speed is measured there), the later ones decode the members together
+in one batched forward per step, so a later sample costs about one prefill and one batched decode whatever the
+member count, and far less than the first. Projecting the first sample's rate over the item (or pricing a
+group per member and sample) overestimated the real-model job several times over. So the running item reports
+each sample's seconds and whether the members decoded for it shared a batch (`sample`); from the first batched
+sample on, the item's rate is the mean of those samples (the steady rate), the samples before it (the opening)
+count once. A group not started is priced the same way from a measured first item: its opening scaled by the
+members (alone, each member decodes on its own), its later samples at the steady rate, not scaled by the
+members (a batch reads the weights once per step; the prefill does not depend on them). Items that decoded no
+batch (``--kvbench-decode-batch 1``, items alone, groups of one member) keep the per-member rate above.
+Batching across samples fits the same rule: a sample that decodes the members of several samples at once and
+the samples after it that find theirs decoded average to the steady rate.
+
 Pure bookkeeping with the times given to it: the caller owns the clock (tests use a fake one).
 `scripts/measure/measure_progress_eta.py` replays a finished run through it.
 """
@@ -45,17 +59,47 @@ class PlannedItem:
 
 
 @dataclass(frozen=True)
+class Batching:
+    """How a first item's samples went under batched decoding: the samples before its first batched one
+    (the opening: its members decoded alone) and the mean seconds of the samples from there on."""
+
+    opening_samples: int
+    opening_seconds: float
+    steady: float  # seconds per sample once the members decode in batches
+
+    @classmethod
+    def of(cls, samples: Sequence[tuple[float, bool]]) -> Batching | None:
+        """From (seconds, batched) per sample done; None while no sample decoded a batch."""
+        first = next((i for i, (_, batched) in enumerate(samples) if batched), None)
+        if first is None:
+            return None
+        return cls(first, sum(s for s, _ in samples[:first]), fmean(s for s, _ in samples[first:]))
+
+    def total(self, samples: float) -> float:
+        """What ``samples`` samples of this item cost: the opening once, the rest at the steady rate."""
+        return self.opening_seconds + max(0.0, samples - self.opening_samples) * self.steady
+
+
+@dataclass(frozen=True)
 class _Measured:
     seconds: float
     members: int
     samples: int
     prompt_tokens: float | None  # None: not known (a running item of a task without a fixed length)
+    batching: Batching | None = None  # None: no sample decoded a batch (members decoded one by one)
 
     def cost(self, members: int, samples: float, prompt_tokens: float | None) -> float:
         """What a group of ``members`` x ``samples`` of ``prompt_tokens`` tokens costs at this group's rate;
-        scaled by the prompt length when both lengths are known."""
-        per_member_sample = self.seconds / max(1, self.members * self.samples)
+        scaled by the prompt length when both lengths are known. Batched: the opening per member, the
+        later samples at the steady rate whatever the members (the module's docstring)."""
         scale = prompt_tokens / self.prompt_tokens if prompt_tokens and self.prompt_tokens else 1.0
+        batching = self.batching
+        if batching is not None:
+            opening = min(samples, batching.opening_samples)
+            opening_cost = (batching.opening_seconds / max(1, batching.opening_samples * self.members)
+                            * members * opening)
+            return (opening_cost + max(0.0, samples - opening) * batching.steady) * scale
+        per_member_sample = self.seconds / max(1, self.members * self.samples)
         return members * samples * per_member_sample * scale
 
     def per_sample(self, samples: float, prompt_tokens: float | None) -> float:
@@ -79,12 +123,30 @@ class GroupedEstimate:
         self.firsts: list[_Measured] = []  # first items of groups that share a prefill
         self.alone: list[_Measured] = []  # items that prefilled alone
         self.later: list[float] = []  # seconds of the groups' later items
+        self.samples: dict[str, list[tuple[float, bool]]] = {}  # running items: (seconds, batched) per sample
 
     def start(self, key: str) -> None:
         item = self.planned.get(key)
         if item is not None and key not in self.first_of:
             self.first_of[key] = item.group not in self.started
             self.started.add(item.group)
+
+    def sample(self, key: str, seconds: float, batched: bool = False) -> None:
+        """The running item finished a sample in ``seconds``; ``batched``: members decoded for it shared a batch."""
+        if key in self.planned:
+            self.samples.setdefault(key, []).append((seconds, batched))
+
+    def batching(self, key: str) -> Batching | None:
+        """The running item's samples so far, once one decoded a batch (else None)."""
+        return Batching.of(self.samples.get(key, []))
+
+    def projected(self, key: str, done: int, total: int, elapsed: float) -> float | None:
+        """The whole item's seconds, projected from its ``done`` samples of ``total`` in ``elapsed``: at the
+        steady rate once a sample decoded a batch, else at the mean rate; None before a sample is done."""
+        if not done or not total:
+            return None
+        batching = self.batching(key)
+        return batching.total(total) if batching is not None else elapsed / done * total
 
     def finish(self, key: str, seconds: float, samples: int = 0, prompt_tokens: float = 0.0) -> None:
         """An item ended after ``seconds``, having run ``samples`` samples of ``prompt_tokens`` tokens on average."""
@@ -93,10 +155,12 @@ class GroupedEstimate:
             return
         self.start(key)
         self.finished.add(key)
+        batching = Batching.of(self.samples.pop(key, []))
         if not self.first_of[key]:
             self.later.append(seconds)
         elif samples > 0:
-            measured = _Measured(seconds, self.members[item.group], samples, prompt_tokens or item.prompt_tokens)
+            measured = _Measured(seconds, self.members[item.group], samples, prompt_tokens or item.prompt_tokens,
+                                 batching)
             (self.alone if _alone(item) else self.firsts).append(measured)
 
     def remaining(self, running: str | None = None, done: int = 0, total: int = 0,
@@ -106,10 +170,10 @@ class GroupedEstimate:
         item = self.planned.get(running) if running is not None else None
         first = item is not None and self.first_of.get(running, False)
         firsts, alone = list(self.firsts), list(self.alone)
-        projected = elapsed / done * total if item is not None and done and total else None
+        projected = self.projected(running, done, total, elapsed) if item is not None else None
         if first and projected is not None:
             (alone if _alone(item) else firsts).append(_Measured(projected, self.members[item.group], total,
-                                                                 item.prompt_tokens))
+                                                                 item.prompt_tokens, self.batching(running)))
         if not firsts and not alone and not self.later:
             return None
         later = fmean(self.later) if self.later else 0.0
@@ -124,7 +188,7 @@ class GroupedEstimate:
             return fmean(m.per_sample(samples, planned.prompt_tokens) for m in firsts + alone)
 
         if projected is not None:
-            left = projected - elapsed
+            left = max(0.0, projected - elapsed)
         elif first:
             left = max(0.0, group_cost(item, total) - elapsed)
         else:

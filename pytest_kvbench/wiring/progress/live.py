@@ -2,7 +2,11 @@
 
 An item of 200 LongBench samples on an 8B model runs for many minutes behind one dot. While it runs,
 the runner reports each finished sample here, and the terminal shows
-``[kvbench] snapkv-128-qasper: 12/200 samples, 3.1 s/sample, item ETA 9m43s; items 4/40, session ETA 2h``.
+``[kvbench] snapkv-128-qasper: 12/200 samples, 3.1 s/sample, item ETA 9m43s; items 4/40, session ETA 2h``;
+when the item's run decoded its group's members (the group's first item), how they decoded for the sample:
+``...item ETA 4m10s; 33 members decoded in one batch; items 1/34, ...``. With batched decoding a group's
+first sample decodes every member alone and costs far more than the later, batched ones, so the seconds per
+sample and the ETAs are the steady rate from the first batched sample on (progress/eta.py), not the mean.
 
 pytest's conventions: nothing under ``-q``; on a terminal the line is rewritten in place and erased
 when the item ends; elsewhere (CI logs) a plain line at each fifth of the item, and one line per finished
@@ -34,7 +38,7 @@ from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.wiring.progress.board import WorkersBoard
 from pytest_kvbench.wiring.progress.eta import GroupedEstimate, PlannedItem
-from pytest_kvbench.wiring.progress.text import PREFIX, duration, session_part, start_own_line
+from pytest_kvbench.wiring.progress.text import PREFIX, batch_note, duration, session_part, start_own_line
 
 CHANNEL_KEY = "kvbench_progress"  # workerinput key of the worker's channel to the controller
 INTERVAL_INI = "kvbench_progress_interval"
@@ -96,9 +100,10 @@ class SessionProgress:
         left = self.estimate.remaining(running.key if running is not None else None, done, total, elapsed)
         return session_part(len(self.item_seconds), self.items_total, left)
 
-    def snapshot(self, item_id: str | None, done: int = 0, total: int = 0, per_sample: float = 0.0) -> dict:
+    def snapshot(self, item_id: str | None, done: int = 0, total: int = 0, per_sample: float = 0.0,
+                 batch: str | None = None) -> dict:
         """What a worker tells the controller (progress_board.WorkersBoard reads these keys)."""
-        return {"item": item_id, "done": done, "total": total, "per_sample": per_sample,
+        return {"item": item_id, "done": done, "total": total, "per_sample": per_sample, "batch": batch,
                 "items_done": len(self.item_seconds), "items_total": self.items_total,
                 "items_seconds": sum(self.item_seconds)}
 
@@ -120,29 +125,38 @@ class SessionProgress:
 
 
 class ItemProgress:
-    """The runner's per-sample callback for one item: progress(done, total)."""
+    """The runner's per-sample callback for one item: progress(done, total, decoded), decoded: the
+    `decode_batch` of each member the item's run decoded for the sample (engine/shared_prefills.py)."""
 
     def __init__(self, session: SessionProgress, case) -> None:
         self.session = session
         self.item_id, self.key = case.id, case.key
-        self.started = session.clock()
+        self.started = self.last_sample = session.clock()
         session.estimate.start(self.key)
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int, decoded: tuple[int, ...] = ()) -> None:
         session = self.session
+        now = session.clock()
+        session.estimate.sample(self.key, now - self.last_sample, any(size > 1 for size in decoded))
+        self.last_sample = now
         if not total or not (session.enabled or session.channel):
             return
-        now = session.clock()
-        per_sample = (now - self.started) / max(done, 1)
+        elapsed = now - self.started
+        projected = session.estimate.projected(self.key, done, total, elapsed)
+        # the seconds per sample of the samples left: the steady rate once members decode in batches
+        per_sample = (projected - elapsed) / (total - done) if projected is not None and done < total \
+            else elapsed / max(done, 1)
+        note = batch_note(decoded)
         if session.channel:
-            session.send(session.snapshot(self.item_id, done, total, per_sample))
+            session.send(session.snapshot(self.item_id, done, total, per_sample, note))
             return
         if not session.reporter.isatty():  # a log: at each fifth of the item, at most one per interval
             if done not in _checkpoints(total) or now - session.last_plain_line < session.interval:
                 return
             session.last_plain_line = now
         session.show(f"{PREFIX} {self.item_id}: {done}/{total} samples, {per_sample:.1f} s/sample, "
-                     f"item ETA {duration(per_sample * (total - done))}; {session.session_part(self, done, total)}")
+                     f"item ETA {duration(per_sample * (total - done))}; " + (f"{note}; " if note else "")
+                     + session.session_part(self, done, total))
 
     def finish(self, record: Record | None = None) -> None:
         """The item ended; its record (None when it raised) says how many samples of how many tokens it ran."""

@@ -1,0 +1,82 @@
+"""The progress line under batched decoding: what it says of a sample's members and the rate it projects
+(fake clock and fake decode_batch values; no model runs)."""
+
+import io
+
+import pytest
+
+from pytest_kvbench.wiring.progress.eta import GroupedEstimate, PlannedItem
+from pytest_kvbench.wiring.progress.live import ItemProgress
+from pytest_kvbench.wiring.progress.text import batch_note
+
+
+@pytest.mark.parametrize("batches, note", [
+    ((), None),  # the run decoded no member (a later item of its group)
+    ((1,) * 33, "33 members decoded alone"),
+    ((1,), "1 member decoded alone"),
+    ((33,) * 33, "33 members decoded in one batch"),
+    ((32,) * 64, "64 members decoded in 2 batches"),
+    ((32,) * 32 + (1,), "32 members decoded in one batch, 1 alone"),
+    ((20,) * 20 + (13,) * 13, "33 members decoded in 2 batches"),
+])
+def test_the_note_counts_members_and_batches_from_each_members_decode_batch(batches, note):
+    assert batch_note(batches) == note
+
+
+class Reporter:
+    def __init__(self) -> None:
+        self.out = io.StringIO()
+
+    def isatty(self) -> bool:
+        return False
+
+    def write_line(self, line: str) -> None:
+        self.out.write(line + "\n")
+
+
+class Session:
+    """The SessionProgress surface ItemProgress uses, with a fake clock and a log (plain lines)."""
+
+    def __init__(self, planned) -> None:
+        self.now = 0.0
+        self.clock = lambda: self.now
+        self.estimate = GroupedEstimate(planned)
+        self.enabled, self.channel, self.interval, self.last_plain_line = True, None, 0.0, float("-inf")
+        self.reporter = Reporter()
+
+    def show(self, line: str, *, final: bool = False) -> None:
+        self.reporter.write_line(line)
+
+    def session_part(self, running, done, total) -> str:
+        left = self.estimate.remaining(running.key, done, total, self.clock() - running.started)
+        return f"left {left:.0f}"
+
+
+class Case:
+    id = key = "full-niah_single_1-ctx2048"
+
+
+def test_a_log_line_says_the_batch_and_projects_the_batched_rate():
+    """Sample 1 decodes 33 members alone (60 s), samples 2-5 decode them in one batch (10 s each)."""
+    session = Session([PlannedItem(Case.key, "g", 5, 2048)])
+    progress = ItemProgress(session, Case())
+    session.now = 60.0
+    progress(1, 5, (1,) * 33)
+    for done in range(2, 6):
+        session.now += 10.0
+        progress(done, 5, (33,) * 33)
+    lines = session.reporter.out.getvalue().splitlines()
+    assert lines[0] == ("[kvbench] full-niah_single_1-ctx2048: 1/5 samples, 60.0 s/sample, item ETA 4m00s; "
+                        "33 members decoded alone; left 240")
+    assert lines[1] == ("[kvbench] full-niah_single_1-ctx2048: 2/5 samples, 10.0 s/sample, item ETA 30s; "
+                        "33 members decoded in one batch; left 30")
+    assert lines[-1].startswith("[kvbench] full-niah_single_1-ctx2048: 5/5 samples")
+
+
+def test_an_item_whose_run_decoded_no_member_says_nothing_of_batches():
+    session = Session([PlannedItem("a", "g", 2, 2048), PlannedItem(Case.key, "g", 2, 2048)])
+    progress = ItemProgress(session, Case())
+    session.now = 0.2
+    progress(1, 2)
+    assert session.reporter.out.getvalue() == ("[kvbench] full-niah_single_1-ctx2048: 1/2 samples, 0.2 s/sample, "
+                                               "item ETA 0s; left 0\n")
