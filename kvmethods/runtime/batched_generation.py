@@ -33,7 +33,6 @@ ThinK: `CompactLayer`) batch with each other, each member's layers updated on it
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import decodes_alone
 from ..attention.attention_hooks import AttentionCall, attention_masks
-from ..storage.batched import BatchedLayer, MemberLayers, can_batch, can_batch_as_members
+from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 from .clock import now
 from .generation import GenerationOutput, PrefilledPrompt, measured_prefill
@@ -91,13 +90,15 @@ def can_decode_in_batch(method: Method, state: PrefilledPrompt) -> bool:
 
 def batched_cache(states: list[PrefilledPrompt], room: int) -> DynamicCache:
     """The members' caches as one batch: padded into BatchedLayers (the members' caches stay as they are) or,
-    for storages of their own, MemberLayers over copies of the members' layers (which decoding changes)."""
+    for storages of their own, MemberLayers over forks of the members' layers (which decoding changes; a fork
+    shares the stored codes, CompactLayer.fork) reading into one MemberBuffer."""
     cache = DynamicCache()
     n_layers = len(states[0].cache.layers)
     if all(can_batch(layer) for s in states for layer in s.cache.layers):
         cache.layers = [BatchedLayer([s.cache.layers[i] for s in states], room) for i in range(n_layers)]
     else:
-        cache.layers = [MemberLayers([copy.deepcopy(s.cache.layers[i]) for s in states]) for i in range(n_layers)]
+        buffer = MemberBuffer()  # one layer's padded read, reused by every layer
+        cache.layers = [MemberLayers([s.cache.layers[i].fork() for s in states], buffer) for i in range(n_layers)]
     return cache
 
 

@@ -142,15 +142,55 @@ def can_batch_as_members(layer) -> bool:
     return isinstance(layer, CompactLayer) and layer.values is not None and layer.values.shape[0] == 1
 
 
+class MemberBuffer:
+    """The padded keys and values a batch of member layers returns, one buffer for every layer of the batch.
+
+    Each layer's read is written straight into it (CompactLayer.update_into) and attention is done with it before
+    the next layer reads, so one layer's worth of full-precision keys and values serves them all: what stays
+    allocated between steps is that one layer's read, never a dequantized copy of the cache. Padding after a
+    member's tokens must be zeros (masked, but a stale value could be non-finite): `written[b]` is how far row b
+    holds anything, and what lies past a member's tokens is cleared before it is returned."""
+
+    ROOM = 64  # positions allocated past the longest member, so that decoding grows the buffer rarely
+
+    def __init__(self):
+        self.keys: torch.Tensor | None = None  # [B, heads, capacity, dim]
+        self.values: torch.Tensor | None = None
+        self.written: list[int] = []
+
+    def reset(self) -> None:
+        """Forget the buffer (the batch's rows changed); the next read allocates a zeroed one."""
+        self.keys = self.values = None
+
+    def views(self, like: torch.Tensor, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """[batch, heads, length, dim] views of zeroed or cleared buffers shaped and typed as `like`'s heads."""
+        heads, dim = like.shape[1], like.shape[-1]
+        if self.keys is None or self.keys.shape[0] != batch or self.keys.shape[2] < length or \
+                self.keys.shape[1] != heads or self.keys.shape[-1] != dim or self.keys.dtype != like.dtype:
+            self.keys = like.new_zeros(batch, heads, length + self.ROOM, dim)
+            self.values = like.new_zeros(batch, heads, length + self.ROOM, dim)
+            self.written = [0] * batch
+        return self.keys[:, :, :length], self.values[:, :, :length]
+
+    def filled(self, row: int, length: int) -> None:
+        """Row `row` now holds `length` positions; what it held past them is cleared."""
+        if self.written[row] > length:
+            self.keys[row, :, length: self.written[row]].zero_()
+            self.values[row, :, length: self.written[row]].zero_()
+        self.written[row] = length
+
+
 class MemberLayers(DynamicLayer):
     """One layer of B members whose storage is their own (quantized, channel-pruned): each member's layer takes
     its own row of the new tokens and returns its keys and values exactly as it does alone (its quantization of
-    the tokens leaving its window included); the batch pads them after the shortest ones, per step, and
-    `attention_mask()` hides the padding, each member's new tokens at the end of its own tokens."""
+    the tokens leaving its window included), written into row b of the batch's MemberBuffer (shared by every
+    layer of the batch), padded after the member's tokens; `attention_mask()` hides the padding, each member's
+    new tokens at the end of its own tokens."""
 
-    def __init__(self, layers: list):
+    def __init__(self, layers: list, buffer: MemberBuffer | None = None):
         super().__init__()
         self.members = list(layers)
+        self.buffer = buffer if buffer is not None else MemberBuffer()
         self.lazy_initialization(layers[0].values, layers[0].values)
 
     @property
@@ -158,14 +198,12 @@ class MemberLayers(DynamicLayer):
         return len(self.members)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        held = [layer.update(key_states[b: b + 1], value_states[b: b + 1], *args, **kwargs)
-                for b, layer in enumerate(self.members)]
-        longest = max(k.shape[-2] for k, _ in held)
-        keys = key_states.new_zeros(len(held), key_states.shape[1], longest, key_states.shape[-1])
-        values = value_states.new_zeros(len(held), value_states.shape[1], longest, value_states.shape[-1])
-        for b, (k, v) in enumerate(held):
-            keys[b, :, : k.shape[-2]] = k[0]
-            values[b, :, : v.shape[-2]] = v[0]
+        new = key_states.shape[-2]
+        longest = max(layer.get_seq_length() for layer in self.members) + new
+        keys, values = self.buffer.views(key_states, len(self.members), longest)
+        for b, layer in enumerate(self.members):
+            n = layer.update_into(key_states[b: b + 1], value_states[b: b + 1], keys[b: b + 1], values[b: b + 1])
+            self.buffer.filled(b, n)
         return keys, values
 
     def get_seq_length(self) -> int:
@@ -179,6 +217,7 @@ class MemberLayers(DynamicLayer):
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         self.members = [self.members[int(row)] for row in rows]
+        self.buffer.reset()
 
     def attention_mask(self, query_length: int, num_query_heads: int) -> torch.Tensor:
         """[B, 1, query_length, longest + query_length] bool: member b sees its own tokens, its new ones causally
