@@ -29,6 +29,7 @@ from ..core.families import decoder_layers, rotary_embedding
 from ..families.layout import COMPRESS, SLIDING
 from ..runtime.layer_inputs import LayerInputs
 from ..storage.ragged import RaggedLayer, visibility_mask
+from .latent import holds_latent, latent_kept_indices
 from .window_layer import WindowLayer, keep_window
 from ..adapters.transformers_compat import DynamicCache
 
@@ -108,6 +109,16 @@ def compress_window(cache: DynamicCache, call: AttentionCall, method: Method, n_
     return layer.positions
 
 
+def layer_selection(method: Method, call: AttentionCall, layer, n_keep: int, queries=None, rotary=None,
+                    memo=None) -> torch.Tensor:
+    """The method's kept positions of a cache layer after `call`: per KV head from the layer's own keys and
+    values, or, for MLA's latent cache, one set for every head scored from the decompressed keys (latent.py)."""
+    if holds_latent(layer, call.captured_keys):
+        inputs = call.layer_inputs(call.captured_keys, call.captured_values, queries, rotary, memo)
+        return latent_kept_indices(method, inputs, n_keep)
+    return method.kept_indices(call.layer_inputs(layer.keys, layer.values, queries, rotary, memo), n_keep)
+
+
 @contextmanager
 def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: DynamicCache) -> Iterator[list]:
     """While active, every forward compresses layer i of `cache` to layer_budgets[i] tokens.
@@ -128,9 +139,8 @@ def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: 
         n_keep = layer_budgets[call.layer_idx]
         if n_keep >= layer.keys.shape[-2]:
             return
-        inputs = call.layer_inputs(layer.keys, layer.values, queries, rotary)
-        kept[call.layer_idx] = store_selection(cache, call.layer_idx, method, method.kept_indices(inputs, n_keep),
-                                               n_keep)
+        kept[call.layer_idx] = store_selection(cache, call.layer_idx, method,
+                                               layer_selection(method, call, layer, n_keep, queries, rotary), n_keep)
 
     with projected_queries(model) as projected, after_attention(model, compress):
         yield kept

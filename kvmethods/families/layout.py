@@ -10,7 +10,9 @@ A `FamilyLayout` says, per decoder layer, what kind of layer it is and how its a
   attention call itself (attention/query_capture.py), RoPE'd, and pre-RoPE queries are not available;
 - rope: whether the layer rotates its queries and keys at all (SmolLM3's no-RoPE layers, Cohere2's global ones);
 - sinks: the attention module's attribute holding learned sink logits (gpt-oss), which enter the softmax;
-- value_dim differs from the key dim in latent attention (DeepSeek-V3's decompressed cache).
+- latent: keys and values made from a latent (DeepSeek-V3's MLA): transformers 5.24 caches the latent (one row
+  per token for every head: attention/latent.py compresses it along tokens), 5.2 the keys and values
+  decompressed per head.
 
 `refusal(layout, capabilities, sliding)` is the one rule table: which kinds of layer and which query
 sources a method's capabilities can work with, and the one-line reason when not. `sliding` is what a run does
@@ -51,7 +53,7 @@ class LayerLayout:
     sinks: str | None = None  # attribute of the attention module holding learned sink logits [q_heads]
     rope_layer_type: str | None = None  # the rotary module's layer_type argument for this layer (Gemma3)
     rope_reproducible: bool = True  # the decoder's rotary module gives this layer's cos/sin (rope_at works)
-    latent: bool = False  # keys and values made from a latent (MLA: no k_proj), cached decompressed per head
+    latent: bool = False  # keys and values made from a latent (MLA: no k_proj): attention/latent.py
 
     @property
     def has_cache(self) -> bool:
@@ -105,7 +107,10 @@ def refusal(layout: FamilyLayout, capabilities: Capability, sliding: str = KEEP)
         if any(layer.sinks for layer in cached):
             return "learned attention sinks: its repeat-forward attention has no sink logit"
         if any(layer.latent for layer in cached):
-            return "multi-head latent attention (MLA): its repeat-forward attention expects the config's KV heads"
+            return "multi-head latent attention (MLA): its repeat forwards attend over the cache's rows, which " \
+                   "hold the latent, not per-head keys"
+        if any(layer.kind == LINEAR for layer in layout.layers):
+            return "linear-attention layers: its repeat forwards would run their recurrent state on past the prompt"
     if Capability.PRE_ROPE_QUERIES in capabilities:
         if any(layer.queries != PROJECTION for layer in cached):
             return "it needs pre-RoPE queries, which this family's attention never exposes (fused or gated " \
@@ -113,10 +118,11 @@ def refusal(layout: FamilyLayout, capabilities: Capability, sliding: str = KEEP)
         if any(layer.rope and not layer.rope_reproducible for layer in cached):
             return "it rotates queries to future positions, and the decoder's rotary module does not give this " \
                    "family's cos/sin"
-    if any(layer.kind == LINEAR for layer in layout.layers):
-        return "linear-attention layers: their recurrent state needs the model's own mixed cache, which the " \
-               "compressed prefill does not build yet"
     if any(layer.latent for layer in cached):
-        return "multi-head latent attention (MLA): the cache holds keys and values decompressed per query head, " \
-               "and a compressed cache of them is not checked against the model yet"
+        if Capability.HEAD_ADAPTIVE in capabilities:
+            return "multi-head latent attention (MLA): head-adaptive budgets need a row per KV head, and the " \
+                   "latent cache holds one row per token for every head"
+        if Capability.OWN_STORAGE in capabilities:
+            return "multi-head latent attention (MLA): it quantizes or prunes per-head keys and values, and the " \
+                   "latent cache holds a latent and a rotary key shared by every head"
     return None

@@ -46,7 +46,7 @@ from ..attention.attention_hooks import AttentionCall, attention_masks
 from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 from .clock import now
-from .generation import GenerationOutput, PrefilledPrompt, measured_prefill
+from .generation import GenerationOutput, PrefilledPrompt, byte_allowance, measured_prefill
 from .prompt_forward import cached_forward_kernels
 
 
@@ -154,7 +154,7 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
         tokens = request.prompt_tokens if request.prompt_tokens is not None else prompt_tokens
         out = measured_prefill(model, request.method, request.state, tokens, 0.0)
         if request.budget is not None and request.budget.kind == "memory":
-            out.kv_bytes_budget = int(request.budget.value * out.kv_bytes_before)
+            out.kv_bytes_budget = byte_allowance(request.budget, out)
         outputs.append(out)
     own_targets = [r.teacher_targets if r.teacher_targets is not None else teacher_targets for r in requests]
     forcing = targets_of is not None or any(t is not None for t in own_targets)

@@ -63,7 +63,7 @@ class BatchedLayer(DynamicLayer):
         self.prompt = int(lengths.max())
         self.lazy_initialization(first, first)
         self._keys = first.new_zeros(len(layers), heads, self.prompt + room, dim)
-        self._values = first.new_zeros(len(layers), heads, self.prompt + room, dim)
+        self._values = first.new_zeros(len(layers), heads, self.prompt + room, layers[0].values.shape[-1])  # MLA: narrower
         for b, layer in enumerate(layers):
             if isinstance(layer, RaggedLayer):  # each head its own length
                 for h, (k, v) in enumerate(zip(*_head_sequences(layer))):
