@@ -37,11 +37,11 @@ from ..core.families import check_family, decoder_layers, rotary_embedding
 from .budget_plan import compressed_length, plan_budget
 from .generation import PrefilledPrompt, prefill
 from .prompt_forward import check_request, forward, is_uneven, store_quantized
-from ..attention.hooks import layer_selection, store_selection
+from ..attention.hooks import compress_window, layer_selection, store_selection
 from ..attention.kernel_memo import KernelMemo
 from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
 from ..attention.window_layer import keep_window
-from ..families.layout import SLIDING
+from ..families.layout import COMPRESS, SLIDING
 from ..adapters.transformers_compat import DynamicCache, DynamicLayer
 from ..adapters.mixed_cache import is_state_layer, new_cache
 from .clock import now
@@ -103,12 +103,19 @@ def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
             if n_keep >= keys.shape[-2] and not (sliding and min(selection.layer_budgets) < keys.shape[-2]):
                 _adopt(selection.cache, layer_idx, keys, values)
                 continue
-            if sliding:  # kept as its window (a view of the full layer), as compressing_prefill does
-                _adopt(selection.cache, layer_idx, keys, values)
-                selection.kept[layer_idx] = keep_window(selection.cache, layer_idx, call.layout.window)
-                continue
             started = now()
             memo.user = number
+            if sliding:  # kept as its window (a copy of the full layer's), as compressing_prefill does
+                _adopt(selection.cache, layer_idx, keys, values)
+                selection.kept[layer_idx] = keep_window(selection.cache, layer_idx, call.layout.window)
+                if selection.method.sliding_layers == COMPRESS:  # and compressed within it
+                    try:
+                        selection.kept[layer_idx] = compress_window(selection.cache, call, selection.method, n_keep,
+                                                                    queries, rotary, memo)
+                    except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
+                        selection.error, selection.cache = exc, DynamicCache()
+                    selection.seconds += now() - started - memo.computing_seconds(number)
+                continue
             # its own copy of the layer: a method that writes into what it reads harms only itself
             own_keys, own_values = keys.clone(), values.clone()
             _adopt(selection.cache, layer_idx, own_keys, own_values)
