@@ -44,6 +44,8 @@ from ..core.budget import Budget
 from ..core.capabilities import decodes_alone
 from ..attention.attention_hooks import AttentionCall, attention_masks
 from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
+from ..adapters.mixed_cache import (cache_of_layers, is_state_layer, keep_state_rows, resumes_stepwise,
+                                    stacked_state, token_layers)
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 from .clock import now
 from .generation import GenerationOutput, PrefilledPrompt, byte_allowance, measured_prefill
@@ -75,7 +77,7 @@ def batch_kind(method: Method, state: PrefilledPrompt) -> str | None:
     kinds or holds a layer of another class)."""
     if decodes_alone(method.capabilities):
         return None
-    layers = state.cache.layers
+    layers = token_layers(state.cache)  # a linear layer's state joins either batch, stacked (mixed_cache.py)
     if all(can_batch(layer) for layer in layers):
         return PADDED
     if all(can_batch_as_members(layer) for layer in layers):
@@ -92,14 +94,15 @@ def batched_cache(states: list[PrefilledPrompt], room: int) -> DynamicCache:
     """The members' caches as one batch: padded into BatchedLayers (the members' caches stay as they are) or,
     for storages of their own, MemberLayers over forks of the members' layers (which decoding changes; a fork
     shares the stored codes, CompactLayer.fork) reading into one MemberBuffer."""
-    cache = DynamicCache()
     n_layers = len(states[0].cache.layers)
-    if all(can_batch(layer) for s in states for layer in s.cache.layers):
-        cache.layers = [BatchedLayer([s.cache.layers[i] for s in states], room) for i in range(n_layers)]
+    members = [[s.cache.layers[i] for s in states] for i in range(n_layers)]
+    if all(can_batch(layer) for s in states for layer in token_layers(s.cache)):
+        layers = [stacked_state(of) if is_state_layer(of[0]) else BatchedLayer(of, room) for of in members]
     else:
         buffer = MemberBuffer()  # one layer's padded read, reused by every layer
-        cache.layers = [MemberLayers([s.cache.layers[i].fork() for s in states], buffer) for i in range(n_layers)]
-    return cache
+        layers = [stacked_state(of) if is_state_layer(of[0]) else MemberLayers([layer.fork() for layer in of], buffer)
+                  for of in members]
+    return cache_of_layers(states[0].cache, layers)
 
 
 @contextmanager
@@ -113,6 +116,9 @@ def _batch_masks(model, cache: DynamicCache):
 
 def _forward(model, cache: DynamicCache, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int):
     """tokens, positions [B, q] -> logits [B, q or 1, vocab], inside _batch_masks(model, cache)."""
+    if tokens.shape[1] > 1 and resumes_stepwise(cache):  # transformers 5.2's linear attention (prompt_forward.forward)
+        rows = [_forward(model, cache, tokens[:, i:i + 1], positions[:, i:i + 1], 1) for i in range(tokens.shape[1])]
+        return rows[-1] if logits_to_keep == 1 else torch.cat(rows, dim=1)
     with cached_forward_kernels(model, cache.get_seq_length()):  # no cuDNN graphs
         return model(input_ids=tokens, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                      **cache_argument(model, cache)).logits
@@ -160,7 +166,7 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
     forcing = targets_of is not None or any(t is not None for t in own_targets)
     room = max([max_new_tokens] + [len(t) for t in own_targets if t is not None])
     cache = batched_cache(states, room)
-    device = cache.layers[0].keys.device
+    device = token_layers(cache)[0].keys.device
     positions = torch.tensor([[s.next_position] for s in states], dtype=torch.long, device=device)
     keep_steps = return_logprobs or forcing
     steps: list[list[torch.Tensor]] = [[] for _ in requests]
@@ -189,7 +195,7 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
             if 2 * len(active) <= len(rows):  # half the rows stopped: they leave (a copy of the buffers, not each time)
                 keep = torch.tensor([row for row, number in enumerate(rows) if number is not None], device=device)
                 for layer in cache.layers:
-                    layer.keep_rows(keep)
+                    keep_state_rows(layer, keep) if is_state_layer(layer) else layer.keep_rows(keep)
                 positions = positions[keep]
                 rows = active
             started = now()
@@ -203,7 +209,7 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
     del cache, logits
     if forcing:
         targets = list(targets_of(outputs) if targets_of is not None else own_targets)
-        reuse = all(can_batch(layer) for s in states for layer in s.cache.layers)  # member layers quantize as tokens arrive
+        reuse = all(can_batch(layer) for s in states for layer in token_layers(s.cache))  # member layers quantize as tokens arrive
         _teacher_forced_rows(model, states, outputs, steps, targets, device, reuse)
     for number, out in enumerate(outputs):
         out.decode_s = decode_s[number]
