@@ -54,6 +54,8 @@ def _lengths(layer) -> list[int]:
 class BatchedLayer(DynamicLayer):
     """One layer of B members' caches: padded kept tokens [B, heads, P, dim] + in-place room for new tokens."""
 
+    MASK_ROOM = 64  # slots a decoding mask built past the buffer's room covers ahead
+
     def __init__(self, layers: list, room: int):
         """layers: each member's layer (can_batch); room: new tokens the buffer holds before it must grow."""
         super().__init__()
@@ -75,6 +77,7 @@ class BatchedLayer(DynamicLayer):
         self.lengths = lengths.to(first.device)  # [B, heads] kept tokens of each member's head
         self.uniform_heads = bool((self.lengths == self.lengths[:, :1]).all())  # one mask row serves all heads
         self.tail = 0
+        self._step_mask: torch.Tensor | None = None  # a decoding step's mask over the whole buffer (_decoding_mask)
         self._set_views()
 
     def _set_views(self) -> None:
@@ -117,23 +120,47 @@ class BatchedLayer(DynamicLayer):
         self._keys, self._values = self._keys[rows], self._values[rows]
         self.lengths = self.lengths[rows.to(self.lengths.device)]
         self.uniform_heads = bool((self.lengths == self.lengths[:, :1]).all())
+        self._step_mask = None
         self._set_views()
 
     def attention_mask(self, query_length: int, num_query_heads: int) -> torch.Tensor:
         """[B, 1 or num_query_heads, query_length, P + tail + query_length] bool (True: attend) for the next
         query_length tokens (asked before update() stores them): each member's head sees its own kept tokens,
-        then the tail and the new tokens causally."""
+        then the tail and the new tokens causally. A decoding step's (one token) is a view of one mask built
+        for the whole buffer, not rebuilt at every step."""
+        if query_length == 1:
+            return self._decoding_mask(num_query_heads)[..., : self.prompt + self.tail + 1]
         device = self._keys.device
-        lengths = self.lengths[:, :1] if self.uniform_heads else self.lengths  # [B, H']
-        prompt = torch.arange(self.prompt, device=device) < lengths.unsqueeze(-1)  # [B, H', P]
+        prompt = self._prompt_visible()  # [B, H', P]
         rows = torch.arange(query_length, device=device).unsqueeze(-1)
         causal = torch.arange(self.tail + query_length, device=device) <= rows + self.tail  # [q, tail + q]
         batch, heads = prompt.shape[:2]
         visible = torch.cat([prompt.unsqueeze(2).expand(-1, -1, query_length, -1),
                              causal.expand(batch, heads, -1, -1)], dim=-1)
+        return self._per_query_head(visible, num_query_heads)
+
+    def _prompt_visible(self) -> torch.Tensor:
+        """[B, 1 or kv heads, P]: which padded prompt slots each member's head holds."""
+        lengths = self.lengths[:, :1] if self.uniform_heads else self.lengths  # [B, H']
+        return torch.arange(self.prompt, device=self._keys.device) < lengths.unsqueeze(-1)
+
+    @staticmethod
+    def _per_query_head(visible: torch.Tensor, num_query_heads: int) -> torch.Tensor:
+        heads = visible.shape[1]
         if heads > 1:  # query heads share KV heads, as transformers' repeat_kv
             visible = visible.repeat_interleave(num_query_heads // heads, dim=1)
         return visible
+
+    def _decoding_mask(self, num_query_heads: int) -> torch.Tensor:
+        """[B, 1 or num_query_heads, 1, buffer length]: the prompt slots each head holds, then every later slot
+        (a decoding token sees the whole tail); built once per buffer and rows."""
+        mask, needed = self._step_mask, self.prompt + self.tail + 1
+        if mask is None or mask.shape[-1] < needed or (mask.shape[1] > 1 and mask.shape[1] != num_query_heads):
+            prompt = self._prompt_visible()  # room for this step's token even where the buffer must still grow
+            later = prompt.new_ones(*prompt.shape[:2], max(self._keys.shape[-2], needed + self.MASK_ROOM) - self.prompt)
+            mask = self._per_query_head(torch.cat([prompt, later], dim=-1).unsqueeze(2), num_query_heads)
+            self._step_mask = mask
+        return mask
 
 
 def can_batch_as_members(layer) -> bool:
