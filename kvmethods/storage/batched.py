@@ -123,8 +123,8 @@ class BatchedLayer(DynamicLayer):
         end = self.prompt + self.tail + new
         if end > self._keys.shape[-2]:  # out of room: grow (a teacher-forced pass longer than the decoding)
             grow = end - self._keys.shape[-2]
-            pad = self._keys.new_zeros(*self._keys.shape[:2], grow, self._keys.shape[-1])
-            self._keys, self._values = torch.cat([self._keys, pad], dim=-2), torch.cat([self._values, pad], dim=-2)
+            self._keys, self._values = (torch.cat([t, t.new_zeros(*t.shape[:2], grow, t.shape[-1])], dim=-2)
+                                        for t in (self._keys, self._values))  # MLA: values narrower than keys
         self._keys[:, :, end - new: end] = key_states
         self._values[:, :, end - new: end] = value_states
         self.tail += new

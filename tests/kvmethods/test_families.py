@@ -311,3 +311,38 @@ def test_shared_prefill_members_decode_in_a_batch_as_alone(family):
     for one, other in zip(batched, alone):
         assert one.tokens == other.tokens
         torch.testing.assert_close(one.logprobs, other.logprobs, atol=1e-4, rtol=0)
+
+
+
+def test_a_batched_latent_layer_grows_its_narrower_values_too():
+    """MLA's latent cache layer: keys (the latent) and values (the rotary key) differ in width; a batch out of room
+    grows both, and returns each member's tokens in order."""
+    from kvmethods.adapters.transformers_compat import DynamicLayer
+    from kvmethods.storage.batched import BatchedLayer
+
+    keys, values = torch.randn(1, 1, 5, 16), torch.randn(1, 1, 5, 8)
+    layer = DynamicLayer()
+    layer.lazy_initialization(keys, values)
+    layer.keys, layer.values = keys, values
+    batch = BatchedLayer([layer], room=0)
+    new_keys, new_values = torch.randn(1, 1, 2, 16), torch.randn(1, 1, 2, 8)
+    all_keys, all_values = batch.update(new_keys, new_values)
+    torch.testing.assert_close(all_keys, torch.cat([keys, new_keys], dim=-2))
+    torch.testing.assert_close(all_values, torch.cat([values, new_values], dim=-2))
+
+
+def test_mla_memory_figures_and_byte_budgets_count_what_the_cache_holds():
+    """deepseek_v3: kv_bytes_before is the latent and rotary key of every prompt token (transformers 5.24) or their
+    keys and values decompressed per head (5.2), not the config's KV heads x head_dim; a byte budget keeps its
+    fraction of that."""
+    model = model_of("deepseek_v3")
+    config = model.config
+    if latent_cache(model):
+        per_token = (config.kv_lora_rank + config.qk_rope_head_dim) * 4
+    else:
+        per_token = config.num_attention_heads * (config.qk_nope_head_dim + config.qk_rope_head_dim
+                                                  + config.v_head_dim) * 4
+    out = generate(model, get_method("snapkv", window=4), "m0.5", PROMPT, len(PROMPT), NEW, EOS, "question_in_window")
+    assert out.kv_bytes_before == len(PROMPT) * per_token * config.num_hidden_layers
+    assert out.kv_bytes_budget == out.kv_bytes_before // 2 == out.kv_bytes_after
+    assert out.kept_tokens_per_layer == [len(PROMPT) // 2] * config.num_hidden_layers
