@@ -12,6 +12,11 @@ it stores for a number of kept tokens, and the operating point is the most token
 The budget is a fraction of the whole prompt's full cache; under the query_agnostic protocol the question,
 appended uncompressed, counts against it at full precision, so the context keeps fewer tokens.
 Records hold the bytes really stored and their distance to the budget (generation.record_fields).
+The geometry comes from the config: for eviction the operating point does not depend on it (stored_bytes is
+linear in tokens), so MLA's latent cache (its real bytes are what the records measure) and qwen3_next's softmax
+layers get their fraction of what they store; the linear layers' fixed state is outside the allowance and added
+to it in full (generation.byte_allowance). Methods whose bytes do depend on the geometry (quantizers) are refused
+on the latent cache.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from ..attention.hooks import per_layer_causal_masks
 from ..storage.ragged import RaggedLayer
 from ..attention.ragged_attention import ragged_attention
 from ..attention.window_layer import WindowLayer
+from ..adapters.mixed_cache import is_state_layer, resumes_stepwise, token_layers
 from ..adapters.transformers_compat import DynamicCache, cache_argument
 
 
@@ -60,6 +61,9 @@ def forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_ke
             masked: bool = False) -> torch.Tensor:
     """Logits [len(ids) or logits_to_keep, vocab] of one forward of `ids` at positions start.. over `cache`;
     masked: the caller holds layer_masks(model, cache, uneven) open around this forward."""
+    if len(ids) > 1 and resumes_stepwise(cache):  # transformers 5.2's linear attention: one token at a time
+        rows = [forward(model, cache, [token], start + i, uneven, 1, masked) for i, token in enumerate(ids)]
+        return rows[-1] if logits_to_keep == 1 else torch.cat(rows)
     device = device_of(model)
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     positions = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
@@ -81,15 +85,17 @@ def check_request(method: Method, input_ids: list[int], context_len: int, protoc
 
 
 def is_uneven(cache: DynamicCache) -> bool:
-    """Layers hold different lengths or are ragged: forwards need per-layer masks."""
-    lengths = {layer.get_seq_length() for layer in cache.layers}
-    return len(lengths) > 1 or any(isinstance(layer, (RaggedLayer, WindowLayer)) for layer in cache.layers)
+    """Layers hold different lengths or are ragged: forwards need per-layer masks (linear-attention layers hold
+    no tokens and take no mask)."""
+    layers = token_layers(cache)
+    lengths = {layer.get_seq_length() for layer in layers}
+    return len(lengths) > 1 or any(isinstance(layer, (RaggedLayer, WindowLayer)) for layer in layers)
 
 
 def store_quantized(method: Method, cache: DynamicCache, queries: dict) -> None:
     """Hand every layer's kept keys/values to the method's own storage (KIVI: quantized, window in full)."""
     for i, layer in enumerate(cache.layers):
-        if isinstance(layer, WindowLayer):  # a sliding layer kept as its window stays as it is
+        if isinstance(layer, WindowLayer) or is_state_layer(layer):  # a window, a linear layer's state: as they are
             continue
         if isinstance(layer, RaggedLayer):
             raise MethodError(f"{method.name}: a ragged (head-adaptive) cache layer cannot be quantized")

@@ -1,4 +1,4 @@
-"""How many members of a sample decode in one batch (`--kvbench-decode-batch auto|N`), and shrinking on OOM.
+"""How many members decode in one batch (`--kvbench-decode-batch auto|N`), of how many samples, and shrinking on OOM.
 
 A sample's members decode in batches of at most N (kvmethods.runtime.batched_generation); `1` is the sequential
 decoding of before, member by member. `auto` sizes the batch when it is formed:
@@ -14,6 +14,9 @@ An out-of-memory error in a batch is not a member's failure: the memory is freed
 rest of the run (`shrunk` keeps one line saying so, the terminal summary shows it once) and the members are
 decoded again in smaller batches, down to one, where an out-of-memory error fails the member as before.
 No sample is lost: a batch re-decodes from the members' prefilled caches, which it never changes.
+
+Batching across samples: as many whole groups (a sample's members) as one batch holds decode together
+(`samples_together`); their compressed caches wait for the batch, so what waits is bounded by the limit.
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ def _cache_bytes(state) -> int:
     return total
 
 
+def _device(states: list) -> torch.device:
+    """Where the members' caches are (tests fake a CUDA device here)."""
+    return states[0].cache.layers[0].keys.device if states else torch.device("cpu")
+
+
 class DecodeBatching:
     """The batch limit of one worker: the setting, and what out-of-memory errors taught it."""
 
@@ -55,7 +63,7 @@ class DecodeBatching:
         auto the free memory's (CUDA) or AUTO_CPU; never above a limit an out-of-memory error set."""
         if self.setting != AUTO:
             return max(1, self.limit)
-        device = states[0].cache.layers[0].keys.device if states else torch.device("cpu")
+        device = _device(states)
         if device.type != "cuda":
             size = AUTO_CPU
         else:
@@ -66,6 +74,12 @@ class DecodeBatching:
             member = longest + per_token * new + 2 * 4 * max(1, targets) * vocab
             size = int(free * AUTO_MEMORY_SHARE // max(1, member))
         return max(1, min(size, MAX_DECODE_BATCH, self.limit or MAX_DECODE_BATCH))
+
+    def samples_together(self, rows: int, members: int) -> int:
+        """How many samples' groups of `members` members decode in the same batches (batching across samples)
+        when a batch holds `rows` members (size()): as many whole groups as fit, at least one. Their compressed
+        caches wait for the batch, so the caches held at once never exceed one batch's members (or one group)."""
+        return max(1, rows // max(1, members))
 
     def out_of_memory(self, batch: int) -> int:
         """A batch of `batch` members ran out of memory: the limit halves (at least 1); returns it."""

@@ -263,3 +263,38 @@ def test_members_of_samples_of_different_lengths_decode_in_one_batch_as_alone(ll
         _check_equal(row[2][2], out, expected[id(row)], checked)
     assert len(checked) == 3 * len(methods)
     assert {r.state.next_position for _, r, _ in padded} == {31, 40, 52}  # each row decoded at its own positions
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3_text", "gpt_oss", "mistral"])
+@pytest.mark.parametrize("protocol, context_len", [("question_in_window", 30), ("query_agnostic", 22)])
+def test_members_with_sliding_window_layers_decode_in_a_batch_as_alone(family, protocol, context_len):
+    """Sliding families (the hybrids' eager or sdpa attention, mistral sliding on every layer; window 12): members
+    whose sliding layers are kept as their window or compressed within it (per-head positions), a head-adaptive
+    one, one keeping the whole prompt and the reference's full cache decode 16 tokens (past the window) in one
+    padded batch, each masked by its tokens' positions, and equal their sequential runs (teacher-forced too)."""
+    from kvmethods.testing import WINDOW, family_model
+
+    model = family_model(family, qk_scale=4.0, **({"sliding_window": WINDOW} if family == "mistral" else {}))
+    ids, new = prompt(30, seed=11), 16
+    requests = [(get_method("snapkv"), Budget.parse("6")), (get_method("streamingllm"), Budget.parse("8")),
+                (get_method("snapkv").with_sliding_layers("compress"), Budget.parse("4")),
+                (get_method("pyramidkv").with_sliding_layers("compress"), Budget.parse("5")),
+                (get_method("adakv", window=4), Budget.parse("6")), (get_method("h2o"), Budget.parse("64"))]
+    ids = [t % model.config.vocab_size for t in ids]
+    reference = generate(model, get_method("full"), Budget.parse("full"), ids, context_len, new, set(), protocol,
+                         return_logprobs=True)
+    shared = shared_prefill(model, requests, ids, context_len, protocol)
+    alone_states = [copied(state) for state in shared.selections]
+    members = [BatchRequest(m, b, s) for (m, b), s in zip(requests, shared.selections)]
+    members.append(BatchRequest(get_method("full"), None, shared.reference))
+    assert {batch_kind(r.method, r.state) for r in members} == {PADDED}
+    outputs = generate_batch(model, members, len(ids), new, set(), teacher_targets=reference.tokens,
+                             return_logprobs=True)
+    checked: list[int] = []
+    for (method, budget), state, batched in zip(requests, alone_states, outputs):
+        alone = generate(model, method, budget, ids, context_len, new, set(), protocol, return_logprobs=True,
+                         teacher_targets=reference.tokens, prefilled=state)
+        _check_equal(f"{family} {method.name}({method.sliding_layers})@{budget.spec}", batched, alone, checked)
+    assert outputs[-1].tokens == reference.tokens
+    assert (outputs[-1].logprobs - reference.logprobs).abs().max() <= LOGPROB_TOLERANCE
+    assert len(checked) == len(requests) and min(checked) > WINDOW  # every member decoded past its window
