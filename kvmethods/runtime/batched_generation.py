@@ -42,11 +42,13 @@ import torch
 from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import decodes_alone
+from ..core.errors import MethodError
+from ..families.probe import describe
 from ..attention.attention_hooks import AttentionCall, attention_masks
 from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
 from ..adapters.mixed_cache import (cache_of_layers, is_state_layer, keep_state_rows, resumes_stepwise,
                                     stacked_state, token_layers)
-from ..adapters.transformers_compat import DynamicCache, cache_argument
+from ..adapters.transformers_compat import DynamicCache, attention_implementation, cache_argument
 from .clock import now
 from .generation import GenerationOutput, PrefilledPrompt, byte_allowance, measured_prefill
 from .prompt_forward import cached_forward_kernels
@@ -90,14 +92,17 @@ def can_decode_in_batch(method: Method, state: PrefilledPrompt) -> bool:
     return batch_kind(method, state) is not None
 
 
-def batched_cache(states: list[PrefilledPrompt], room: int) -> DynamicCache:
+def batched_cache(states: list[PrefilledPrompt], room: int, windows: list[int | None] | None = None) -> DynamicCache:
     """The members' caches as one batch: padded into BatchedLayers (the members' caches stay as they are) or,
     for storages of their own, MemberLayers over forks of the members' layers (which decoding changes; a fork
     shares the stored codes, CompactLayer.fork) reading into one MemberBuffer."""
     n_layers = len(states[0].cache.layers)
     members = [[s.cache.layers[i] for s in states] for i in range(n_layers)]
     if all(can_batch(layer) for s in states for layer in token_layers(s.cache)):
-        layers = [stacked_state(of) if is_state_layer(of[0]) else BatchedLayer(of, room) for of in members]
+        if windows is None or len(windows) != n_layers:  # each layer's sliding window (a dense member's too)
+            windows = [None] * n_layers
+        layers = [stacked_state(of) if is_state_layer(of[0]) else BatchedLayer(of, room, windows[i])
+                  for i, of in enumerate(members)]
     else:
         buffer = MemberBuffer()  # one layer's padded read, reused by every layer
         layers = [stacked_state(of) if is_state_layer(of[0]) else MemberLayers([layer.fork() for layer in of], buffer)
@@ -105,10 +110,28 @@ def batched_cache(states: list[PrefilledPrompt], room: int) -> DynamicCache:
     return cache_of_layers(states[0].cache, layers)
 
 
+def _windows(model) -> list[int | None] | None:
+    """Each decoder layer's sliding window (None: global), from the family's description; None when the model has
+    no description kvmethods can read (the full-cache reference of a family it cannot compress: no window known)."""
+    try:
+        return [layer.window for layer in describe(model).layers]
+    except MethodError:
+        return None
+
+
 @contextmanager
 def _batch_masks(model, cache: DynamicCache):
+    """The batch's masks, boolean for sdpa; additive for the others (eager adds the mask to the scores: gemma2,
+    gpt-oss), as the sequential road's per-layer masks are."""
+    boolean = attention_implementation(model) == "sdpa"
+
     def mask_for(call: AttentionCall) -> torch.Tensor:
-        return cache.layers[call.layer_idx].attention_mask(call.hidden.shape[1], call.module.config.num_attention_heads)
+        visible = cache.layers[call.layer_idx].attention_mask(call.hidden.shape[1],
+                                                              call.module.config.num_attention_heads)
+        if boolean:
+            return visible
+        dtype = call.hidden.dtype
+        return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
 
     with attention_masks(model, mask_for):
         yield
@@ -165,7 +188,7 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
     own_targets = [r.teacher_targets if r.teacher_targets is not None else teacher_targets for r in requests]
     forcing = targets_of is not None or any(t is not None for t in own_targets)
     room = max([max_new_tokens] + [len(t) for t in own_targets if t is not None])
-    cache = batched_cache(states, room)
+    cache = batched_cache(states, room, _windows(model))
     device = token_layers(cache)[0].keys.device
     positions = torch.tensor([[s.next_position] for s in states], dtype=torch.long, device=device)
     keep_steps = return_logprobs or forcing
