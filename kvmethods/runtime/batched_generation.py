@@ -45,6 +45,7 @@ from ..core.capabilities import decodes_alone
 from ..core.errors import MethodError
 from ..families.probe import describe
 from ..attention.attention_hooks import AttentionCall, attention_masks
+from ..attention.window_layer import WindowLayer
 from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
 from ..adapters.transformers_compat import DynamicCache, attention_implementation, cache_argument
 from .clock import now
@@ -80,7 +81,8 @@ def batch_kind(method: Method, state: PrefilledPrompt) -> str | None:
     layers = state.cache.layers
     if all(can_batch(layer) for layer in layers):
         return PADDED
-    if all(can_batch_as_members(layer) for layer in layers):
+    if all(can_batch_as_members(layer) or isinstance(layer, WindowLayer) for layer in layers) and \
+            any(can_batch_as_members(layer) for layer in layers):  # sliding layers' windows: padded, the rest members
         return MEMBERS
     return None
 
@@ -93,7 +95,8 @@ def can_decode_in_batch(method: Method, state: PrefilledPrompt) -> bool:
 def batched_cache(states: list[PrefilledPrompt], room: int, windows: list[int | None] | None = None) -> DynamicCache:
     """The members' caches as one batch: padded into BatchedLayers (the members' caches stay as they are) or,
     for storages of their own, MemberLayers over forks of the members' layers (which decoding changes; a fork
-    shares the stored codes, CompactLayer.fork) reading into one MemberBuffer."""
+    shares the stored codes, CompactLayer.fork) reading into one MemberBuffer, their sliding layers' windows
+    (full precision) padded. `windows`: each layer's sliding window (a dense member's sliding layer too)."""
     cache = DynamicCache()
     n_layers = len(states[0].cache.layers)
     if all(can_batch(layer) for s in states for layer in s.cache.layers):
@@ -102,7 +105,10 @@ def batched_cache(states: list[PrefilledPrompt], room: int, windows: list[int | 
         cache.layers = [BatchedLayer([s.cache.layers[i] for s in states], room, windows[i]) for i in range(n_layers)]
     else:
         buffer = MemberBuffer()  # one layer's padded read, reused by every layer
-        cache.layers = [MemberLayers([s.cache.layers[i].fork() for s in states], buffer) for i in range(n_layers)]
+        windows = windows if windows is not None and len(windows) == n_layers else [None] * n_layers
+        cache.layers = [BatchedLayer(layers, room, windows[i]) if all(map(can_batch, layers))  # sliding windows
+                        else MemberLayers([layer.fork() for layer in layers], buffer)
+                        for i, layers in enumerate([s.cache.layers[i] for s in states] for i in range(n_layers))]
     return cache
 
 
