@@ -46,19 +46,30 @@ def cached_forward_kernels(model, cached: int):
     return sdpa_kernel(CACHED_FORWARD_BACKENDS)
 
 
-def forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_keep: int) -> torch.Tensor:
+@contextlib.contextmanager
+def layer_masks(model, cache, uneven: bool):
+    """Per-layer causal masks and ragged attention for the forwards inside (when `uneven`), opened once around
+    several forwards (a decoding loop) rather than per forward: the hooks read `cache.layers` at every call."""
+    if not uneven:
+        yield
+        return
+    with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
+        yield
+
+
+def forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_keep: int,
+            masked: bool = False) -> torch.Tensor:
+    """Logits [len(ids) or logits_to_keep, vocab] of one forward of `ids` at positions start.. over `cache`;
+    masked: the caller holds layer_masks(model, cache, uneven) open around this forward."""
     if len(ids) > 1 and resumes_stepwise(cache):  # transformers 5.2's linear attention: one token at a time
-        rows = [forward(model, cache, [token], start + i, uneven, 1) for i, token in enumerate(ids)]
+        rows = [forward(model, cache, [token], start + i, uneven, 1, masked) for i, token in enumerate(ids)]
         return rows[-1] if logits_to_keep == 1 else torch.cat(rows)
     device = device_of(model)
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     positions = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
     kwargs = dict(input_ids=input_ids, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                   **cache_argument(model, cache))
-    with cached_forward_kernels(model, start):
-        if uneven:
-            with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
-                return model(**kwargs).logits[0]
+    with cached_forward_kernels(model, start), layer_masks(model, cache, uneven and not masked):
         return model(**kwargs).logits[0]
 
 

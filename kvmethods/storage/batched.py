@@ -76,6 +76,8 @@ class BatchedLayer(DynamicLayer):
     per head and its next position: a token is masked once it is out of the query's window, as WindowLayer's own
     mask does (the batch drops no token while decoding: its buffer holds the prompt and the room anyway)."""
 
+    MASK_ROOM = 64  # slots a decoding mask built past the buffer's room covers ahead
+
     def __init__(self, layers: list, room: int, window: int | None = None):
         """layers: each member's layer (can_batch); room: new tokens the buffer holds before it must grow; window:
         the layer's sliding window (None: global; a member's WindowLayer says it too)."""
@@ -104,6 +106,7 @@ class BatchedLayer(DynamicLayer):
             self.next_positions = torch.tensor([n for _, n in held], dtype=torch.long, device=first.device)
         self.uniform_heads = self._uniform()  # one mask row serves all heads
         self.tail = 0
+        self._step_mask: torch.Tensor | None = None  # a decoding step's mask over the whole buffer (_decoding_mask)
         self._set_views()
 
     def _uniform(self) -> bool:
@@ -153,15 +156,18 @@ class BatchedLayer(DynamicLayer):
             self.positions = self.positions[rows.to(self.positions.device)]
             self.next_positions = self.next_positions[rows.to(self.next_positions.device)]
         self.uniform_heads = self._uniform()
+        self._step_mask = None
         self._set_views()
 
     def attention_mask(self, query_length: int, num_query_heads: int) -> torch.Tensor:
         """[B, 1 or num_query_heads, query_length, P + tail + query_length] bool (True: attend) for the next
         query_length tokens (asked before update() stores them): each member's head sees its own kept tokens,
-        then the tail and the new tokens causally; in a sliding layer, only those within each query's window."""
+        then the tail and the new tokens causally; in a sliding layer, only those within each query's window.
+        A decoding step's (one token, global layers) is a view of one mask built per buffer, not rebuilt per step."""
+        if query_length == 1 and self.window is None:
+            return self._decoding_mask(num_query_heads)[..., : self.prompt + self.tail + 1]
         device = self._keys.device
-        lengths = self.lengths[:, :1] if self.uniform_heads else self.lengths  # [B, H']
-        prompt = torch.arange(self.prompt, device=device) < lengths.unsqueeze(-1)  # [B, H', P]
+        prompt = self._prompt_visible()  # [B, H', P]
         rows = torch.arange(query_length, device=device).unsqueeze(-1)
         causal = torch.arange(self.tail + query_length, device=device) <= rows + self.tail  # [q, tail + q]
         batch, heads = prompt.shape[:2]
@@ -173,9 +179,30 @@ class BatchedLayer(DynamicLayer):
             tail = torch.arange(self.tail + query_length, device=device)
             causal = causal & (rows + self.tail - tail < self.window)
         visible = torch.cat([prompt, causal.expand(batch, heads, -1, -1)], dim=-1)
+        return self._per_query_head(visible, num_query_heads)
+
+    def _prompt_visible(self) -> torch.Tensor:
+        """[B, 1 or kv heads, P]: which padded prompt slots each member's head holds."""
+        lengths = self.lengths[:, :1] if self.uniform_heads else self.lengths  # [B, H']
+        return torch.arange(self.prompt, device=self._keys.device) < lengths.unsqueeze(-1)
+
+    @staticmethod
+    def _per_query_head(visible: torch.Tensor, num_query_heads: int) -> torch.Tensor:
+        heads = visible.shape[1]
         if heads > 1:  # query heads share KV heads, as transformers' repeat_kv
             visible = visible.repeat_interleave(num_query_heads // heads, dim=1)
         return visible
+
+    def _decoding_mask(self, num_query_heads: int) -> torch.Tensor:
+        """[B, 1 or num_query_heads, 1, buffer length]: the prompt slots each head holds, then every later slot
+        (a decoding token sees the whole tail); built once per buffer and rows."""
+        mask, needed = self._step_mask, self.prompt + self.tail + 1
+        if mask is None or mask.shape[-1] < needed or (mask.shape[1] > 1 and mask.shape[1] != num_query_heads):
+            prompt = self._prompt_visible()  # room for this step's token even where the buffer must still grow
+            later = prompt.new_ones(*prompt.shape[:2], max(self._keys.shape[-2], needed + self.MASK_ROOM) - self.prompt)
+            mask = self._per_query_head(torch.cat([prompt, later], dim=-1).unsqueeze(2), num_query_heads)
+            self._step_mask = mask
+        return mask
 
 
 def can_batch_as_members(layer) -> bool:

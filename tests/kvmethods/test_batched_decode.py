@@ -184,6 +184,30 @@ def test_the_padded_mask_hides_each_members_padding_per_head(llama):
     assert layer.get_seq_length() == layer.prompt
 
 
+def test_a_decoding_steps_mask_follows_the_tail_growth_and_rows_that_leave(llama):
+    """The one-token mask is a view of a mask built once per buffer: it must still be each head's own kept
+    tokens then the whole tail, after steps, after the buffer grows past its room, and after rows leave."""
+    ids = prompt()
+    methods = [(UNEVEN[0], Budget.parse("12")), (get_method("pyramidkv"), Budget.parse("10")),
+               (get_method("snapkv"), Budget.parse("6"))]
+    shared = shared_prefill(llama, methods, ids, 40, "question_in_window")
+    cache = batched_cache(shared.selections, room=2)
+    layer = next(layer for layer in cache.layers if not layer.uniform_heads)
+
+    def expected():
+        prompt_part = torch.arange(layer.prompt) < layer.lengths.repeat_interleave(2, dim=1).unsqueeze(-1)
+        return torch.cat([prompt_part, torch.ones(*prompt_part.shape[:2], layer.tail + 1, dtype=torch.bool)],
+                         dim=-1).unsqueeze(2)
+
+    for step in range(4):  # past the room of 2: the buffer grows
+        assert torch.equal(layer.attention_mask(1, 4), expected()), step
+        key = torch.zeros(layer.batch_size, 2, 1, layer.keys.shape[-1])
+        layer.update(key, key)
+    layer.keep_rows(torch.tensor([0, 2]))
+    assert torch.equal(layer.attention_mask(1, 4), expected())
+    assert layer.attention_mask(1, 4).shape == (2, 4, 1, layer.prompt + 5)
+
+
 def test_members_of_samples_of_different_lengths_decode_in_one_batch_as_alone(llama):
     """Three prompts of 31, 40 and 52 tokens: their members (dense, ragged, quantized) in one batch per kind, each
     row at its own positions and teacher-forced on its own sample's reference, which decodes as a row of the same
