@@ -45,6 +45,7 @@ from ..core.capabilities import decodes_alone
 from ..core.errors import MethodError
 from ..families.probe import describe
 from ..attention.attention_hooks import AttentionCall, attention_masks
+from ..attention.window_layer import WindowLayer
 from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
 from ..adapters.mixed_cache import (cache_of_layers, is_state_layer, keep_state_rows, resumes_stepwise,
                                     stacked_state, token_layers)
@@ -82,7 +83,8 @@ def batch_kind(method: Method, state: PrefilledPrompt) -> str | None:
     layers = token_layers(state.cache)  # a linear layer's state joins either batch, stacked (mixed_cache.py)
     if all(can_batch(layer) for layer in layers):
         return PADDED
-    if all(can_batch_as_members(layer) for layer in layers):
+    if all(can_batch_as_members(layer) or isinstance(layer, WindowLayer) for layer in layers) and \
+            any(can_batch_as_members(layer) for layer in layers):  # sliding layers' windows: padded, the rest members
         return MEMBERS
     return None
 
@@ -95,7 +97,9 @@ def can_decode_in_batch(method: Method, state: PrefilledPrompt) -> bool:
 def batched_cache(states: list[PrefilledPrompt], room: int, windows: list[int | None] | None = None) -> DynamicCache:
     """The members' caches as one batch: padded into BatchedLayers (the members' caches stay as they are) or,
     for storages of their own, MemberLayers over forks of the members' layers (which decoding changes; a fork
-    shares the stored codes, CompactLayer.fork) reading into one MemberBuffer."""
+    shares the stored codes, CompactLayer.fork) reading into one MemberBuffer, their sliding layers' windows
+    (full precision) padded. `windows`: each layer's sliding window (a dense member's sliding layer too). Linear
+    layers' states are stacked along the batch axis (mixed_cache.stacked_state)."""
     n_layers = len(states[0].cache.layers)
     members = [[s.cache.layers[i] for s in states] for i in range(n_layers)]
     if all(can_batch(layer) for s in states for layer in token_layers(s.cache)):
@@ -105,8 +109,11 @@ def batched_cache(states: list[PrefilledPrompt], room: int, windows: list[int | 
                   for i, of in enumerate(members)]
     else:
         buffer = MemberBuffer()  # one layer's padded read, reused by every layer
-        layers = [stacked_state(of) if is_state_layer(of[0]) else MemberLayers([layer.fork() for layer in of], buffer)
-                  for of in members]
+        windows = windows if windows is not None and len(windows) == n_layers else [None] * n_layers
+        layers = [stacked_state(of) if is_state_layer(of[0])
+                  else BatchedLayer(of, room, windows[i]) if all(map(can_batch, of))  # sliding windows
+                  else MemberLayers([layer.fork() for layer in of], buffer)
+                  for i, of in enumerate(members)]
     return cache_of_layers(states[0].cache, layers)
 
 

@@ -125,3 +125,20 @@ def test_methods_that_cannot_select_within_a_window_are_refused_in_one_line(name
 def test_a_bad_policy_is_one_line():
     with pytest.raises(MethodError, match="'squeeze' is not one of keep, compress"):
         get_method("snapkv").with_sliding_layers("squeeze")
+
+
+@pytest.mark.parametrize("name, budget", [("kivi", "8"), ("snapkv+kivi", "8"), ("think+kivi", "8")])
+def test_quantizers_keep_a_sliding_layer_as_its_window_in_full_precision(name, budget):
+    """KIVI (alone or composed) and ThinK store the global layers their own way and a sliding layer as its window,
+    in full precision (docs/models.md says why), whose bytes the memory figures count in full: kv_bytes_window is
+    window - 1 tokens at the model's dtype, inside kv_bytes_after."""
+    from kvmethods.attention.window_layer import WindowLayer
+    from kvmethods.runtime.generation import prefill
+
+    model = model_of("gemma2")
+    method = get_method(name, group_size=16, residual=16)
+    state = prefill(model, method, budget, PROMPT, len(PROMPT), "question_in_window")
+    kinds = [layer.kind for layer in describe(model).layers]
+    assert [isinstance(layer, WindowLayer) for layer in state.cache.layers] == [kind == SLIDING for kind in kinds]
+    out = generate(model, method, budget, PROMPT, len(PROMPT), NEW, set(), "question_in_window")
+    assert out.kv_bytes_window == (WINDOW - 1) * per_token_bytes(model) < out.kv_bytes_after
