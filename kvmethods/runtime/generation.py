@@ -28,7 +28,7 @@ from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import Capability
 from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (this contract's names too)
-from ..core.families import check_family
+from ..core.families import check_family, sliding_windows
 from ..attention.hooks import capturing_window_queries, compressing_prefill, store_selection
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name
@@ -145,7 +145,7 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
         elif compressed_len > 0:
             logits = forward(model, cache, input_ids[:compressed_len], 0, False, 1)
         if Capability.OWN_STORAGE in capabilities and compressed_len > 0:
-            store_quantized(method, cache, queries)
+            store_quantized(method, cache, queries, sliding_windows(model))
     uneven = is_uneven(cache)
     if compressed_len < len(input_ids):
         logits = forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)

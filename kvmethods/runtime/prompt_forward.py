@@ -20,9 +20,9 @@ from ..core.errors import MethodError
 from ..attention.hooks import per_layer_causal_masks
 from ..storage.ragged import RaggedLayer
 from ..attention.ragged_attention import ragged_attention
-from ..attention.window_layer import WindowLayer
+from ..attention.window_layer import WindowLayer, keep_window
 from ..adapters.mixed_cache import is_state_layer, resumes_stepwise, token_layers
-from ..adapters.transformers_compat import DynamicCache, cache_argument
+from ..adapters.transformers_compat import DynamicCache, DynamicLayer, cache_argument
 
 
 def device_of(model) -> torch.device:
@@ -92,9 +92,16 @@ def is_uneven(cache: DynamicCache) -> bool:
     return len(lengths) > 1 or any(isinstance(layer, (RaggedLayer, WindowLayer)) for layer in layers)
 
 
-def store_quantized(method: Method, cache: DynamicCache, queries: dict) -> None:
-    """Hand every layer's kept keys/values to the method's own storage (KIVI: quantized, window in full)."""
+def store_quantized(method: Method, cache: DynamicCache, queries: dict, windows: list | None = None) -> None:
+    """Hand every layer's kept keys/values to the method's own storage (KIVI: quantized, window in full).
+    A sliding-window layer (`windows[i]`: its window, None for global layers) is kept as its window in full
+    precision, uncompressed or as the method's eviction left it (docs/models.md says why KIVI does not carry
+    over to a window): its bytes count in full in kv_bytes_after and kv_bytes_window."""
     for i, layer in enumerate(cache.layers):
+        window = windows[i] if windows is not None and i < len(windows) else None
+        if window is not None and type(layer) is DynamicLayer:  # a whole sliding layer: its window, in full
+            keep_window(cache, i, window)
+            continue
         if isinstance(layer, WindowLayer) or is_state_layer(layer):  # a window, a linear layer's state: as they are
             continue
         if isinstance(layer, RaggedLayer):

@@ -33,7 +33,7 @@ from ..core.base import Method
 from ..core.budget import FULL_CACHE, Budget
 from ..core.capabilities import Capability, prefills_alone
 from ..core.errors import MethodError
-from ..core.families import check_family, decoder_layers, rotary_embedding
+from ..core.families import check_family, decoder_layers, rotary_embedding, sliding_windows
 from .budget_plan import compressed_length, plan_budget
 from .generation import PrefilledPrompt, prefill
 from .prompt_forward import check_request, forward, is_uneven, store_quantized
@@ -201,13 +201,13 @@ def _copy_states(full: DynamicCache, selections: list[_Selection]) -> None:
                     selection.cache.layers[layer_idx] = copy.deepcopy(layer)
 
 
-def _store_quantized_selections(selections: list[_Selection]) -> None:
+def _store_quantized_selections(model, selections: list[_Selection]) -> None:
     """Quantizers store their selection (or the whole prompt) their own way, after the forward."""
     for selection in selections:
         if Capability.OWN_STORAGE in selection.method.capabilities and selection.error is None:
             started = now()
             try:
-                store_quantized(selection.method, selection.cache, {})
+                store_quantized(selection.method, selection.cache, {}, sliding_windows(model))
             except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
                 selection.error, selection.cache = exc, DynamicCache()
             selection.seconds += now() - started
@@ -247,7 +247,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
     forward_s = now() - started - sum(s.seconds for s in selections)
     _copy_states(full, selections)
     _select_from_whole_prompt(model, full, selections, input_ids[:compressed_len])
-    _store_quantized_selections(selections)
+    _store_quantized_selections(model, selections)
     reference_logits = logits
     if compressed_len < len(input_ids):
         started = now()

@@ -298,3 +298,30 @@ def test_members_with_sliding_window_layers_decode_in_a_batch_as_alone(family, p
     assert outputs[-1].tokens == reference.tokens
     assert (outputs[-1].logprobs - reference.logprobs).abs().max() <= LOGPROB_TOLERANCE
     assert len(checked) == len(requests) and min(checked) > WINDOW  # every member decoded past its window
+
+
+def test_storages_of_their_own_with_sliding_windows_batch_as_members_as_alone():
+    """KIVI alone and composed, ThinK + KIVI on gemma2: their sliding layers are full-precision windows (padded in
+    the batch, masked by positions), their global layers their own storage (member layers); one batch, each equal
+    to its sequential run, teacher-forced too, past the window."""
+    from kvmethods.testing import WINDOW, family_model
+
+    model = family_model("gemma2", qk_scale=4.0)
+    ids, new = [t % model.config.vocab_size for t in prompt(40, seed=5)], 16
+    kivi = dict(group_size=8, residual=8)
+    requests = [(get_method("kivi", **kivi), Budget.parse("8")), (get_method("snapkv+kivi", **kivi), Budget.parse("10")),
+                (get_method("snapkv+kivi", **kivi).with_sliding_layers("compress"), Budget.parse("6"))]
+    states = list(shared_prefill(model, requests, ids, 40, "question_in_window").selections)
+    requests.append((get_method("think+kivi", **kivi), Budget.parse("8")))
+    states.append(prefill(model, requests[-1][0], requests[-1][1], ids, 40, "question_in_window"))
+    assert {batch_kind(m, s) for (m, _), s in zip(requests, states)} == {MEMBERS}
+    alone_states = [copied(state) for state in states]
+    targets = generate(model, get_method("full"), Budget.parse("full"), ids, 40, new, set(), "question_in_window").tokens
+    outputs = generate_batch(model, [BatchRequest(m, b, s) for (m, b), s in zip(requests, states)], len(ids), new,
+                             set(), teacher_targets=targets, return_logprobs=True)
+    checked: list[int] = []
+    for (method, budget), state, batched in zip(requests, alone_states, outputs):
+        alone = generate(model, method, budget, ids, 40, new, set(), "question_in_window", teacher_targets=targets,
+                         return_logprobs=True, prefilled=state)
+        _check_equal(f"{method.name}({method.sliding_layers})@{budget.spec}", batched, alone, checked)
+    assert min(checked) > WINDOW

@@ -11,7 +11,7 @@ from kvmethods.core.capabilities import Capability
 from kvmethods.core.catalog import BUILTINS
 from kvmethods.families.layout import CAPTURED, GLOBAL, LINEAR, PROJECTION, SLIDING, refusal
 from kvmethods.families.probe import describe
-from kvmethods.runtime.generation import generate
+from kvmethods.runtime.generation import generate, prefill
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from kvmethods.testing import FAMILIES, WINDOW, family_model
 
@@ -291,8 +291,9 @@ def latent_cache(model) -> bool:
 
 @pytest.mark.parametrize("family", ["deepseek_v3", "qwen3_next"])
 def test_shared_prefill_members_decode_in_a_batch_as_alone(family):
-    """MLA's latent layers (values narrower than keys) batch like any dense layer; a cache holding a linear layer's
-    state decodes alone (its members' states are not stacked into one batch)."""
+    """MLA's latent layers (values narrower than keys) batch like any dense layer; a linear layer's state joins the
+    batch stacked along the batch axis (each member's row its own), kivi's quantized layers too; members leave the
+    batch as they stop (max_new_tokens differs); teacher forcing of targets the members did not decode runs batched."""
     from kvmethods.core.budget import Budget
     from kvmethods.runtime.batched_generation import BatchRequest, batch_kind, generate_batch
 
@@ -301,16 +302,33 @@ def test_shared_prefill_members_decode_in_a_batch_as_alone(family):
                 for budget in ("6", "64")]
     shared = shared_prefill(model, requests, PROMPT, 16, "query_agnostic")
     members = [BatchRequest(method, budget, state) for (method, budget), state in zip(requests, shared.selections)]
-    if family == "qwen3_next":
-        assert {batch_kind(m.method, m.state) for m in members} == {None}
-        return
-    alone = [generate(model, m.method, None, PROMPT, 16, NEW, set(), "query_agnostic", return_logprobs=True,
-                      prefilled=shared_prefill(model, [(m.method, m.budget)], PROMPT, 16, "query_agnostic").selections[0])
-             for m in members]
-    batched = generate_batch(model, members, len(PROMPT), NEW, set(), return_logprobs=True)
-    for one, other in zip(batched, alone):
-        assert one.tokens == other.tokens
+    members.append(BatchRequest(get_method("full"), None, shared.reference))
+    assert {batch_kind(m.method, m.state) for m in members} == {"padded"}
+    targets = [5, 6, 7, 8]
+    # qwen3_next: snapkv@6 decodes 25 first, the budget-64 members and the full cache 121 at their 6th step: more
+    # than half the rows stop while two go on, so the batch drops rows (the stacked state's too)
+    eos, new = ({25, 121} if family == "qwen3_next" else set()), 8
+    own = [generate(model, m.method, None, PROMPT, 16, new, eos, "query_agnostic", return_logprobs=True,
+                    teacher_targets=targets,
+                    prefilled=shared_prefill(model, [(m.method, m.budget)], PROMPT, 16, "query_agnostic").selections[0])
+           for m in members[:-1]]
+    own.append(generate(model, get_method("full"), "full", PROMPT, 16, new, eos, "query_agnostic",
+                        return_logprobs=True, teacher_targets=targets))
+    batched = generate_batch(model, members, len(PROMPT), new, eos, return_logprobs=True, teacher_targets=targets)
+    for one, other in zip(batched, own):
+        assert (one.tokens, one.stop_token) == (other.tokens, other.stop_token)
         torch.testing.assert_close(one.logprobs, other.logprobs, atol=1e-4, rtol=0)
+        torch.testing.assert_close(one.target_logprobs, other.target_logprobs, atol=1e-4, rtol=0)
+    if family == "qwen3_next":
+        assert sorted(len(one.tokens) for one in batched) == [1, 5, 5, 5, 5, 8, 8]
+    if family == "qwen3_next":  # kivi's own storage batches as members, the linear state stacked with them
+        kivi = [BatchRequest(method_of("kivi"), None, prefill(model, method_of("kivi"), "full", PROMPT, 16,
+                                                               "query_agnostic")) for _ in range(2)]
+        assert {batch_kind(m.method, m.state) for m in kivi} == {"members"}
+        alone = generate(model, method_of("kivi"), "full", PROMPT, 16, NEW, EOS, "query_agnostic", return_logprobs=True)
+        for one in generate_batch(model, kivi, len(PROMPT), NEW, EOS, return_logprobs=True):
+            assert one.tokens == alone.tokens
+            torch.testing.assert_close(one.logprobs, alone.logprobs, atol=1e-4, rtol=0)
 
 
 

@@ -125,3 +125,51 @@ def test_methods_that_cannot_select_within_a_window_are_refused_in_one_line(name
 def test_a_bad_policy_is_one_line():
     with pytest.raises(MethodError, match="'squeeze' is not one of keep, compress"):
         get_method("snapkv").with_sliding_layers("squeeze")
+
+
+@pytest.mark.parametrize("name, budget", [("kivi", "8"), ("snapkv+kivi", "8"), ("think+kivi", "8")])
+def test_quantizers_keep_a_sliding_layer_as_its_window_in_full_precision(name, budget):
+    """KIVI (alone or composed) and ThinK store the global layers their own way and a sliding layer as its window,
+    in full precision (docs/models.md says why), whose bytes the memory figures count in full: kv_bytes_window is
+    window - 1 tokens at the model's dtype, inside kv_bytes_after."""
+    from kvmethods.attention.window_layer import WindowLayer
+    from kvmethods.runtime.generation import prefill
+
+    model = model_of("gemma2")
+    method = get_method(name, group_size=16, residual=16)
+    state = prefill(model, method, budget, PROMPT, len(PROMPT), "question_in_window")
+    kinds = [layer.kind for layer in describe(model).layers]
+    assert [isinstance(layer, WindowLayer) for layer in state.cache.layers] == [kind == SLIDING for kind in kinds]
+    out = generate(model, method, budget, PROMPT, len(PROMPT), NEW, set(), "question_in_window")
+    assert out.kv_bytes_window == (WINDOW - 1) * per_token_bytes(model) < out.kv_bytes_after
+
+
+@pytest.mark.parametrize("family, policy, budget, kept, distance", [
+    # gemma2 (1 sliding, 1 global layer), 24 tokens: the allowance is budget x 2 layers x 24 tokens
+    ("gemma2", KEEP, "m0.5", [WINDOW - 1, 13], 0),  # the window (11) leaves 24 - 11 = 13 to the global layer
+    ("gemma2", KEEP, "m0.25", [WINDOW - 1, 1], 0),  # the window takes 11 of 12: the global layer keeps 1
+    ("gemma2", KEEP, "m0.9", [WINDOW - 1, 23], None),  # under: 23 is the most a compressing budget keeps
+    ("gemma2", COMPRESS, "m0.25", [6, 6], 0),  # compressed windows count their tokens like the global layers
+    ("gemma2", COMPRESS, "m0.5", [WINDOW - 1, 13], 0),  # a window below its share stays the window
+    ("mistral", KEEP, "m0.25", [WINDOW - 1] * 2, 2 * (WINDOW - 1) - 12),  # windows alone exceed it: over, said
+    ("mistral", COMPRESS, "m0.25", [6, 6], 0),
+])
+def test_byte_budgets_count_what_sliding_layers_really_hold(family, policy, budget, kept, distance):
+    """A byte budget's tokens per layer come from what every layer holds: a window kept whatever the budget
+    (at most window - 1 tokens), a compressed one at most the budget's tokens; the global layers get the rest of
+    the allowance (fraction x the full cache of every layer), and a record says how far over it the windows alone
+    are. The shared prefill plans the same."""
+    from kvmethods.runtime.generation import record_fields
+
+    model = model_of(family)
+    method = method_of("snapkv", policy)
+    out = generate(model, method, budget, PROMPT, len(PROMPT), 2, set(), "question_in_window")
+    assert out.kept_tokens_per_layer == kept
+    over = record_fields(out)["kv_budget_distance_bytes"]
+    if distance is None:
+        assert over < 0
+    else:
+        assert over == distance * per_token_bytes(model)
+    state = shared_prefill(model, [(method, budget)], PROMPT, len(PROMPT), "question_in_window").selections[0]
+    assert generate(model, method, None, PROMPT, len(PROMPT), 2, set(), "question_in_window",
+                    prefilled=state).kept_tokens_per_layer == kept
