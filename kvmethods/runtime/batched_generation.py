@@ -44,6 +44,7 @@ from ..core.budget import Budget
 from ..core.capabilities import decodes_alone
 from ..core.errors import MethodError
 from ..families.probe import describe
+from ..attention.gqa_attention import masked_gqa
 from ..attention.attention_hooks import AttentionCall, attention_masks
 from ..attention.window_layer import WindowLayer
 from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
@@ -140,7 +141,7 @@ def _batch_masks(model, cache: DynamicCache):
         dtype = call.hidden.dtype
         return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
 
-    with attention_masks(model, mask_for):
+    with masked_gqa(model), attention_masks(model, mask_for):  # no repeat_kv in the teacher-forced forward (CPU)
         yield
 
 
