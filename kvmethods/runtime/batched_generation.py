@@ -240,7 +240,8 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
     del cache, logits
     if forcing:
         targets = list(targets_of(outputs) if targets_of is not None else own_targets)
-        reuse = all(can_batch(layer) for s in states for layer in token_layers(s.cache))  # member layers quantize as tokens arrive
+        # member layers quantize as tokens arrive
+        reuse = all(can_batch(layer) for s in states for layer in token_layers(s.cache))
         _teacher_forced_rows(model, states, outputs, steps, targets, device, reuse)
     for number, out in enumerate(outputs):
         out.decode_s = decode_s[number]

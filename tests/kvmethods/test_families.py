@@ -262,8 +262,9 @@ def test_mla_eviction_equals_masking_the_evicted_tokens():
         if len(steps) == NEW:
             break
         visible = torch.cat([visible, torch.ones(1, 1, dtype=torch.long)], dim=1)
-        logits = model(input_ids=logits.argmax().view(1, 1), attention_mask=visible, position_ids=torch.tensor([[position]]),
-                       use_cache=True, **cache_argument(model, cache)).logits[0, -1]
+        logits = model(input_ids=logits.argmax().view(1, 1), attention_mask=visible,
+                       position_ids=torch.tensor([[position]]), use_cache=True,
+                       **cache_argument(model, cache)).logits[0, -1]
     torch.testing.assert_close(out.logprobs, torch.stack(steps), atol=1e-4, rtol=0)
     assert out.tokens == [int(step.argmax()) for step in steps]
 
@@ -364,3 +365,40 @@ def test_mla_memory_figures_and_byte_budgets_count_what_the_cache_holds():
     assert out.kv_bytes_before == len(PROMPT) * per_token * config.num_hidden_layers
     assert out.kv_bytes_budget == out.kv_bytes_before // 2 == out.kv_bytes_after
     assert out.kept_tokens_per_layer == [len(PROMPT) // 2] * config.num_hidden_layers
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "deepseek_v3"])
+def test_shared_context_and_multi_turn_on_linear_and_latent_caches(family):
+    """Several questions on one compressed context answer as one prefill per question (the linear layers' state,
+    updated in place by every question, is put back with the rest of the cache), and multi-turn with the full cache
+    is plain greedy generation over the growing history."""
+    from kvmethods.runtime.protocols import answer_questions, run_turns
+
+    model = model_of(family)
+    context, questions = PROMPT[:16], [list(range(40, 46)), list(range(60, 64))]
+    for name, budget in (("full", "r0"), ("snapkv", "8"), ("h2o", "8")):
+        shared = answer_questions(model, get_method(name), budget, context, questions, NEW, set())
+        for question, out in zip(questions, shared):
+            alone = generate(model, get_method(name), budget, context + question, len(context), NEW, set(),
+                             "query_agnostic", return_logprobs=True)
+            assert out.tokens == alone.tokens, (name, question)
+            assert out.kept_tokens_per_layer == alone.kept_tokens_per_layer
+    history = list(context)
+    for question, out in zip(questions, run_turns(model, get_method("full"), "r0", context, questions, NEW, set())):
+        history += question
+        plain = generate(model, get_method("full"), "r0", history, len(history), NEW, set(), "question_in_window")
+        assert out.tokens == plain.tokens
+        history += plain.tokens
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "deepseek_v3"])
+@pytest.mark.parametrize("spec", [dict(name="decoding", base="snapkv", interval=8, window=4),
+                                  dict(name="decoding", base="streamingllm", interval=6), dict(name="rkv", interval=8)])
+def test_compression_while_decoding_cuts_linear_and_latent_caches_back(family, spec):
+    """rkv and `decoding` cut the softmax layers back to the budget every `interval` tokens (MLA: the latent, from
+    the decompressed keys of the last forward), and leave the linear layers' state alone."""
+    params = dict(spec)
+    method = get_method(params.pop("name"), **params)
+    out = generate(model_of(family), method, "8", PROMPT, len(PROMPT), 20, set(), "question_in_window")
+    lengths = out.decode_cache_lengths
+    assert len(out.tokens) == 20 and max(lengths) == 8 + spec["interval"] - 1 and min(lengths) == 8
