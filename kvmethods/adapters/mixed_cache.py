@@ -9,10 +9,13 @@ whose linear layers are `LinearStateLayer` entries holding the state the way 5.2
 `recurrent_states` dicts), with the attributes 5.2's linear attention reads (`cache.conv_states[i]`,
 `cache.recurrent_states[i]`, `has_previous_state`) mapped onto them. So kvmethods walks one kind of cache in both
 versions: `is_state_layer(layer)` says which layers to leave alone (no tokens to evict, gather or mask) and
-`state_bytes(layer)` is what such a layer holds, which the memory figures count.
+`state_bytes(layer)` is what such a layer holds, which the memory figures count. A batch of members decodes with
+their states stacked along the batch axis (`stacked_state`), in a cache of the model's kind (`cache_of_layers`).
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 
@@ -35,6 +38,30 @@ def state_bytes(layer) -> int:
 def token_layers(cache) -> list:
     """The cache's layers that hold per-token keys and values."""
     return [layer for layer in cache.layers if not is_state_layer(layer)]
+
+
+def stacked_state(layers: list):
+    """One state layer holding B members' states (each a batch-1 state layer), stacked along the batch axis: what a
+    batch of members decodes with (runtime/batched_generation.py); each row evolves on its own."""
+    batch = copy.deepcopy(layers[0])
+    for name in ("conv_states", "recurrent_states"):
+        states = getattr(batch, name)
+        for index in states:
+            if states[index] is not None:
+                states[index] = torch.cat([getattr(layer, name)[index] for layer in layers])
+    return batch
+
+
+def keep_state_rows(layer, rows: torch.Tensor) -> None:
+    """Keep only these batch rows of a stacked state layer (members leaving a batch)."""
+    layer.reorder_cache(rows)
+
+
+def cache_of_layers(like, layers: list) -> DynamicCache:
+    """A cache of `like`'s kind (a plain DynamicCache, or a model's mixed cache) holding `layers`."""
+    cache = copy.copy(like) if any(is_state_layer(layer) for layer in like.layers) else DynamicCache()
+    cache.layers = layers
+    return cache
 
 
 def has_linear_layers(model) -> bool:

@@ -14,8 +14,10 @@ A `FamilyLayout` says, per decoder layer, what kind of layer it is and how its a
   per token for every head: attention/latent.py compresses it along tokens), 5.2 the keys and values
   decompressed per head.
 
-`refusal(layout, capabilities)` is the one rule table: which kinds of layer and which query
-sources a method's capabilities can work with, and the one-line reason when not. It imports nothing heavy:
+`refusal(layout, capabilities, sliding)` is the one rule table: which kinds of layer and which query
+sources a method's capabilities can work with, and the one-line reason when not. `sliding` is what a run does
+with sliding-window layers (SLIDING_POLICIES): KEEP them as their window (the default) or COMPRESS them with the
+method's budget too (attention/window_layer.py). It imports nothing heavy:
 the startup check (pytest_kvbench/wiring/) and the docs table use it too.
 """
 
@@ -27,6 +29,19 @@ from ..core.capabilities import Capability
 
 GLOBAL, SLIDING, CHUNKED, LINEAR = "global", "sliding", "chunked", "linear"
 PROJECTION, CAPTURED = "projection", "captured"
+KEEP, COMPRESS = "keep", "compress"  # what a run does with sliding-window layers (--kvbench-sliding)
+SLIDING_POLICIES = (KEEP, COMPRESS)
+# What cannot compress a sliding layer within its window: a head-adaptive selection (a window holds one length per
+# head), a method that runs its own prefill (kvpress' hooks), one that cuts back while decoding or after a turn (it
+# would cut the global layers only, and the window grows back).
+def _not_in_window(capabilities: Capability) -> str | None:
+    if Capability.HEAD_ADAPTIVE in capabilities:
+        return "its head-adaptive selection keeps heads uneven, and a window layer holds one length per head"
+    if Capability.RUNS_PREFILL in capabilities:
+        return "it compresses through its own prefill hooks, which do not see the window"
+    if capabilities & (Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN):
+        return "it cuts the cache back while decoding or after a turn, where a window layer grows back to its window"
+    return None
 
 
 @dataclass(frozen=True)
@@ -71,14 +86,19 @@ class FamilyLayout:
         return ", ".join(parts)
 
 
-def refusal(layout: FamilyLayout, capabilities: Capability) -> str | None:
+def refusal(layout: FamilyLayout, capabilities: Capability, sliding: str = KEEP) -> str | None:
     """Why a method with these capabilities cannot compress this layout (None: it can), whatever the sequence's
-    length, so that the startup check (configure: no length known yet) and the runtime agree."""
+    length, so that the startup check (configure: no length known yet) and the runtime agree; `sliding`: what
+    the run does with sliding-window layers (KEEP or COMPRESS)."""
     if Capability.COMPRESSES not in capabilities and Capability.OWN_STORAGE not in capabilities:
         return None
     cached = [layer for layer in layout.layers if layer.has_cache]
     if not cached:
         return "no layer keeps a per-token KV cache"
+    if sliding == COMPRESS and Capability.COMPRESSES in capabilities and any(layer.kind == SLIDING for layer in cached):
+        why = _not_in_window(capabilities)
+        if why:
+            return f"sliding-window layers compressed (sliding=compress): {why} (keep them: sliding=keep)"
     if any(layer.kind == CHUNKED for layer in layout.layers):
         return "chunked-attention layers: a chunk's cache is dropped at its boundary, no method's selection carries over"
     if Capability.SCORES_WHOLE_PROMPT in capabilities:

@@ -28,7 +28,7 @@ from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import Capability
 from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (this contract's names too)
-from ..core.families import check_family
+from ..core.families import check_family, sliding_windows
 from ..attention.hooks import capturing_window_queries, compressing_prefill, store_selection
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name
@@ -36,7 +36,7 @@ from ..attention.window_layer import WindowLayer
 from ..adapters.transformers_compat import DynamicCache
 from ..adapters.mixed_cache import is_state_layer, new_cache, state_bytes, token_layers
 from .budget_plan import plan_budget
-from .prompt_forward import check_request, device_of, forward, is_uneven, store_quantized
+from .prompt_forward import check_request, device_of, forward, is_uneven, layer_masks, store_quantized
 from .clock import now
 
 # GROUP_PROTOCOLS (catalog.py): samples sharing a context run as one group (kvmethods/runtime/protocols/); a single
@@ -145,7 +145,7 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
         elif compressed_len > 0:
             logits = forward(model, cache, input_ids[:compressed_len], 0, False, 1)
         if Capability.OWN_STORAGE in capabilities and compressed_len > 0:
-            store_quantized(method, cache, queries)
+            store_quantized(method, cache, queries, sliding_windows(model))
     uneven = is_uneven(cache)
     if compressed_len < len(input_ids):
         logits = forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
@@ -244,7 +244,8 @@ def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[i
     tokens: list[int] = []
     steps: list[torch.Tensor] = []
     logits = state.next_logits
-    with (method.while_decoding(model, state) if method is not None else contextlib.nullcontext([])) as lengths:
+    with (method.while_decoding(model, state) if method is not None else contextlib.nullcontext([])) as lengths, \
+            layer_masks(model, state.cache, state.uneven):  # the mask hooks once for the loop, not per step
         while True:
             if return_logprobs:
                 steps.append(torch.log_softmax(logits.float(), dim=-1))
@@ -254,7 +255,7 @@ def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[i
             tokens.append(next_token)
             if len(tokens) >= max_new_tokens:
                 return tokens, None, steps, lengths
-            logits = forward(model, state.cache, [next_token], state.next_position, state.uneven, 1)[-1]
+            logits = forward(model, state.cache, [next_token], state.next_position, state.uneven, 1, masked=True)[-1]
             state.next_position += 1
 
 

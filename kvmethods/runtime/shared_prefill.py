@@ -33,15 +33,15 @@ from ..core.base import Method
 from ..core.budget import FULL_CACHE, Budget
 from ..core.capabilities import Capability, prefills_alone
 from ..core.errors import MethodError
-from ..core.families import check_family, decoder_layers, rotary_embedding
+from ..core.families import check_family, decoder_layers, rotary_embedding, sliding_windows
 from .budget_plan import compressed_length, plan_budget
 from .generation import PrefilledPrompt, prefill
 from .prompt_forward import check_request, forward, is_uneven, store_quantized
-from ..attention.hooks import layer_selection, store_selection
+from ..attention.hooks import compress_window, layer_selection, store_selection
 from ..attention.kernel_memo import KernelMemo
 from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
 from ..attention.window_layer import keep_window
-from ..families.layout import SLIDING
+from ..families.layout import COMPRESS, SLIDING
 from ..adapters.transformers_compat import DynamicCache, DynamicLayer
 from ..adapters.mixed_cache import is_state_layer, new_cache
 from .clock import now
@@ -103,12 +103,19 @@ def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
             if n_keep >= keys.shape[-2] and not (sliding and min(selection.layer_budgets) < keys.shape[-2]):
                 _adopt(selection.cache, layer_idx, keys, values)
                 continue
-            if sliding:  # kept as its window (a view of the full layer), as compressing_prefill does
-                _adopt(selection.cache, layer_idx, keys, values)
-                selection.kept[layer_idx] = keep_window(selection.cache, layer_idx, call.layout.window)
-                continue
             started = now()
             memo.user = number
+            if sliding:  # kept as its window (a copy of the full layer's), as compressing_prefill does
+                _adopt(selection.cache, layer_idx, keys, values)
+                selection.kept[layer_idx] = keep_window(selection.cache, layer_idx, call.layout.window)
+                if selection.method.sliding_layers == COMPRESS:  # and compressed within it
+                    try:
+                        selection.kept[layer_idx] = compress_window(selection.cache, call, selection.method, n_keep,
+                                                                    queries, rotary, memo)
+                    except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
+                        selection.error, selection.cache = exc, DynamicCache()
+                    selection.seconds += now() - started - memo.computing_seconds(number)
+                continue
             # its own copy of the layer: a method that writes into what it reads harms only itself
             own_keys, own_values = keys.clone(), values.clone()
             _adopt(selection.cache, layer_idx, own_keys, own_values)
@@ -194,13 +201,13 @@ def _copy_states(full: DynamicCache, selections: list[_Selection]) -> None:
                     selection.cache.layers[layer_idx] = copy.deepcopy(layer)
 
 
-def _store_quantized_selections(selections: list[_Selection]) -> None:
+def _store_quantized_selections(model, selections: list[_Selection]) -> None:
     """Quantizers store their selection (or the whole prompt) their own way, after the forward."""
     for selection in selections:
         if Capability.OWN_STORAGE in selection.method.capabilities and selection.error is None:
             started = now()
             try:
-                store_quantized(selection.method, selection.cache, {})
+                store_quantized(selection.method, selection.cache, {}, sliding_windows(model))
             except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
                 selection.error, selection.cache = exc, DynamicCache()
             selection.seconds += now() - started
@@ -240,7 +247,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
     forward_s = now() - started - sum(s.seconds for s in selections)
     _copy_states(full, selections)
     _select_from_whole_prompt(model, full, selections, input_ids[:compressed_len])
-    _store_quantized_selections(selections)
+    _store_quantized_selections(model, selections)
     reference_logits = logits
     if compressed_len < len(input_ids):
         started = now()

@@ -27,6 +27,8 @@ import os
 
 import torch
 
+from kvmethods.adapters.mixed_cache import is_state_layer, state_bytes, token_layers
+
 from pytest_kvbench.input_values import MAX_DECODE_BATCH
 
 AUTO = "auto"
@@ -38,9 +40,13 @@ def _cache_bytes(state) -> int:
     """Bytes a member's cache takes once padded into a batch: per layer, its longest head x heads x (K + V)."""
     total = 0
     for layer in state.cache.layers:
-        keys = layer.keys
+        if is_state_layer(layer):  # a linear layer's fixed state (stacked into the batch as it is)
+            total += state_bytes(layer)
+            continue
+        keys, values = layer.keys, getattr(layer, "values", None)
+        width = keys.shape[-1] + (values.shape[-1] if values is not None else keys.shape[-1])  # MLA: V narrower
         longest = max(getattr(layer, "tokens_per_head", lambda: [keys.shape[-2]])())
-        total += 2 * keys.shape[1] * longest * keys.shape[-1] * keys.element_size()
+        total += keys.shape[1] * longest * width * keys.element_size()
     return total
 
 
@@ -69,7 +75,7 @@ def _member_bytes(states: list, new_tokens: int, targets: int, vocab: int) -> in
 
 def _device(states: list) -> torch.device:
     """Where the members' caches are (tests fake a CUDA device here)."""
-    return states[0].cache.layers[0].keys.device if states else torch.device("cpu")
+    return token_layers(states[0].cache)[0].keys.device if states else torch.device("cpu")
 
 
 class DecodeBatching:

@@ -51,12 +51,13 @@ def _prefill_split(shared_reference=None) -> dict:
 
 
 def method_of(case: Case):
-    """The case's method, built; seeded methods follow the run's seed."""
+    """The case's method, built; seeded methods follow the run's seed; sliding-window layers as the case says
+    (--kvbench-sliding)."""
     params = dict(case.method.params)
     method = get_method(case.method.name, **params)
     if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
         method = get_method(case.method.name, **params, seed=case.seed)  # wrappers (prefill_chunk) too
-    return method
+    return method.with_sliding_layers(case.sliding)
 
 
 def shares_prefill(case: Case) -> bool:

@@ -11,7 +11,7 @@ from kvmethods.core.capabilities import Capability
 from kvmethods.core.catalog import BUILTINS
 from kvmethods.families.layout import CAPTURED, GLOBAL, LINEAR, PROJECTION, SLIDING, refusal
 from kvmethods.families.probe import describe
-from kvmethods.runtime.generation import generate
+from kvmethods.runtime.generation import generate, prefill
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from kvmethods.testing import FAMILIES, WINDOW, family_model
 
@@ -262,8 +262,9 @@ def test_mla_eviction_equals_masking_the_evicted_tokens():
         if len(steps) == NEW:
             break
         visible = torch.cat([visible, torch.ones(1, 1, dtype=torch.long)], dim=1)
-        logits = model(input_ids=logits.argmax().view(1, 1), attention_mask=visible, position_ids=torch.tensor([[position]]),
-                       use_cache=True, **cache_argument(model, cache)).logits[0, -1]
+        logits = model(input_ids=logits.argmax().view(1, 1), attention_mask=visible,
+                       position_ids=torch.tensor([[position]]), use_cache=True,
+                       **cache_argument(model, cache)).logits[0, -1]
     torch.testing.assert_close(out.logprobs, torch.stack(steps), atol=1e-4, rtol=0)
     assert out.tokens == [int(step.argmax()) for step in steps]
 
@@ -291,8 +292,9 @@ def latent_cache(model) -> bool:
 
 @pytest.mark.parametrize("family", ["deepseek_v3", "qwen3_next"])
 def test_shared_prefill_members_decode_in_a_batch_as_alone(family):
-    """MLA's latent layers (values narrower than keys) batch like any dense layer; a cache holding a linear layer's
-    state decodes alone (its members' states are not stacked into one batch)."""
+    """MLA's latent layers (values narrower than keys) batch like any dense layer; a linear layer's state joins the
+    batch stacked along the batch axis (each member's row its own), kivi's quantized layers too; members leave the
+    batch as they stop (max_new_tokens differs); teacher forcing of targets the members did not decode runs batched."""
     from kvmethods.core.budget import Budget
     from kvmethods.runtime.batched_generation import BatchRequest, batch_kind, generate_batch
 
@@ -301,13 +303,102 @@ def test_shared_prefill_members_decode_in_a_batch_as_alone(family):
                 for budget in ("6", "64")]
     shared = shared_prefill(model, requests, PROMPT, 16, "query_agnostic")
     members = [BatchRequest(method, budget, state) for (method, budget), state in zip(requests, shared.selections)]
-    if family == "qwen3_next":
-        assert {batch_kind(m.method, m.state) for m in members} == {None}
-        return
-    alone = [generate(model, m.method, None, PROMPT, 16, NEW, set(), "query_agnostic", return_logprobs=True,
-                      prefilled=shared_prefill(model, [(m.method, m.budget)], PROMPT, 16, "query_agnostic").selections[0])
-             for m in members]
-    batched = generate_batch(model, members, len(PROMPT), NEW, set(), return_logprobs=True)
-    for one, other in zip(batched, alone):
-        assert one.tokens == other.tokens
+    members.append(BatchRequest(get_method("full"), None, shared.reference))
+    assert {batch_kind(m.method, m.state) for m in members} == {"padded"}
+    targets = [5, 6, 7, 8]
+    # qwen3_next: snapkv@6 decodes 25 first, the budget-64 members and the full cache 121 at their 6th step: more
+    # than half the rows stop while two go on, so the batch drops rows (the stacked state's too)
+    eos, new = ({25, 121} if family == "qwen3_next" else set()), 8
+    own = [generate(model, m.method, None, PROMPT, 16, new, eos, "query_agnostic", return_logprobs=True,
+                    teacher_targets=targets,
+                    prefilled=shared_prefill(model, [(m.method, m.budget)], PROMPT, 16, "query_agnostic").selections[0])
+           for m in members[:-1]]
+    own.append(generate(model, get_method("full"), "full", PROMPT, 16, new, eos, "query_agnostic",
+                        return_logprobs=True, teacher_targets=targets))
+    batched = generate_batch(model, members, len(PROMPT), new, eos, return_logprobs=True, teacher_targets=targets)
+    for one, other in zip(batched, own):
+        assert (one.tokens, one.stop_token) == (other.tokens, other.stop_token)
         torch.testing.assert_close(one.logprobs, other.logprobs, atol=1e-4, rtol=0)
+        torch.testing.assert_close(one.target_logprobs, other.target_logprobs, atol=1e-4, rtol=0)
+    if family == "qwen3_next":
+        assert sorted(len(one.tokens) for one in batched) == [1, 5, 5, 5, 5, 8, 8]
+    if family == "qwen3_next":  # kivi's own storage batches as members, the linear state stacked with them
+        kivi = [BatchRequest(method_of("kivi"), None, prefill(model, method_of("kivi"), "full", PROMPT, 16,
+                                                               "query_agnostic")) for _ in range(2)]
+        assert {batch_kind(m.method, m.state) for m in kivi} == {"members"}
+        alone = generate(model, method_of("kivi"), "full", PROMPT, 16, NEW, EOS, "query_agnostic", return_logprobs=True)
+        for one in generate_batch(model, kivi, len(PROMPT), NEW, EOS, return_logprobs=True):
+            assert one.tokens == alone.tokens
+            torch.testing.assert_close(one.logprobs, alone.logprobs, atol=1e-4, rtol=0)
+
+
+
+def test_a_batched_latent_layer_grows_its_narrower_values_too():
+    """MLA's latent cache layer: keys (the latent) and values (the rotary key) differ in width; a batch out of room
+    grows both, and returns each member's tokens in order."""
+    from kvmethods.adapters.transformers_compat import DynamicLayer
+    from kvmethods.storage.batched import BatchedLayer
+
+    keys, values = torch.randn(1, 1, 5, 16), torch.randn(1, 1, 5, 8)
+    layer = DynamicLayer()
+    layer.lazy_initialization(keys, values)
+    layer.keys, layer.values = keys, values
+    batch = BatchedLayer([layer], room=0)
+    new_keys, new_values = torch.randn(1, 1, 2, 16), torch.randn(1, 1, 2, 8)
+    all_keys, all_values = batch.update(new_keys, new_values)
+    torch.testing.assert_close(all_keys, torch.cat([keys, new_keys], dim=-2))
+    torch.testing.assert_close(all_values, torch.cat([values, new_values], dim=-2))
+
+
+def test_mla_memory_figures_and_byte_budgets_count_what_the_cache_holds():
+    """deepseek_v3: kv_bytes_before is the latent and rotary key of every prompt token (transformers 5.24) or their
+    keys and values decompressed per head (5.2), not the config's KV heads x head_dim; a byte budget keeps its
+    fraction of that."""
+    model = model_of("deepseek_v3")
+    config = model.config
+    if latent_cache(model):
+        per_token = (config.kv_lora_rank + config.qk_rope_head_dim) * 4
+    else:
+        per_token = config.num_attention_heads * (config.qk_nope_head_dim + config.qk_rope_head_dim
+                                                  + config.v_head_dim) * 4
+    out = generate(model, get_method("snapkv", window=4), "m0.5", PROMPT, len(PROMPT), NEW, EOS, "question_in_window")
+    assert out.kv_bytes_before == len(PROMPT) * per_token * config.num_hidden_layers
+    assert out.kv_bytes_budget == out.kv_bytes_before // 2 == out.kv_bytes_after
+    assert out.kept_tokens_per_layer == [len(PROMPT) // 2] * config.num_hidden_layers
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "deepseek_v3"])
+def test_shared_context_and_multi_turn_on_linear_and_latent_caches(family):
+    """Several questions on one compressed context answer as one prefill per question (the linear layers' state,
+    updated in place by every question, is put back with the rest of the cache), and multi-turn with the full cache
+    is plain greedy generation over the growing history."""
+    from kvmethods.runtime.protocols import answer_questions, run_turns
+
+    model = model_of(family)
+    context, questions = PROMPT[:16], [list(range(40, 46)), list(range(60, 64))]
+    for name, budget in (("full", "r0"), ("snapkv", "8"), ("h2o", "8")):
+        shared = answer_questions(model, get_method(name), budget, context, questions, NEW, set())
+        for question, out in zip(questions, shared):
+            alone = generate(model, get_method(name), budget, context + question, len(context), NEW, set(),
+                             "query_agnostic", return_logprobs=True)
+            assert out.tokens == alone.tokens, (name, question)
+            assert out.kept_tokens_per_layer == alone.kept_tokens_per_layer
+    history = list(context)
+    for question, out in zip(questions, run_turns(model, get_method("full"), "r0", context, questions, NEW, set())):
+        history += question
+        plain = generate(model, get_method("full"), "r0", history, len(history), NEW, set(), "question_in_window")
+        assert out.tokens == plain.tokens
+        history += plain.tokens
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "deepseek_v3"])
+@pytest.mark.parametrize("spec", [dict(name="decoding", base="snapkv", interval=8, window=4),
+                                  dict(name="decoding", base="streamingllm", interval=6), dict(name="rkv", interval=8)])
+def test_compression_while_decoding_cuts_linear_and_latent_caches_back(family, spec):
+    """rkv and `decoding` cut the softmax layers back to the budget every `interval` tokens (MLA: the latent, from
+    the decompressed keys of the last forward), and leave the linear layers' state alone."""
+    params = dict(spec)
+    method = get_method(params.pop("name"), **params)
+    out = generate(model_of(family), method, "8", PROMPT, len(PROMPT), 20, set(), "question_in_window")
+    lengths = out.decode_cache_lengths
+    assert len(out.tokens) == 20 and max(lengths) == 8 + spec["interval"] - 1 and min(lengths) == 8
