@@ -245,9 +245,12 @@ class State:
         self.next_position = 8
 
 
-def test_auto_on_cpu_is_the_documented_default_and_a_number_is_a_limit():
+def test_auto_on_cpu_is_the_documented_default_and_a_number_is_a_limit(monkeypatch):
     states = [State() for _ in range(3)]
     assert DecodeBatching(AUTO).size(states, 16, 16, 100) == AUTO_CPU
+    monkeypatch.setattr(decode_batching, "_host_available", lambda: 10 * 14_336 * 2)  # 14,336 bytes a member (below)
+    assert DecodeBatching(AUTO).size(states, 16, 16, 100) == 10
+    monkeypatch.undo()
     assert DecodeBatching(3).size(states, 16, 16, 100) == 3 and DecodeBatching(1).sequential
     batching = DecodeBatching(AUTO)
     assert batching.out_of_memory(40) == 20 and batching.size(states, 16, 16, 100) == 20
