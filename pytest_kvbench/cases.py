@@ -18,11 +18,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvmethods import FULL_CACHE, Budget, describe_method
+from kvmethods import FULL_CACHE, Budget, Capability, describe_method
 from kvmethods.spec import MethodSpec  # the one method-spec grammar; Case and the grid file name it here
 from pytest_kvbench.input_values import MAX_SAMPLES, InputError, ascii_int
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL
-from pytest_kvbench.record_key import DEFAULT_PROTOCOL, ItemKey, protocol_key_part, task_label
+from pytest_kvbench.record_key import DEFAULT_PROTOCOL, DEFAULT_SLIDING, ItemKey, protocol_key_part, task_label
 
 
 def model_label(model: str) -> str:
@@ -50,6 +50,9 @@ class Case:
     show_model: bool = False
     show_seed: bool = False
     protocol: str = DEFAULT_PROTOCOL
+    # --kvbench-sliding: "compress" when the method compresses sliding-window layers too (only methods that evict
+    # tokens; the others' cases keep the default, their results being the same either way)
+    sliding: str = DEFAULT_SLIDING
 
     @property
     def is_reference(self) -> bool:
@@ -70,6 +73,8 @@ class Case:
             parts.append(model_label(self.model))
         if self.protocol != DEFAULT_PROTOCOL:
             parts.append(self.protocol)
+        if self.sliding != DEFAULT_SLIDING:
+            parts.append(f"sliding_{self.sliding}")
         return "-".join(parts)
 
     @property
@@ -85,7 +90,7 @@ class Case:
     def key(self) -> str:
         """The comparison key of baselines: one entry per model/method/budget/task/length/seed."""
         return ItemKey.of(self.model, self.method.label, self.budget.spec, self.task, self.context_length,
-                          self.seed, self.protocol).text
+                          self.seed, self.protocol, self.sliding).text
 
 
 @dataclass
@@ -109,6 +114,7 @@ class Grid:
     data_dir: str | None = None
     max_prompt_tokens: int | None = None
     preset: str | None = None  # --kvbench-preset: the published protocol the grid follows
+    sliding: str = DEFAULT_SLIDING  # --kvbench-sliding: keep sliding-window layers as their window, or compress
 
     @property
     def protocol(self) -> str:
@@ -129,7 +135,9 @@ class Grid:
                 lengths = self.context_lengths if suite == "ruler" else [None]
                 for method in self.methods:
                     # a method that changes nothing (full) has no budget axis: it runs once, uncompressed
-                    keeps_all = not describe_method(method.name, **method.param_dict).capabilities
+                    capabilities = describe_method(method.name, **method.param_dict).capabilities
+                    keeps_all = not capabilities
+                    sliding = self.sliding if Capability.COMPRESSES in capabilities else DEFAULT_SLIDING
                     budgets = [FULL_CACHE] if keeps_all else self.budgets
                     for budget in budgets:
                         for length in lengths:
@@ -144,7 +152,7 @@ class Grid:
                                     and model == self.models[0]
                                 )
                                 out.append(Case(model, method, budget, task, suite, length, seed,
-                                                self.samples, smoke, show_model, show_seed, protocol))
+                                                self.samples, smoke, show_model, show_seed, protocol, sliding))
         return out
 
     def as_dict(self) -> dict:
@@ -162,7 +170,7 @@ class Grid:
             "data_dir": self.data_dir,
             "max_prompt_tokens": self.max_prompt_tokens,
             "preset": self.preset,
-        }
+        } | ({"sliding": self.sliding} if self.sliding != DEFAULT_SLIDING else {})  # older runs' settings stay equal
 
 
 def parse_positive_int(text: Any, what: str, maximum: int = MAX_SAMPLES) -> int:

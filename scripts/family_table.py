@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from kvmethods.core.catalog import BUILTINS
-from kvmethods.families.layout import refusal
+from kvmethods.families.layout import COMPRESS, SLIDING, refusal
 from kvmethods.families.table import FAMILIES, layout_of
 from kvmethods.testing import FAMILIES as TESTED, family_config
 
@@ -45,7 +45,23 @@ def table() -> str:
         lines.append(f"| {family} | {kinds} | {queries} | {FAMILIES[family].note or '-'} | {cell} |")
     lines.append("")
     lines.append(f"{len(TESTED)} families x {len(methods)} built-in methods: {supported} supported, {refused} refused.")
+    lines += ["", _compressed_sliding(methods)]
     return "\n".join(lines)
+
+
+def _compressed_sliding(methods: list[str]) -> str:
+    """The methods that families with sliding layers also refuse under --kvbench-sliding compress."""
+    sliding = [family for family in TESTED if SLIDING in layout_of(family_config(family)).kinds()]
+    reasons: dict[str, list[str]] = {}
+    for name in methods:
+        for family in sliding:
+            layout = layout_of(family_config(family))
+            reason = refusal(layout, BUILTINS[name].capabilities, COMPRESS)
+            if reason is not None and refusal(layout, BUILTINS[name].capabilities) is None:
+                reasons.setdefault(reason, []).append(name)
+                break
+    cell = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in reasons.items()) or "none"
+    return f"With `--kvbench-sliding compress`, the families with sliding layers ({', '.join(sliding)}) also refuse {cell}."
 
 
 def rewritten(text: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils.hooks import RemovableHandle
@@ -54,6 +54,10 @@ class AttentionCall:
     sin: torch.Tensor | None
     captured: torch.Tensor | None = None  # [batch, q_heads, n, dim]
     layout: LayerLayout | None = None
+    # MLA layers (layout.latent): the per-head keys and values the attention call received [batch, heads, T, dim],
+    # decompressed from the latent cache (attention/latent.py)
+    captured_keys: torch.Tensor | None = None
+    captured_values: torch.Tensor | None = None
 
     def layer_inputs(self, keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor | None = None,
                      rotary=None, memo=None) -> LayerInputs:
@@ -90,8 +94,10 @@ def after_attention(model, hook: Callable[[AttentionCall], None]) -> Iterator[No
     are in the cache by then). Families whose queries only the attention call knows have them captured."""
     layout = describe(model)
     n_layers = len(layout.layers)
+    latent = any(layer.latent for layer in layout.layers)
     with ExitStack() as stack:
-        calls = stack.enter_context(capturing_queries(model)) if layout.needs_capture else None
+        calls = stack.enter_context(capturing_queries(model, keep_kv=latent)) if layout.needs_capture or latent \
+            else None
 
         def for_layer(layer_idx: int):
             layer = layout.layers[layer_idx]
@@ -99,7 +105,11 @@ def after_attention(model, hook: Callable[[AttentionCall], None]) -> Iterator[No
 
             def after(module, args, kwargs, output):
                 captured = calls.take(layer_idx) if wants else None
-                hook(_call(module, layer_idx, n_layers, args, kwargs, captured, layer))
+                call = _call(module, layer_idx, n_layers, args, kwargs, captured, layer)
+                if layer.latent and calls is not None:
+                    keys, values = calls.take_keys_values(layer_idx)
+                    call = replace(call, captured_keys=keys, captured_values=values)
+                hook(call)
 
             return after
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
@@ -25,8 +26,10 @@ from ..core.base import Method
 from ..core.capabilities import Capability
 from ..core.errors import MethodError
 from ..core.families import decoder_layers, rotary_embedding
-from ..families.layout import SLIDING
+from ..families.layout import COMPRESS, SLIDING
+from ..runtime.layer_inputs import LayerInputs
 from ..storage.ragged import RaggedLayer, visibility_mask
+from .latent import holds_latent, latent_kept_indices
 from .window_layer import WindowLayer, keep_window
 from ..adapters.transformers_compat import DynamicCache
 
@@ -77,6 +80,45 @@ def store_selection(cache: DynamicCache, layer_idx: int, method: Method, selecti
     return indices
 
 
+def window_inputs(inputs: LayerInputs, layer: WindowLayer) -> LayerInputs:
+    """What a method sees of a window layer: its held tokens as a short prompt, whose last tokens are the
+    forward's last (the queries of the forward's last min(tokens, held) positions), keys at the layer's positions
+    (`next_position`: where the next token goes, for methods rotating queries to future positions)."""
+    held = layer.keys.shape[-2]
+    last = min(held, inputs.hidden_states.shape[1])
+
+    def tail(tensor, dim=1):
+        return None if tensor is None else tensor.narrow(dim, tensor.shape[dim] - last, last)
+
+    return replace(inputs, hidden_states=tail(inputs.hidden_states), cos=tail(inputs.cos), sin=tail(inputs.sin),
+                   projected_queries=tail(inputs.projected_queries), captured_queries=tail(inputs.captured_queries, 2),
+                   next_position=layer.next_position)
+
+
+def compress_window(cache: DynamicCache, call: AttentionCall, method: Method, n_keep: int, queries,
+                    rotary, memo=None) -> torch.Tensor:
+    """Sliding layers compressed too (`Method.sliding_layers` "compress"): the window layer `call.layer_idx` of
+    `cache` cut to `n_keep` tokens per KV head by the method, scoring the window's tokens (window_inputs); a
+    window within the budget stays whole. Returns the kept positions [batch, kv_heads, n]."""
+    layer = cache.layers[call.layer_idx]
+    held = layer.keys.shape[-2]
+    if n_keep >= held:
+        return layer.positions
+    inputs = window_inputs(call.layer_inputs(layer.keys, layer.values, queries, rotary, memo), layer)
+    layer.select(_validated(method.kept_indices(inputs, n_keep), method, (*layer.keys.shape[:2], n_keep), held))
+    return layer.positions
+
+
+def layer_selection(method: Method, call: AttentionCall, layer, n_keep: int, queries=None, rotary=None,
+                    memo=None) -> torch.Tensor:
+    """The method's kept positions of a cache layer after `call`: per KV head from the layer's own keys and
+    values, or, for MLA's latent cache, one set for every head scored from the decompressed keys (latent.py)."""
+    if holds_latent(layer, call.captured_keys):
+        inputs = call.layer_inputs(call.captured_keys, call.captured_values, queries, rotary, memo)
+        return latent_kept_indices(method, inputs, n_keep)
+    return method.kept_indices(call.layer_inputs(layer.keys, layer.values, queries, rotary, memo), n_keep)
+
+
 @contextmanager
 def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: DynamicCache) -> Iterator[list]:
     """While active, every forward compresses layer i of `cache` to layer_budgets[i] tokens.
@@ -88,15 +130,17 @@ def compressing_prefill(model, method: Method, layer_budgets: list[int], cache: 
     def compress(call: AttentionCall) -> None:
         layer = cache.layers[call.layer_idx]
         queries = projected.take(call)
-        if call.layout is not None and call.layout.kind == SLIDING:  # kept as its window, not compressed
+        if call.layout is not None and call.layout.kind == SLIDING:  # kept as its window (and maybe compressed)
             kept[call.layer_idx] = keep_window(cache, call.layer_idx, call.layout.window)
+            if method.sliding_layers == COMPRESS:
+                kept[call.layer_idx] = compress_window(cache, call, method, layer_budgets[call.layer_idx], queries,
+                                                       rotary)
             return
         n_keep = layer_budgets[call.layer_idx]
         if n_keep >= layer.keys.shape[-2]:
             return
-        inputs = call.layer_inputs(layer.keys, layer.values, queries, rotary)
-        kept[call.layer_idx] = store_selection(cache, call.layer_idx, method, method.kept_indices(inputs, n_keep),
-                                               n_keep)
+        kept[call.layer_idx] = store_selection(cache, call.layer_idx, method,
+                                               layer_selection(method, call, layer, n_keep, queries, rotary), n_keep)
 
     with projected_queries(model) as projected, after_attention(model, compress):
         yield kept
@@ -126,7 +170,8 @@ def per_layer_causal_masks(model, cache: DynamicCache) -> Iterator[None]:
         if isinstance(layer, RaggedLayer):
             return layer.attention_mask(new_tokens, call.module.config.num_attention_heads, call.hidden.dtype)
         if isinstance(layer, WindowLayer):  # a sliding layer sees its window, by positions
-            return layer.attention_mask(new_tokens, call.hidden.dtype, call.hidden.device)
+            return layer.attention_mask(new_tokens, call.hidden.dtype, call.hidden.device,
+                                        call.module.config.num_attention_heads)
         if new_tokens == 1:  # a decoding step sees the whole layer: no mask, sdpa's unmasked (GQA) path
             return None
         # every head sees the layer's cache, then the new tokens causally (the length is known on the host)

@@ -37,9 +37,16 @@ class CapturedCalls:
     queries: dict[int, torch.Tensor] = field(default_factory=dict)
     kwargs: dict[int, dict] = field(default_factory=dict)
     keep_kwargs: bool = False
+    # Also each call's keys and values [batch, heads, T, dim] (what attention ran on): MLA's decompressed ones,
+    # which its latent cache does not hold (attention/latent.py).
+    keep_kv: bool = False
+    keys_values: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     def take(self, layer_idx: int) -> torch.Tensor | None:
         return self.queries.pop(layer_idx, None)
+
+    def take_keys_values(self, layer_idx: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        return self.keys_values.pop(layer_idx, (None, None))
 
 
 def _wrapped_function(module, name: str):
@@ -55,6 +62,8 @@ def capturing_attention(module, query, key, value, attention_mask, **kwargs):
         calls.queries[layer_idx] = query
         if calls.keep_kwargs:
             calls.kwargs[layer_idx] = dict(kwargs)
+        if calls.keep_kv:
+            calls.keys_values[layer_idx] = (key, value)
     return _wrapped_function(module, calls.wrapped)(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -66,14 +75,20 @@ def _registered_name(wrapped: str) -> str:
 
 
 @contextmanager
-def capturing_queries(model, keep_kwargs: bool = False) -> Iterator[CapturedCalls]:
-    """While active, each attention call's queries (and, keep_kwargs, its keyword arguments) are kept per
-    layer; the forward computes what it computes without it."""
+def capturing_queries(model, keep_kwargs: bool = False, keep_kv: bool = False) -> Iterator[CapturedCalls]:
+    """While active, each attention call's queries (and, keep_kwargs, its keyword arguments; keep_kv, its keys
+    and values) are kept per layer; the forward computes what it computes without it."""
     previous = attention_implementation(model)
     if previous.startswith(PREFIX):  # already capturing (a nested block): share the outer store
-        yield _active.get()
+        outer = _active.get()
+        kept_kv = outer.keep_kv
+        outer.keep_kv = kept_kv or keep_kv
+        try:
+            yield outer
+        finally:
+            outer.keep_kv = kept_kv
         return
-    calls = CapturedCalls(previous, keep_kwargs=keep_kwargs)
+    calls = CapturedCalls(previous, keep_kwargs=keep_kwargs, keep_kv=keep_kv)
     token = _active.set(calls)
     model.set_attn_implementation(_registered_name(previous))
     try:

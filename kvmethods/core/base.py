@@ -18,6 +18,8 @@ import torch
 
 from ..runtime.layer_inputs import LayerInputs
 from .capabilities import Capability
+from .errors import MethodError
+from ..families.layout import SLIDING_POLICIES
 from .params import check_known, checked_values, declared_params, describe_params, param
 
 # param (params.py): what every method module declares its parameters with
@@ -51,6 +53,10 @@ class Method:
     kvcache_factory_name: ClassVar[str] = ""  # KVCache-Factory's --method (export --format kvcache-factory)
     query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
     prefill_chunk: ClassVar[int] = 0  # > 0: the prompt is prefilled this many tokens at a time (chunked.py)
+    # What the runtime does with a model's sliding-window layers (families/layout.SLIDING_POLICIES): "keep" them
+    # as their window, or "compress" them with the method's budget too (attention/window_layer.py). A setting of
+    # the run (--kvbench-sliding), not a parameter of the method: with_sliding_layers sets it per instance.
+    sliding_layers: ClassVar[str] = "keep"
 
     def __post_init__(self) -> None:
         specs = declared_params(type(self))
@@ -70,6 +76,13 @@ class Method:
     def from_params(cls, **kwargs: Any) -> Method:
         check_known(cls.name, declared_params(cls), kwargs)
         return cls(**kwargs)
+
+    def with_sliding_layers(self, policy: str) -> Method:
+        """This method, set to keep ("keep") or compress ("compress") sliding-window layers; returns it."""
+        if policy not in SLIDING_POLICIES:
+            raise MethodError(f"sliding layers: {policy!r} is not one of {', '.join(SLIDING_POLICIES)}")
+        self.sliding_layers = policy  # an instance attribute: not a dataclass field, so not a parameter
+        return self
 
     def params(self) -> dict:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}

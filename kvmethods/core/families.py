@@ -12,8 +12,8 @@ from torch import nn
 
 from .capabilities import SCORER
 from .errors import MethodError
-from ..families.layout import refusal
-from ..families.probe import decoder_layers, describe, model_family, rotary_embedding  # noqa: F401 (re-exported)
+from ..families.layout import KEEP, refusal
+from ..families.probe import decoder_layers, describe, model_family, rotary_embedding, sliding_windows  # noqa: F401 (re-exported)
 
 
 def check_family(model: nn.Module, method, total_tokens: int) -> None:
@@ -28,6 +28,6 @@ def check_family(model: nn.Module, method, total_tokens: int) -> None:
         family = model_family(model)
         raise MethodError(f"{name} cannot compress model family {family!r}: "
                           f"{str(exc).replace(f'model family {family!r} ', 'it ')}") from None
-    reason = refusal(layout, capabilities)
+    reason = refusal(layout, capabilities, getattr(method, "sliding_layers", KEEP))
     if reason is not None:
         raise MethodError(f"{name} cannot compress model family {model_family(model)!r}: {reason}")

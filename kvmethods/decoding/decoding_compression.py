@@ -26,8 +26,9 @@ from ..core.base import Method, param
 from ..core.capabilities import Capability, SCORER, can_cut_back_from_recent_queries
 from ..core.errors import MethodError
 from ..core.families import decoder_layers, rotary_embedding
-from ..attention.hooks import store_selection
+from ..attention.hooks import layer_selection, store_selection
 from ..attention.window_layer import WindowLayer
+from ..adapters.mixed_cache import token_layers
 from ..runtime.layer_inputs import LayerInputs
 from ..wrappers.wrapping import WrapperMethod
 
@@ -54,15 +55,18 @@ def compressing_decode(model, state, scorer: Method, interval: int, *, cut_at_ex
                                 zip(*((step.hidden, step.cos, step.sin) for step in steps)))
             captured = None if steps[-1].captured is None else torch.cat([step.captured for step in steps], dim=2)
             window = replace(steps[-1], hidden=hidden, cos=cos, sin=sin, captured=captured)
-            inputs = window.layer_inputs(layer.keys, layer.values, None, rotary)
-            store_selection(state.cache, layer_idx, scorer, scorer.kept_indices(inputs, n_keep), n_keep)
+            store_selection(state.cache, layer_idx, scorer, layer_selection(scorer, window, layer, n_keep, None, rotary),
+                            n_keep)
 
     def compress(call: AttentionCall) -> None:
-        buffered[call.layer_idx].append(call)
+        earlier = buffered[call.layer_idx]
+        if earlier and earlier[-1].captured_keys is not None:  # MLA: only the latest call's keys are the cache's
+            earlier[-1] = replace(earlier[-1], captured_keys=None, captured_values=None)
+        earlier.append(call)
         if len(buffered[call.layer_idx]) >= interval:
             cut_back(call.layer_idx)
         if call.layer_idx == call.n_layers - 1:
-            lengths.append(max(int(layer.keys.shape[-2]) for layer in state.cache.layers))
+            lengths.append(max(int(layer.keys.shape[-2]) for layer in token_layers(state.cache)))
 
     with after_attention(model, compress):
         yield lengths

@@ -10,10 +10,14 @@ A `FamilyLayout` says, per decoder layer, what kind of layer it is and how its a
   attention call itself (attention/query_capture.py), RoPE'd, and pre-RoPE queries are not available;
 - rope: whether the layer rotates its queries and keys at all (SmolLM3's no-RoPE layers, Cohere2's global ones);
 - sinks: the attention module's attribute holding learned sink logits (gpt-oss), which enter the softmax;
-- value_dim differs from the key dim in latent attention (DeepSeek-V3's decompressed cache).
+- latent: keys and values made from a latent (DeepSeek-V3's MLA): transformers 5.24 caches the latent (one row
+  per token for every head: attention/latent.py compresses it along tokens), 5.2 the keys and values
+  decompressed per head.
 
-`refusal(layout, capabilities)` is the one rule table: which kinds of layer and which query
-sources a method's capabilities can work with, and the one-line reason when not. It imports nothing heavy:
+`refusal(layout, capabilities, sliding)` is the one rule table: which kinds of layer and which query
+sources a method's capabilities can work with, and the one-line reason when not. `sliding` is what a run does
+with sliding-window layers (SLIDING_POLICIES): KEEP them as their window (the default) or COMPRESS them with the
+method's budget too (attention/window_layer.py). It imports nothing heavy:
 the startup check (pytest_kvbench/wiring/) and the docs table use it too.
 """
 
@@ -25,6 +29,19 @@ from ..core.capabilities import Capability
 
 GLOBAL, SLIDING, CHUNKED, LINEAR = "global", "sliding", "chunked", "linear"
 PROJECTION, CAPTURED = "projection", "captured"
+KEEP, COMPRESS = "keep", "compress"  # what a run does with sliding-window layers (--kvbench-sliding)
+SLIDING_POLICIES = (KEEP, COMPRESS)
+# What cannot compress a sliding layer within its window: a head-adaptive selection (a window holds one length per
+# head), a method that runs its own prefill (kvpress' hooks), one that cuts back while decoding or after a turn (it
+# would cut the global layers only, and the window grows back).
+def _not_in_window(capabilities: Capability) -> str | None:
+    if Capability.HEAD_ADAPTIVE in capabilities:
+        return "its head-adaptive selection keeps heads uneven, and a window layer holds one length per head"
+    if Capability.RUNS_PREFILL in capabilities:
+        return "it compresses through its own prefill hooks, which do not see the window"
+    if capabilities & (Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN):
+        return "it cuts the cache back while decoding or after a turn, where a window layer grows back to its window"
+    return None
 
 
 @dataclass(frozen=True)
@@ -36,7 +53,7 @@ class LayerLayout:
     sinks: str | None = None  # attribute of the attention module holding learned sink logits [q_heads]
     rope_layer_type: str | None = None  # the rotary module's layer_type argument for this layer (Gemma3)
     rope_reproducible: bool = True  # the decoder's rotary module gives this layer's cos/sin (rope_at works)
-    latent: bool = False  # keys and values made from a latent (MLA: no k_proj), cached decompressed per head
+    latent: bool = False  # keys and values made from a latent (MLA: no k_proj): attention/latent.py
 
     @property
     def has_cache(self) -> bool:
@@ -69,14 +86,19 @@ class FamilyLayout:
         return ", ".join(parts)
 
 
-def refusal(layout: FamilyLayout, capabilities: Capability) -> str | None:
+def refusal(layout: FamilyLayout, capabilities: Capability, sliding: str = KEEP) -> str | None:
     """Why a method with these capabilities cannot compress this layout (None: it can), whatever the sequence's
-    length, so that the startup check (configure: no length known yet) and the runtime agree."""
+    length, so that the startup check (configure: no length known yet) and the runtime agree; `sliding`: what
+    the run does with sliding-window layers (KEEP or COMPRESS)."""
     if Capability.COMPRESSES not in capabilities and Capability.OWN_STORAGE not in capabilities:
         return None
     cached = [layer for layer in layout.layers if layer.has_cache]
     if not cached:
         return "no layer keeps a per-token KV cache"
+    if sliding == COMPRESS and Capability.COMPRESSES in capabilities and any(layer.kind == SLIDING for layer in cached):
+        why = _not_in_window(capabilities)
+        if why:
+            return f"sliding-window layers compressed (sliding=compress): {why} (keep them: sliding=keep)"
     if any(layer.kind == CHUNKED for layer in layout.layers):
         return "chunked-attention layers: a chunk's cache is dropped at its boundary, no method's selection carries over"
     if Capability.SCORES_WHOLE_PROMPT in capabilities:
@@ -85,7 +107,10 @@ def refusal(layout: FamilyLayout, capabilities: Capability) -> str | None:
         if any(layer.sinks for layer in cached):
             return "learned attention sinks: its repeat-forward attention has no sink logit"
         if any(layer.latent for layer in cached):
-            return "multi-head latent attention (MLA): its repeat-forward attention expects the config's KV heads"
+            return "multi-head latent attention (MLA): its repeat forwards attend over the cache's rows, which " \
+                   "hold the latent, not per-head keys"
+        if any(layer.kind == LINEAR for layer in layout.layers):
+            return "linear-attention layers: its repeat forwards would run their recurrent state on past the prompt"
     if Capability.PRE_ROPE_QUERIES in capabilities:
         if any(layer.queries != PROJECTION for layer in cached):
             return "it needs pre-RoPE queries, which this family's attention never exposes (fused or gated " \
@@ -93,10 +118,11 @@ def refusal(layout: FamilyLayout, capabilities: Capability) -> str | None:
         if any(layer.rope and not layer.rope_reproducible for layer in cached):
             return "it rotates queries to future positions, and the decoder's rotary module does not give this " \
                    "family's cos/sin"
-    if any(layer.kind == LINEAR for layer in layout.layers):
-        return "linear-attention layers: their recurrent state needs the model's own mixed cache, which the " \
-               "compressed prefill does not build yet"
     if any(layer.latent for layer in cached):
-        return "multi-head latent attention (MLA): the cache holds keys and values decompressed per query head, " \
-               "and a compressed cache of them is not checked against the model yet"
+        if Capability.HEAD_ADAPTIVE in capabilities:
+            return "multi-head latent attention (MLA): head-adaptive budgets need a row per KV head, and the " \
+                   "latent cache holds one row per token for every head"
+        if Capability.OWN_STORAGE in capabilities:
+            return "multi-head latent attention (MLA): it quantizes or prunes per-head keys and values, and the " \
+                   "latent cache holds a latent and a rotary key shared by every head"
     return None

@@ -116,6 +116,11 @@ def _layer_type_argument(rotary) -> bool:
     return rotary is not None and "layer_type" in inspect.signature(rotary.forward).parameters
 
 
+def sliding_windows(model: nn.Module) -> list[int | None]:
+    """Each decoder layer's sliding window (None: not a sliding layer), from the model's description."""
+    return [layer.window for layer in describe(model).layers]
+
+
 def describe(model: nn.Module) -> FamilyLayout:
     """The model's FamilyLayout (made once per model object)."""
     known = _layouts.get(model)

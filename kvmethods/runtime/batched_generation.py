@@ -33,7 +33,6 @@ ThinK: `CompactLayer`) batch with each other, each member's layers updated on it
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,11 +42,17 @@ import torch
 from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import decodes_alone
+from ..core.errors import MethodError
+from ..families.probe import describe
+from ..attention.gqa_attention import masked_gqa
 from ..attention.attention_hooks import AttentionCall, attention_masks
-from ..storage.batched import BatchedLayer, MemberLayers, can_batch, can_batch_as_members
-from ..adapters.transformers_compat import DynamicCache, cache_argument
+from ..attention.window_layer import WindowLayer
+from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
+from ..adapters.mixed_cache import (cache_of_layers, is_state_layer, keep_state_rows, resumes_stepwise,
+                                    stacked_state, token_layers)
+from ..adapters.transformers_compat import DynamicCache, attention_implementation, cache_argument
 from .clock import now
-from .generation import GenerationOutput, PrefilledPrompt, measured_prefill
+from .generation import GenerationOutput, PrefilledPrompt, byte_allowance, measured_prefill
 from .prompt_forward import cached_forward_kernels
 
 
@@ -76,10 +81,11 @@ def batch_kind(method: Method, state: PrefilledPrompt) -> str | None:
     kinds or holds a layer of another class)."""
     if decodes_alone(method.capabilities):
         return None
-    layers = state.cache.layers
+    layers = token_layers(state.cache)  # a linear layer's state joins either batch, stacked (mixed_cache.py)
     if all(can_batch(layer) for layer in layers):
         return PADDED
-    if all(can_batch_as_members(layer) for layer in layers):
+    if all(can_batch_as_members(layer) or isinstance(layer, WindowLayer) for layer in layers) and \
+            any(can_batch_as_members(layer) for layer in layers):  # sliding layers' windows: padded, the rest members
         return MEMBERS
     return None
 
@@ -89,29 +95,61 @@ def can_decode_in_batch(method: Method, state: PrefilledPrompt) -> bool:
     return batch_kind(method, state) is not None
 
 
-def batched_cache(states: list[PrefilledPrompt], room: int) -> DynamicCache:
+def batched_cache(states: list[PrefilledPrompt], room: int, windows: list[int | None] | None = None) -> DynamicCache:
     """The members' caches as one batch: padded into BatchedLayers (the members' caches stay as they are) or,
-    for storages of their own, MemberLayers over copies of the members' layers (which decoding changes)."""
-    cache = DynamicCache()
+    for storages of their own, MemberLayers over forks of the members' layers (which decoding changes; a fork
+    shares the stored codes, CompactLayer.fork) reading into one MemberBuffer, their sliding layers' windows
+    (full precision) padded. `windows`: each layer's sliding window (a dense member's sliding layer too). Linear
+    layers' states are stacked along the batch axis (mixed_cache.stacked_state)."""
     n_layers = len(states[0].cache.layers)
-    if all(can_batch(layer) for s in states for layer in s.cache.layers):
-        cache.layers = [BatchedLayer([s.cache.layers[i] for s in states], room) for i in range(n_layers)]
+    members = [[s.cache.layers[i] for s in states] for i in range(n_layers)]
+    if all(can_batch(layer) for s in states for layer in token_layers(s.cache)):
+        if windows is None or len(windows) != n_layers:  # each layer's sliding window (a dense member's too)
+            windows = [None] * n_layers
+        layers = [stacked_state(of) if is_state_layer(of[0]) else BatchedLayer(of, room, windows[i])
+                  for i, of in enumerate(members)]
     else:
-        cache.layers = [MemberLayers([copy.deepcopy(s.cache.layers[i]) for s in states]) for i in range(n_layers)]
-    return cache
+        buffer = MemberBuffer()  # one layer's padded read, reused by every layer
+        windows = windows if windows is not None and len(windows) == n_layers else [None] * n_layers
+        layers = [stacked_state(of) if is_state_layer(of[0])
+                  else BatchedLayer(of, room, windows[i]) if all(map(can_batch, of))  # sliding windows
+                  else MemberLayers([layer.fork() for layer in of], buffer)
+                  for i, of in enumerate(members)]
+    return cache_of_layers(states[0].cache, layers)
+
+
+def _windows(model) -> list[int | None] | None:
+    """Each decoder layer's sliding window (None: global), from the family's description; None when the model has
+    no description kvmethods can read (the full-cache reference of a family it cannot compress: no window known)."""
+    try:
+        return [layer.window for layer in describe(model).layers]
+    except MethodError:
+        return None
 
 
 @contextmanager
 def _batch_masks(model, cache: DynamicCache):
-    def mask_for(call: AttentionCall) -> torch.Tensor:
-        return cache.layers[call.layer_idx].attention_mask(call.hidden.shape[1], call.module.config.num_attention_heads)
+    """The batch's masks, boolean for sdpa; additive for the others (eager adds the mask to the scores: gemma2,
+    gpt-oss), as the sequential road's per-layer masks are."""
+    boolean = attention_implementation(model) == "sdpa"
 
-    with attention_masks(model, mask_for):
+    def mask_for(call: AttentionCall) -> torch.Tensor:
+        visible = cache.layers[call.layer_idx].attention_mask(call.hidden.shape[1],
+                                                              call.module.config.num_attention_heads)
+        if boolean:
+            return visible
+        dtype = call.hidden.dtype
+        return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
+
+    with masked_gqa(model), attention_masks(model, mask_for):  # no repeat_kv in the teacher-forced forward (CPU)
         yield
 
 
 def _forward(model, cache: DynamicCache, tokens: torch.Tensor, positions: torch.Tensor, logits_to_keep: int):
     """tokens, positions [B, q] -> logits [B, q or 1, vocab], inside _batch_masks(model, cache)."""
+    if tokens.shape[1] > 1 and resumes_stepwise(cache):  # transformers 5.2's linear attention (prompt_forward.forward)
+        rows = [_forward(model, cache, tokens[:, i:i + 1], positions[:, i:i + 1], 1) for i in range(tokens.shape[1])]
+        return rows[-1] if logits_to_keep == 1 else torch.cat(rows, dim=1)
     with cached_forward_kernels(model, cache.get_seq_length()):  # no cuDNN graphs
         return model(input_ids=tokens, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                      **cache_argument(model, cache)).logits
@@ -153,13 +191,13 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
         tokens = request.prompt_tokens if request.prompt_tokens is not None else prompt_tokens
         out = measured_prefill(model, request.method, request.state, tokens, 0.0)
         if request.budget is not None and request.budget.kind == "memory":
-            out.kv_bytes_budget = int(request.budget.value * out.kv_bytes_before)
+            out.kv_bytes_budget = byte_allowance(request.budget, out)
         outputs.append(out)
     own_targets = [r.teacher_targets if r.teacher_targets is not None else teacher_targets for r in requests]
     forcing = targets_of is not None or any(t is not None for t in own_targets)
     room = max([max_new_tokens] + [len(t) for t in own_targets if t is not None])
-    cache = batched_cache(states, room)
-    device = cache.layers[0].keys.device
+    cache = batched_cache(states, room, _windows(model))
+    device = token_layers(cache)[0].keys.device
     positions = torch.tensor([[s.next_position] for s in states], dtype=torch.long, device=device)
     keep_steps = return_logprobs or forcing
     steps: list[list[torch.Tensor]] = [[] for _ in requests]
@@ -188,7 +226,7 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
             if 2 * len(active) <= len(rows):  # half the rows stopped: they leave (a copy of the buffers, not each time)
                 keep = torch.tensor([row for row, number in enumerate(rows) if number is not None], device=device)
                 for layer in cache.layers:
-                    layer.keep_rows(keep)
+                    keep_state_rows(layer, keep) if is_state_layer(layer) else layer.keep_rows(keep)
                 positions = positions[keep]
                 rows = active
             started = now()
@@ -202,7 +240,8 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
     del cache, logits
     if forcing:
         targets = list(targets_of(outputs) if targets_of is not None else own_targets)
-        reuse = all(can_batch(layer) for s in states for layer in s.cache.layers)  # member layers quantize as tokens arrive
+        # member layers quantize as tokens arrive
+        reuse = all(can_batch(layer) for s in states for layer in token_layers(s.cache))
         _teacher_forced_rows(model, states, outputs, steps, targets, device, reuse)
     for number, out in enumerate(outputs):
         out.decode_s = decode_s[number]

@@ -16,7 +16,7 @@ from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import Capability
 from ..core.errors import MethodError
-from ..core.families import decoder_layers
+from ..core.families import decoder_layers, describe
 from ..core.memory_budget import CacheGeometry, operating_point
 
 
@@ -47,6 +47,12 @@ class BudgetPlan:
         return self.method.layer_budgets(target, self.n_layers, max(target, self.compressed_len))
 
 
+def token_layer_windows(model) -> list[int | None]:
+    """Per layer holding a per-token cache (linear layers hold a fixed state, outside a byte budget's allowance),
+    its sliding window, None for a global layer: what a byte budget's operating point counts."""
+    return [layer.window for layer in describe(model).layers if layer.has_cache]
+
+
 def plan_budget(model, method: Method, budget: Budget | str, prompt_len: int, context_len: int,
                 protocol: str) -> BudgetPlan:
     """The plan of `method` at `budget` for a prompt of `prompt_len` tokens whose context is the first
@@ -55,7 +61,8 @@ def plan_budget(model, method: Method, budget: Budget | str, prompt_len: int, co
     compressed_len = compressed_length(prompt_len, context_len, protocol)
     n_layers = len(decoder_layers(model))
     if budget.kind == "memory":  # the whole prompt's bytes count, the uncompressed question included
-        tokens = operating_point(method, budget, prompt_len, CacheGeometry.of(model), prompt_len - compressed_len)
+        tokens = operating_point(method, budget, prompt_len, CacheGeometry.of(model), prompt_len - compressed_len,
+                                 token_layer_windows(model))
     else:
         tokens = budget.tokens_for(compressed_len)
     split = method.layer_budgets(tokens, n_layers, compressed_len)

@@ -28,14 +28,15 @@ from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import Capability
 from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (this contract's names too)
-from ..core.families import check_family
+from ..core.families import check_family, sliding_windows
 from ..attention.hooks import capturing_window_queries, compressing_prefill, store_selection
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name
 from ..attention.window_layer import WindowLayer
 from ..adapters.transformers_compat import DynamicCache
+from ..adapters.mixed_cache import is_state_layer, new_cache, state_bytes, token_layers
 from .budget_plan import plan_budget
-from .prompt_forward import check_request, device_of, forward, is_uneven, store_quantized
+from .prompt_forward import check_request, device_of, forward, is_uneven, layer_masks, store_quantized
 from .clock import now
 
 # GROUP_PROTOCOLS (catalog.py): samples sharing a context run as one group (kvmethods/runtime/protocols/); a single
@@ -73,6 +74,9 @@ class GenerationOutput:
     # Of kv_bytes_after, what the sliding-window layers kept as their window hold (window_layer.py); None when
     # no layer is one. kv_bytes_after - kv_bytes_window is what the method's compression left in the others.
     kv_bytes_window: int | None = None
+    # Of kv_bytes_before and kv_bytes_after, the linear-attention layers' state (convolution + recurrent), held in
+    # full whatever the method; None when no layer is one.
+    kv_bytes_state: int | None = None
 
 
 def record_fields(out: GenerationOutput) -> dict:
@@ -88,7 +92,8 @@ def record_fields(out: GenerationOutput) -> dict:
         # > 0: over the byte budget by that many bytes (a quantizer alone cannot trade tokens for bytes)
         "kv_budget_distance_bytes": None if out.kv_bytes_budget is None else out.kv_bytes_physical - out.kv_bytes_budget,
     } | ({"decode_cache_lengths": out.decode_cache_lengths} if out.decode_cache_lengths else {}) \
-      | ({"kv_bytes_window": out.kv_bytes_window} if out.kv_bytes_window is not None else {})
+      | ({"kv_bytes_window": out.kv_bytes_window} if out.kv_bytes_window is not None else {}) \
+      | ({"kv_bytes_state": out.kv_bytes_state} if out.kv_bytes_state is not None else {})
 
 
 @dataclass
@@ -114,7 +119,7 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
         check_family(model, method, total_tokens or len(input_ids))
     plan = plan_budget(model, method, budget, len(input_ids), context_len, protocol)
     budget, compressed_len, n_layers, layer_budgets = plan.budget, plan.compressed_len, plan.n_layers, plan.layer_budgets
-    cache = DynamicCache()
+    cache = new_cache(model)
     kept_indices: list = [None] * n_layers
     logits = None
     scoring_s = 0.0
@@ -140,7 +145,7 @@ def prefill(model, method: Method, budget: Budget, input_ids: list[int], context
         elif compressed_len > 0:
             logits = forward(model, cache, input_ids[:compressed_len], 0, False, 1)
         if Capability.OWN_STORAGE in capabilities and compressed_len > 0:
-            store_quantized(method, cache, queries)
+            store_quantized(method, cache, queries, sliding_windows(model))
     uneven = is_uneven(cache)
     if compressed_len < len(input_ids):
         logits = forward(model, cache, input_ids[compressed_len:], compressed_len, uneven, 1)
@@ -159,8 +164,11 @@ def _compress_from_whole_prompt(model, method: Method, layer_budgets: list[int],
 
 
 def _bytes_per_token(cache: DynamicCache) -> int:
-    """Bytes of one token's keys and values over all layers and KV heads."""
-    return sum(2 * layer.keys.shape[1] * layer.keys.shape[3] * layer.keys.element_size() for layer in cache.layers)
+    """Bytes of one token's keys and values over all layers that hold tokens, and all their KV heads (keys and
+    values may differ in width: DeepSeek-V3's latent and its rotary key)."""
+    return sum(layer.keys.shape[1] * (layer.keys.shape[3] * layer.keys.element_size()
+                                      + layer.values.shape[3] * layer.values.element_size())
+               for layer in token_layers(cache))
 
 
 @torch.inference_mode()
@@ -181,8 +189,8 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     state = prefilled or prefill(model, method, budget, input_ids, context_len, protocol, len(input_ids) + max_new_tokens)
     prefill_s = now() - started
     out = measured_prefill(model, method, state, len(input_ids), prefill_s)
-    if budget is not None and budget.kind == "memory":  # a byte budget's allowance: its fraction of the full cache
-        out.kv_bytes_budget = int(budget.value * out.kv_bytes_before)
+    if budget is not None and budget.kind == "memory":
+        out.kv_bytes_budget = byte_allowance(budget, out)
     target_logprobs = None
     if teacher_targets is not None:
         target_logprobs = teacher_force_copy(model, state, teacher_targets)
@@ -196,6 +204,13 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     return out
 
 
+def byte_allowance(budget: Budget, out: GenerationOutput) -> int:
+    """A byte budget's allowance: its fraction of the full cache's per-token keys and values, plus the linear
+    layers' state in full (a fixed size the compression cannot trade: docs/models.md)."""
+    state = out.kv_bytes_state or 0
+    return int(budget.value * (out.kv_bytes_before - state)) + state
+
+
 def measured_prefill(model, method: Method, state: PrefilledPrompt, prompt_tokens: int,
                      prefill_s: float) -> GenerationOutput:
     """What a prefilled cache holds (kept tokens per layer and head, bytes), as an output with nothing
@@ -206,13 +221,17 @@ def measured_prefill(model, method: Method, state: PrefilledPrompt, prompt_token
     if masked is not None:  # kvpress' head-wise presses: attention skips them, memory still holds them
         per_head = [[n - m for n, m in zip(ns, ms)] for ns, ms in zip(per_head, masked)]
         logical -= sum(map(sum, masked)) * _bytes_per_token(state.cache) // sum(len(ms) for ms in masked)
-    kept = [round(sum(heads) / len(heads)) for heads in per_head]
+    kept = [round(sum(heads) / len(heads)) if heads else 0 for heads in per_head]
     ragged = any(isinstance(layer, RaggedLayer) for layer in state.cache.layers)
-    out = GenerationOutput([], kept, _bytes_per_token(state.cache) * prompt_tokens, physical, prompt_tokens,
+    held_state = sum(state_bytes(layer) for layer in state.cache.layers)
+    out = GenerationOutput([], kept, _bytes_per_token(state.cache) * prompt_tokens + held_state, physical,
+                           prompt_tokens,
                            prefill_s, 0.0, None, None, None, per_head, logical, physical,
                            kernel_name(model) if ragged else None, state.scoring_s, masked is not None)
     windows = [layer for layer in state.cache.layers if isinstance(layer, WindowLayer)]
     out.kv_bytes_window = sum(layer.held_bytes() for layer in windows) if windows else None
+    if any(is_state_layer(layer) for layer in state.cache.layers):
+        out.kv_bytes_state = held_state
     return out
 
 
@@ -225,7 +244,8 @@ def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[i
     tokens: list[int] = []
     steps: list[torch.Tensor] = []
     logits = state.next_logits
-    with (method.while_decoding(model, state) if method is not None else contextlib.nullcontext([])) as lengths:
+    with (method.while_decoding(model, state) if method is not None else contextlib.nullcontext([])) as lengths, \
+            layer_masks(model, state.cache, state.uneven):  # the mask hooks once for the loop, not per step
         while True:
             if return_logprobs:
                 steps.append(torch.log_softmax(logits.float(), dim=-1))
@@ -235,7 +255,7 @@ def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[i
             tokens.append(next_token)
             if len(tokens) >= max_new_tokens:
                 return tokens, None, steps, lengths
-            logits = forward(model, state.cache, [next_token], state.next_position, state.uneven, 1)[-1]
+            logits = forward(model, state.cache, [next_token], state.next_position, state.uneven, 1, masked=True)[-1]
             state.next_position += 1
 
 

@@ -43,10 +43,18 @@ class LayerInputs:
     memo: KernelMemo | None = None  # kernels shared with the other selections of a shared prefill
     captured_queries: torch.Tensor | None = None  # [batch, q_heads, T, head_dim] RoPE'd, from the attention call
     layout: LayerLayout | None = None  # what the family's description says of this layer (None: plain)
+    # The position of the token after the keys (where future queries start); None: seq_len, the keys being the
+    # prompt's positions 0..T-1. A compressed sliding window's keys sit at the prompt's end (hooks.window_inputs).
+    next_position: int | None = None
 
     @property
     def seq_len(self) -> int:
         return self.keys.shape[-2]
+
+    @property
+    def future_start(self) -> int:
+        """The first position after the keys (what methods rotating queries to future positions start at)."""
+        return self.seq_len if self.next_position is None else self.next_position
 
     @property
     def num_kv_heads(self) -> int:

@@ -20,8 +20,9 @@ from ..core.errors import MethodError
 from ..attention.hooks import per_layer_causal_masks
 from ..storage.ragged import RaggedLayer
 from ..attention.ragged_attention import ragged_attention
-from ..attention.window_layer import WindowLayer
-from ..adapters.transformers_compat import DynamicCache, cache_argument
+from ..attention.window_layer import WindowLayer, keep_window
+from ..adapters.mixed_cache import is_state_layer, resumes_stepwise, token_layers
+from ..adapters.transformers_compat import DynamicCache, DynamicLayer, cache_argument
 
 
 def device_of(model) -> torch.device:
@@ -45,16 +46,30 @@ def cached_forward_kernels(model, cached: int):
     return sdpa_kernel(CACHED_FORWARD_BACKENDS)
 
 
-def forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_keep: int) -> torch.Tensor:
+@contextlib.contextmanager
+def layer_masks(model, cache, uneven: bool):
+    """Per-layer causal masks and ragged attention for the forwards inside (when `uneven`), opened once around
+    several forwards (a decoding loop) rather than per forward: the hooks read `cache.layers` at every call."""
+    if not uneven:
+        yield
+        return
+    with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
+        yield
+
+
+def forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_keep: int,
+            masked: bool = False) -> torch.Tensor:
+    """Logits [len(ids) or logits_to_keep, vocab] of one forward of `ids` at positions start.. over `cache`;
+    masked: the caller holds layer_masks(model, cache, uneven) open around this forward."""
+    if len(ids) > 1 and resumes_stepwise(cache):  # transformers 5.2's linear attention: one token at a time
+        rows = [forward(model, cache, [token], start + i, uneven, 1, masked) for i, token in enumerate(ids)]
+        return rows[-1] if logits_to_keep == 1 else torch.cat(rows)
     device = device_of(model)
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     positions = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
     kwargs = dict(input_ids=input_ids, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                   **cache_argument(model, cache))
-    with cached_forward_kernels(model, start):
-        if uneven:
-            with per_layer_causal_masks(model, cache), ragged_attention(model, cache):
-                return model(**kwargs).logits[0]
+    with cached_forward_kernels(model, start), layer_masks(model, cache, uneven and not masked):
         return model(**kwargs).logits[0]
 
 
@@ -70,15 +85,24 @@ def check_request(method: Method, input_ids: list[int], context_len: int, protoc
 
 
 def is_uneven(cache: DynamicCache) -> bool:
-    """Layers hold different lengths or are ragged: forwards need per-layer masks."""
-    lengths = {layer.get_seq_length() for layer in cache.layers}
-    return len(lengths) > 1 or any(isinstance(layer, (RaggedLayer, WindowLayer)) for layer in cache.layers)
+    """Layers hold different lengths or are ragged: forwards need per-layer masks (linear-attention layers hold
+    no tokens and take no mask)."""
+    layers = token_layers(cache)
+    lengths = {layer.get_seq_length() for layer in layers}
+    return len(lengths) > 1 or any(isinstance(layer, (RaggedLayer, WindowLayer)) for layer in layers)
 
 
-def store_quantized(method: Method, cache: DynamicCache, queries: dict) -> None:
-    """Hand every layer's kept keys/values to the method's own storage (KIVI: quantized, window in full)."""
+def store_quantized(method: Method, cache: DynamicCache, queries: dict, windows: list | None = None) -> None:
+    """Hand every layer's kept keys/values to the method's own storage (KIVI: quantized, window in full).
+    A sliding-window layer (`windows[i]`: its window, None for global layers) is kept as its window in full
+    precision, uncompressed or as the method's eviction left it (docs/models.md says why KIVI does not carry
+    over to a window): its bytes count in full in kv_bytes_after and kv_bytes_window."""
     for i, layer in enumerate(cache.layers):
-        if isinstance(layer, WindowLayer):  # a sliding layer kept as its window stays as it is
+        window = windows[i] if windows is not None and i < len(windows) else None
+        if window is not None and type(layer) is DynamicLayer:  # a whole sliding layer: its window, in full
+            keep_window(cache, i, window)
+            continue
+        if isinstance(layer, WindowLayer) or is_state_layer(layer):  # a window, a linear layer's state: as they are
             continue
         if isinstance(layer, RaggedLayer):
             raise MethodError(f"{method.name}: a ragged (head-adaptive) cache layer cannot be quantized")

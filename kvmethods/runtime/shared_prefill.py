@@ -23,8 +23,9 @@ and the same full cache reach the same method code.
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -32,16 +33,17 @@ from ..core.base import Method
 from ..core.budget import FULL_CACHE, Budget
 from ..core.capabilities import Capability, prefills_alone
 from ..core.errors import MethodError
-from ..core.families import check_family, decoder_layers, rotary_embedding
+from ..core.families import check_family, decoder_layers, rotary_embedding, sliding_windows
 from .budget_plan import compressed_length, plan_budget
 from .generation import PrefilledPrompt, prefill
 from .prompt_forward import check_request, forward, is_uneven, store_quantized
-from ..attention.hooks import store_selection
+from ..attention.hooks import compress_window, layer_selection, store_selection
 from ..attention.kernel_memo import KernelMemo
 from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
 from ..attention.window_layer import keep_window
-from ..families.layout import SLIDING
+from ..families.layout import COMPRESS, SLIDING
 from ..adapters.transformers_compat import DynamicCache, DynamicLayer
+from ..adapters.mixed_cache import is_state_layer, new_cache
 from .clock import now
 
 
@@ -101,18 +103,27 @@ def _selecting_hooks(model, full: DynamicCache, selections: list[_Selection]):
             if n_keep >= keys.shape[-2] and not (sliding and min(selection.layer_budgets) < keys.shape[-2]):
                 _adopt(selection.cache, layer_idx, keys, values)
                 continue
-            if sliding:  # kept as its window (a view of the full layer), as compressing_prefill does
-                _adopt(selection.cache, layer_idx, keys, values)
-                selection.kept[layer_idx] = keep_window(selection.cache, layer_idx, call.layout.window)
-                continue
             started = now()
             memo.user = number
+            if sliding:  # kept as its window (a copy of the full layer's), as compressing_prefill does
+                _adopt(selection.cache, layer_idx, keys, values)
+                selection.kept[layer_idx] = keep_window(selection.cache, layer_idx, call.layout.window)
+                if selection.method.sliding_layers == COMPRESS:  # and compressed within it
+                    try:
+                        selection.kept[layer_idx] = compress_window(selection.cache, call, selection.method, n_keep,
+                                                                    queries, rotary, memo)
+                    except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
+                        selection.error, selection.cache = exc, DynamicCache()
+                    selection.seconds += now() - started - memo.computing_seconds(number)
+                continue
             # its own copy of the layer: a method that writes into what it reads harms only itself
             own_keys, own_values = keys.clone(), values.clone()
             _adopt(selection.cache, layer_idx, own_keys, own_values)
-            inputs = call.layer_inputs(own_keys, own_values, queries, rotary, memo)
+            own_call = call if call.captured_keys is None else \
+                replace(call, captured_keys=call.captured_keys.clone(), captured_values=call.captured_values.clone())
             try:
-                kept = selection.method.kept_indices(inputs, n_keep)
+                kept = layer_selection(selection.method, own_call, selection.cache.layers[layer_idx], n_keep, queries,
+                                       rotary, memo)
                 selection.kept[layer_idx] = store_selection(selection.cache, layer_idx, selection.method, kept,
                                                             n_keep)
             except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
@@ -138,6 +149,8 @@ def _select_from_whole_prompt(model, full: DynamicCache, selections: list[_Selec
     own copy of the scores and of the full layers; the pass's seconds are split among its users. The full
     cache is the forward's again afterwards, whatever a method raised."""
     context_len = len(ids)
+    if not any(Capability.SCORES_WHOLE_PROMPT in s.method.capabilities and s.error is None for s in selections):
+        return
     input_ids = torch.tensor([ids], dtype=torch.long, device=full.layers[0].keys.device)
     scored: dict[str, _WholePromptScores] = {}
     for number, selection in enumerate(selections):
@@ -178,13 +191,23 @@ def _select_from_whole_prompt(model, full: DynamicCache, selections: list[_Selec
             selections[number].scoring_s += entry.seconds / len(entry.users)
 
 
-def _store_quantized_selections(selections: list[_Selection]) -> None:
+def _copy_states(full: DynamicCache, selections: list[_Selection]) -> None:
+    """Each selection's own copy of the linear-attention layers' state: the same for every selection (the forward
+    is), and updated in place by every later forward."""
+    for layer_idx, layer in enumerate(full.layers):
+        if is_state_layer(layer):
+            for selection in selections:
+                if selection.error is None:
+                    selection.cache.layers[layer_idx] = copy.deepcopy(layer)
+
+
+def _store_quantized_selections(model, selections: list[_Selection]) -> None:
     """Quantizers store their selection (or the whole prompt) their own way, after the forward."""
     for selection in selections:
         if Capability.OWN_STORAGE in selection.method.capabilities and selection.error is None:
             started = now()
             try:
-                store_quantized(selection.method, selection.cache, {})
+                store_quantized(selection.method, selection.cache, {}, sliding_windows(model))
             except Exception as exc:  # noqa: BLE001 - handed back with the selection, raised by its owner
                 selection.error, selection.cache = exc, DynamicCache()
             selection.seconds += now() - started
@@ -215,14 +238,16 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
                              [None] * len(requests))
     n_layers = len(decoder_layers(model))
     plans = [plan_budget(model, method, budget, len(input_ids), context_len, protocol) for method, budget in requests]
-    selections = [_Selection(plan.method, plan.layer_budgets, kept=[None] * n_layers) for plan in plans]
-    full = DynamicCache()
+    selections = [_Selection(plan.method, plan.layer_budgets, new_cache(model), kept=[None] * n_layers)
+                  for plan in plans]
+    full = new_cache(model)
     started = now()
     with _selecting_hooks(model, full, selections):
         logits = forward(model, full, input_ids[:compressed_len], 0, False, 1)
     forward_s = now() - started - sum(s.seconds for s in selections)
+    _copy_states(full, selections)
     _select_from_whole_prompt(model, full, selections, input_ids[:compressed_len])
-    _store_quantized_selections(selections)
+    _store_quantized_selections(model, selections)
     reference_logits = logits
     if compressed_len < len(input_ids):
         started = now()

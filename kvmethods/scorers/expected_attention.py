@@ -45,7 +45,7 @@ def expected_attention_scores(layer: LayerInputs, n_future_positions: int, n_sin
     dtype = score_dtype(layer.keys)
     queries = layer.queries(rope=False).to(dtype)[:, :, sink:]  # [batch, q_heads, T - sink, dim]
     mean = queries.mean(dim=2)  # [batch, q_heads, dim]
-    rotation = averaged_rope_rotation(layer, T, n_future_positions, dtype)
+    rotation = averaged_rope_rotation(layer, layer.future_start, n_future_positions, dtype)
     mean = mean @ rotation.T
     batch, kv_heads, groups, dim = layer.keys.shape[0], layer.num_kv_heads, layer.num_groups, layer.head_dim
     keys = layer.keys[:, :, sink:].to(dtype)  # [batch, kv_heads, n, dim]

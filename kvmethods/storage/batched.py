@@ -14,7 +14,9 @@ causally. Keys carry their RoPE rotation from the prefill, and attention does no
 sits, so left-aligned kept tokens give each member exactly its own attention, up to float rounding of a
 different shape (tests/kvmethods/test_batched_decode.py bounds it). A member that stops leaves the batch
 (`keep_rows`); the tail can be dropped back to the prompt (`drop_tail`) so the teacher-forced pass and the
-greedy decoding share one padded copy. Plain dense layers and ragged layers batch this way (`can_batch`).
+greedy decoding share one padded copy. Plain dense layers, ragged layers and sliding layers' windows
+(`WindowLayer`: kept or compressed, their tokens' positions per head masked by the window) batch this way
+(`can_batch`).
 
 Layers that store their tokens their own way (`CompactLayer`: KIVI's codes, ThinK's thin keys) batch with each
 other instead (`MemberLayers`): each keeps its own layer, updated on its own row, so that what it quantizes
@@ -27,13 +29,29 @@ from __future__ import annotations
 import torch
 
 from ..adapters.transformers_compat import DynamicLayer, mask_query_length
+from ..attention.window_layer import WindowLayer
 from .compact_layer import CompactLayer
 from .ragged import RaggedLayer
 
 
 def can_batch(layer) -> bool:
-    """Whether a member's cache layer can join a batch: a plain dense layer or a ragged one, of one sequence."""
-    return type(layer) in (DynamicLayer, RaggedLayer) and layer.keys is not None and layer.keys.shape[0] == 1
+    """Whether a member's cache layer can join a batch: a plain dense layer, a ragged one or a sliding layer's
+    window (WindowLayer), of one sequence."""
+    return type(layer) in (DynamicLayer, RaggedLayer, WindowLayer) and layer.keys is not None \
+        and layer.keys.shape[0] == 1
+
+
+def _positions(layer, length: int) -> tuple[torch.Tensor, int]:
+    """A batch-1 layer's token positions per KV head [heads, length] (padding: position -1, never seen) and the
+    position of its next token: a window's own; a dense layer of a sliding layer holds the uncompressed prompt."""
+    if isinstance(layer, WindowLayer):
+        held = layer.positions[0]
+        padded = torch.full((held.shape[0], length), -1, dtype=torch.long, device=held.device)
+        padded[:, : held.shape[-1]] = held
+        return padded, layer.next_position
+    n = layer.keys.shape[-2]
+    positions = torch.arange(length, device=layer.keys.device).expand(layer.keys.shape[1], -1)
+    return positions, n
 
 
 def _head_sequences(layer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -52,10 +70,17 @@ def _lengths(layer) -> list[int]:
 
 
 class BatchedLayer(DynamicLayer):
-    """One layer of B members' caches: padded kept tokens [B, heads, P, dim] + in-place room for new tokens."""
+    """One layer of B members' caches: padded kept tokens [B, heads, P, dim] + in-place room for new tokens.
 
-    def __init__(self, layers: list, room: int):
-        """layers: each member's layer (can_batch); room: new tokens the buffer holds before it must grow."""
+    A sliding layer (`window`: the tokens a query sees, itself included) also knows each member's token positions
+    per head and its next position: a token is masked once it is out of the query's window, as WindowLayer's own
+    mask does (the batch drops no token while decoding: its buffer holds the prompt and the room anyway)."""
+
+    MASK_ROOM = 64  # slots a decoding mask built past the buffer's room covers ahead
+
+    def __init__(self, layers: list, room: int, window: int | None = None):
+        """layers: each member's layer (can_batch); room: new tokens the buffer holds before it must grow; window:
+        the layer's sliding window (None: global; a member's WindowLayer says it too)."""
         super().__init__()
         first = layers[0].keys
         heads, dim = first.shape[1], first.shape[-1]
@@ -63,7 +88,7 @@ class BatchedLayer(DynamicLayer):
         self.prompt = int(lengths.max())
         self.lazy_initialization(first, first)
         self._keys = first.new_zeros(len(layers), heads, self.prompt + room, dim)
-        self._values = first.new_zeros(len(layers), heads, self.prompt + room, dim)
+        self._values = first.new_zeros(len(layers), heads, self.prompt + room, layers[0].values.shape[-1])  # MLA: narrower
         for b, layer in enumerate(layers):
             if isinstance(layer, RaggedLayer):  # each head its own length
                 for h, (k, v) in enumerate(zip(*_head_sequences(layer))):
@@ -73,9 +98,20 @@ class BatchedLayer(DynamicLayer):
                 self._keys[b, :, : layer.keys.shape[-2]] = layer.keys[0]
                 self._values[b, :, : layer.values.shape[-2]] = layer.values[0]
         self.lengths = lengths.to(first.device)  # [B, heads] kept tokens of each member's head
-        self.uniform_heads = bool((self.lengths == self.lengths[:, :1]).all())  # one mask row serves all heads
+        self.window = next((layer.window for layer in layers if isinstance(layer, WindowLayer)), window)
+        self.positions = self.next_positions = None
+        if self.window is not None:  # [B, heads, P] positions of the kept tokens, [B] the next token's
+            held = [_positions(layer, self.prompt) for layer in layers]
+            self.positions = torch.stack([p for p, _ in held]).to(first.device)
+            self.next_positions = torch.tensor([n for _, n in held], dtype=torch.long, device=first.device)
+        self.uniform_heads = self._uniform()  # one mask row serves all heads
         self.tail = 0
+        self._step_mask: torch.Tensor | None = None  # a decoding step's mask over the whole buffer (_decoding_mask)
         self._set_views()
+
+    def _uniform(self) -> bool:
+        same = bool((self.lengths == self.lengths[:, :1]).all())
+        return same and (self.positions is None or bool((self.positions == self.positions[:, :1]).all()))
 
     def _set_views(self) -> None:
         self.keys = self._keys[:, :, : self.prompt + self.tail]
@@ -90,8 +126,8 @@ class BatchedLayer(DynamicLayer):
         end = self.prompt + self.tail + new
         if end > self._keys.shape[-2]:  # out of room: grow (a teacher-forced pass longer than the decoding)
             grow = end - self._keys.shape[-2]
-            pad = self._keys.new_zeros(*self._keys.shape[:2], grow, self._keys.shape[-1])
-            self._keys, self._values = torch.cat([self._keys, pad], dim=-2), torch.cat([self._values, pad], dim=-2)
+            self._keys, self._values = (torch.cat([t, t.new_zeros(*t.shape[:2], grow, t.shape[-1])], dim=-2)
+                                        for t in (self._keys, self._values))  # MLA: values narrower than keys
         self._keys[:, :, end - new: end] = key_states
         self._values[:, :, end - new: end] = value_states
         self.tail += new
@@ -116,24 +152,57 @@ class BatchedLayer(DynamicLayer):
         """Only the members at `rows` stay in the batch (the others stopped)."""
         self._keys, self._values = self._keys[rows], self._values[rows]
         self.lengths = self.lengths[rows.to(self.lengths.device)]
-        self.uniform_heads = bool((self.lengths == self.lengths[:, :1]).all())
+        if self.positions is not None:
+            self.positions = self.positions[rows.to(self.positions.device)]
+            self.next_positions = self.next_positions[rows.to(self.next_positions.device)]
+        self.uniform_heads = self._uniform()
+        self._step_mask = None
         self._set_views()
 
     def attention_mask(self, query_length: int, num_query_heads: int) -> torch.Tensor:
         """[B, 1 or num_query_heads, query_length, P + tail + query_length] bool (True: attend) for the next
         query_length tokens (asked before update() stores them): each member's head sees its own kept tokens,
-        then the tail and the new tokens causally."""
+        then the tail and the new tokens causally; in a sliding layer, only those within each query's window.
+        A decoding step's (one token, global layers) is a view of one mask built per buffer, not rebuilt per step."""
+        if query_length == 1 and self.window is None:
+            return self._decoding_mask(num_query_heads)[..., : self.prompt + self.tail + 1]
         device = self._keys.device
-        lengths = self.lengths[:, :1] if self.uniform_heads else self.lengths  # [B, H']
-        prompt = torch.arange(self.prompt, device=device) < lengths.unsqueeze(-1)  # [B, H', P]
+        prompt = self._prompt_visible()  # [B, H', P]
         rows = torch.arange(query_length, device=device).unsqueeze(-1)
         causal = torch.arange(self.tail + query_length, device=device) <= rows + self.tail  # [q, tail + q]
         batch, heads = prompt.shape[:2]
-        visible = torch.cat([prompt.unsqueeze(2).expand(-1, -1, query_length, -1),
-                             causal.expand(batch, heads, -1, -1)], dim=-1)
+        prompt = prompt.unsqueeze(2).expand(-1, -1, query_length, -1)
+        if self.window is not None:
+            positions = self.positions[:, :1] if self.uniform_heads else self.positions  # [B, H', P]
+            queries = self.next_positions.view(-1, 1, 1) + self.tail + torch.arange(query_length, device=device)
+            prompt = prompt & (queries.unsqueeze(-1) - positions.unsqueeze(2) < self.window)  # [B, H', q, P]
+            tail = torch.arange(self.tail + query_length, device=device)
+            causal = causal & (rows + self.tail - tail < self.window)
+        visible = torch.cat([prompt, causal.expand(batch, heads, -1, -1)], dim=-1)
+        return self._per_query_head(visible, num_query_heads)
+
+    def _prompt_visible(self) -> torch.Tensor:
+        """[B, 1 or kv heads, P]: which padded prompt slots each member's head holds."""
+        lengths = self.lengths[:, :1] if self.uniform_heads else self.lengths  # [B, H']
+        return torch.arange(self.prompt, device=self._keys.device) < lengths.unsqueeze(-1)
+
+    @staticmethod
+    def _per_query_head(visible: torch.Tensor, num_query_heads: int) -> torch.Tensor:
+        heads = visible.shape[1]
         if heads > 1:  # query heads share KV heads, as transformers' repeat_kv
             visible = visible.repeat_interleave(num_query_heads // heads, dim=1)
         return visible
+
+    def _decoding_mask(self, num_query_heads: int) -> torch.Tensor:
+        """[B, 1 or num_query_heads, 1, buffer length]: the prompt slots each head holds, then every later slot
+        (a decoding token sees the whole tail); built once per buffer and rows."""
+        mask, needed = self._step_mask, self.prompt + self.tail + 1
+        if mask is None or mask.shape[-1] < needed or (mask.shape[1] > 1 and mask.shape[1] != num_query_heads):
+            prompt = self._prompt_visible()  # room for this step's token even where the buffer must still grow
+            later = prompt.new_ones(*prompt.shape[:2], max(self._keys.shape[-2], needed + self.MASK_ROOM) - self.prompt)
+            mask = self._per_query_head(torch.cat([prompt, later], dim=-1).unsqueeze(2), num_query_heads)
+            self._step_mask = mask
+        return mask
 
 
 def can_batch_as_members(layer) -> bool:
@@ -142,15 +211,55 @@ def can_batch_as_members(layer) -> bool:
     return isinstance(layer, CompactLayer) and layer.values is not None and layer.values.shape[0] == 1
 
 
+class MemberBuffer:
+    """The padded keys and values a batch of member layers returns, one buffer for every layer of the batch.
+
+    Each layer's read is written straight into it (CompactLayer.update_into) and attention is done with it before
+    the next layer reads, so one layer's worth of full-precision keys and values serves them all: what stays
+    allocated between steps is that one layer's read, never a dequantized copy of the cache. Padding after a
+    member's tokens must be zeros (masked, but a stale value could be non-finite): `written[b]` is how far row b
+    holds anything, and what lies past a member's tokens is cleared before it is returned."""
+
+    ROOM = 64  # positions allocated past the longest member, so that decoding grows the buffer rarely
+
+    def __init__(self):
+        self.keys: torch.Tensor | None = None  # [B, heads, capacity, dim]
+        self.values: torch.Tensor | None = None
+        self.written: list[int] = []
+
+    def reset(self) -> None:
+        """Forget the buffer (the batch's rows changed); the next read allocates a zeroed one."""
+        self.keys = self.values = None
+
+    def views(self, like: torch.Tensor, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """[batch, heads, length, dim] views of zeroed or cleared buffers shaped and typed as `like`'s heads."""
+        heads, dim = like.shape[1], like.shape[-1]
+        if self.keys is None or self.keys.shape[0] != batch or self.keys.shape[2] < length or \
+                self.keys.shape[1] != heads or self.keys.shape[-1] != dim or self.keys.dtype != like.dtype:
+            self.keys = like.new_zeros(batch, heads, length + self.ROOM, dim)
+            self.values = like.new_zeros(batch, heads, length + self.ROOM, dim)
+            self.written = [0] * batch
+        return self.keys[:, :, :length], self.values[:, :, :length]
+
+    def filled(self, row: int, length: int) -> None:
+        """Row `row` now holds `length` positions; what it held past them is cleared."""
+        if self.written[row] > length:
+            self.keys[row, :, length: self.written[row]].zero_()
+            self.values[row, :, length: self.written[row]].zero_()
+        self.written[row] = length
+
+
 class MemberLayers(DynamicLayer):
     """One layer of B members whose storage is their own (quantized, channel-pruned): each member's layer takes
     its own row of the new tokens and returns its keys and values exactly as it does alone (its quantization of
-    the tokens leaving its window included); the batch pads them after the shortest ones, per step, and
-    `attention_mask()` hides the padding, each member's new tokens at the end of its own tokens."""
+    the tokens leaving its window included), written into row b of the batch's MemberBuffer (shared by every
+    layer of the batch), padded after the member's tokens; `attention_mask()` hides the padding, each member's
+    new tokens at the end of its own tokens."""
 
-    def __init__(self, layers: list):
+    def __init__(self, layers: list, buffer: MemberBuffer | None = None):
         super().__init__()
         self.members = list(layers)
+        self.buffer = buffer if buffer is not None else MemberBuffer()
         self.lazy_initialization(layers[0].values, layers[0].values)
 
     @property
@@ -158,14 +267,12 @@ class MemberLayers(DynamicLayer):
         return len(self.members)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        held = [layer.update(key_states[b: b + 1], value_states[b: b + 1], *args, **kwargs)
-                for b, layer in enumerate(self.members)]
-        longest = max(k.shape[-2] for k, _ in held)
-        keys = key_states.new_zeros(len(held), key_states.shape[1], longest, key_states.shape[-1])
-        values = value_states.new_zeros(len(held), value_states.shape[1], longest, value_states.shape[-1])
-        for b, (k, v) in enumerate(held):
-            keys[b, :, : k.shape[-2]] = k[0]
-            values[b, :, : v.shape[-2]] = v[0]
+        new = key_states.shape[-2]
+        longest = max(layer.get_seq_length() for layer in self.members) + new
+        keys, values = self.buffer.views(key_states, len(self.members), longest)
+        for b, layer in enumerate(self.members):
+            n = layer.update_into(key_states[b: b + 1], value_states[b: b + 1], keys[b: b + 1], values[b: b + 1])
+            self.buffer.filled(b, n)
         return keys, values
 
     def get_seq_length(self) -> int:
@@ -179,6 +286,7 @@ class MemberLayers(DynamicLayer):
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         self.members = [self.members[int(row)] for row in rows]
+        self.buffer.reset()
 
     def attention_mask(self, query_length: int, num_query_heads: int) -> torch.Tensor:
         """[B, 1, query_length, longest + query_length] bool: member b sees its own tokens, its new ones causally

@@ -3,10 +3,14 @@
 Such a layer is a transformers `DynamicLayer` (the public Cache API) whose `update()` returns full keys and
 values for attention while the layer itself holds less. What they share lives here: the mask sizes follow
 the tokens held, the layer cannot be cropped, and it reports its tokens per KV head and the bytes its
-tensors hold (`stored_bytes`, read by ragged.cache_bytes for the records).
+tensors hold (`stored_bytes`, read by ragged.cache_bytes for the records). A batch of such layers
+(batched.MemberLayers) forks each member's layer and has it write what it returns straight into the batch's
+padded buffer (`update_into`).
 """
 
 from __future__ import annotations
+
+import copy
 
 from ..adapters.transformers_compat import DynamicLayer, mask_query_length
 
@@ -25,3 +29,17 @@ class CompactLayer(DynamicLayer):
 
     def stored_bytes(self) -> int:
         raise NotImplementedError
+
+    def update_into(self, key_states, value_states, keys_out, values_out) -> int:
+        """update(), with the keys and values it returns ([batch, heads, n, dim]) written into the first n
+        positions of keys_out / values_out (views of a batch's buffer, room for n at least); returns n."""
+        keys, values = self.update(key_states, value_states)
+        n = keys.shape[-2]
+        keys_out[..., :n, :].copy_(keys)
+        values_out[..., :n, :].copy_(values)
+        return n
+
+    def fork(self) -> CompactLayer:
+        """A copy that decoding can update without changing this layer (a deep copy unless a subclass knows
+        better)."""
+        return copy.deepcopy(self)

@@ -14,7 +14,8 @@ Cache API; no attention forward is touched). What it stores follows the KIVI ref
 model attends in its own dtype over the dequantized cache (the reference fuses that into its kernels;
 the values seen are the same). Nothing dequantized is kept between reads: the stored bytes stay the
 quantized ones. Each read writes the codes' values straight into one new buffer per tensor (keys are
-stored token-major, quantized along axis -2, so no transpose), beside the copied window. The new tokens are attended in full precision before they are
+stored token-major, quantized along axis -2, so no transpose), beside the copied window; in a batch of
+members (`update_into`), into the batch's buffer, which every layer reuses (batched.MemberBuffer). The new tokens are attended in full precision before they are
 quantized, as in the reference. `stored_bytes()` counts what the tensors hold: packed codes, scales,
 zero points and the full-precision window.
 
@@ -24,6 +25,8 @@ ThinK reference's KIVI variant (ThinK_kivi/models/llama_kivi_think.py lines 184-
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 
@@ -80,12 +83,14 @@ class KIVILayer(CompactLayer):
         keys = self._read(self.quantized_keys, self.keys, thin=self.channels is not None)
         return keys, self._read(self.quantized_values, self.values, thin=False)
 
-    def _read(self, store: QuantizedGroups | None, window: torch.Tensor, thin: bool) -> torch.Tensor:
-        """One new [batch, heads, n + window, head_dim] tensor: the store dequantized, then the window."""
+    def _read(self, store: QuantizedGroups | None, window: torch.Tensor, thin: bool,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+        """The store dequantized, then the window: one new [batch, heads, n + window, head_dim] tensor, or
+        written into `out` (a view of that shape)."""
         if store is None:
-            return window
+            return window if out is None else out.copy_(window)
         n = store.shape[-2]  # tokens
-        held = window.new_empty(*window.shape[:2], n + window.shape[-2], window.shape[-1])
+        held = window.new_empty(*window.shape[:2], n + window.shape[-2], window.shape[-1]) if out is None else out
         if thin:  # think+kivi: the kept channels come back, the pruned ones read as zeros
             widened(store.dequantize(), self.channels, window.shape[-1], out=held[..., :n, :])
         else:
@@ -98,6 +103,20 @@ class KIVILayer(CompactLayer):
         keys, values = self.dequantized()
         self._flush()
         return keys, values
+
+    def update_into(self, key_states, value_states, keys_out, values_out) -> int:
+        """update(), read straight into a batch's buffers (batched.MemberLayers): no tensor of its own."""
+        self._append(key_states, value_states)
+        n = self.get_seq_length()
+        self._read(self.quantized_keys, self.keys, self.channels is not None, out=keys_out[..., :n, :])
+        self._read(self.quantized_values, self.values, False, out=values_out[..., :n, :])
+        self._flush()
+        return n
+
+    def fork(self) -> KIVILayer:
+        """A shallow copy: update() and _flush() rebind the tensors and stores, never write into them, so the
+        copy decodes on without touching this layer's (no copy of the codes)."""
+        return copy.copy(self)
 
     def get_seq_length(self) -> int:
         quantized = 0 if self.quantized_keys is None else self.quantized_keys.length

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..adapters.mixed_cache import is_state_layer, state_bytes
 from ..adapters.transformers_compat import DynamicLayer, mask_query_length
 
 # What attends over the ragged cache; recorded with each sample of a head-adaptive method.
@@ -167,7 +168,10 @@ def cache_bytes(cache) -> tuple[int, int]:
     the tensors hold (packed codes, scales and zero points included for a quantized layer)."""
     logical = physical = 0
     for layer in cache.layers:
-        if hasattr(layer, "stored_bytes"):  # ragged or quantized (kivi_layer.KIVILayer) storage
+        if is_state_layer(layer):  # linear attention's state: held in full, whatever the method
+            logical += state_bytes(layer)
+            physical += state_bytes(layer)
+        elif hasattr(layer, "stored_bytes"):  # ragged or quantized (kivi_layer.KIVILayer) storage
             row = 2 * layer.keys.shape[-1] * layer.keys.element_size()  # one token of one head, K and V
             logical += row * sum(layer.tokens_per_head())
             physical += layer.stored_bytes()
@@ -179,10 +183,12 @@ def cache_bytes(cache) -> tuple[int, int]:
 
 
 def kept_tokens_per_head(cache) -> list[list[int]]:
-    """Per layer, the tokens each KV head holds."""
+    """Per layer, the tokens each KV head holds (none for a linear-attention layer, which holds no token)."""
     out = []
     for layer in cache.layers:
-        if hasattr(layer, "tokens_per_head"):  # ragged or quantized storage
+        if is_state_layer(layer):
+            out.append([])
+        elif hasattr(layer, "tokens_per_head"):  # ragged or quantized storage
             out.append(layer.tokens_per_head())
         else:
             out.append([layer.keys.shape[-2]] * layer.keys.shape[1])

@@ -25,6 +25,7 @@ with KIVI (`think+kivi`, composition.py) the thin keys are quantized (kivi_layer
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -57,6 +58,10 @@ class ChannelPrunedLayer(CompactLayer):
 
     def get_seq_length(self) -> int:
         return self.values.shape[-2]
+
+    def fork(self) -> ChannelPrunedLayer:
+        """A shallow copy: update() rebinds keys and values (torch.cat), never writes into a held tensor."""
+        return copy.copy(self)
 
     def stored_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.pruned_keys, self.channels, self.keys, self.values))

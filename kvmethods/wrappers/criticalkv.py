@@ -34,7 +34,7 @@ def output_projected_value_norms(layer: LayerInputs) -> torch.Tensor:
     module, values = layer.module, layer.values
     dtype = score_dtype(values)
     weight = module.o_proj.weight.to(dtype)  # [hidden, q_heads * head_dim]
-    groups, head_dim = layer.num_groups, layer.head_dim
+    groups, head_dim = layer.num_groups, values.shape[-1]  # values may be narrower than keys (MLA)
     norms = torch.empty(*values.shape[:3], dtype=dtype, device=values.device)
     for kv_head in range(layer.num_kv_heads):
         per_query_head = []

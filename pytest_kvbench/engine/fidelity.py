@@ -99,6 +99,17 @@ def decode_divergence(reference: Reference, output_ids: list[int], logp: torch.T
     return compare(head, logp[:shared])[0]
 
 
+def fidelity_of(result, reference, what: str) -> tuple[float, float, float]:
+    """(kl, agreement, decode_kl) of a compressed generation run with teacher_targets and return_logprobs, against
+    the reference (compare, decode_divergence); its vocabulary-sized log-probs leave the result here."""
+    logprobs, result.target_logprobs = result.target_logprobs, None
+    steps, result.logprobs = result.logprobs, None
+    check_logits_finite(logprobs, what)
+    check_logits_finite(steps, what)
+    output = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
+    return (*compare(reference, logprobs), decode_divergence(reference, output, steps))
+
+
 class ReferenceCache:
     """Per-process cache of reference passes, keyed by (model, task, sample, prompt settings)."""
 

@@ -11,7 +11,13 @@ Members whose method and cache can batch (kvmethods.runtime.batched_generation.c
 together, one forward per step for the batch (`--kvbench-decode-batch`, engine/decode_batching.py), once each
 was decoded alone on its first sample: that sample measures the method's own decode speed (a batch's time is
 shared equally among its members, which blurs it), the record's `decode_tokens_per_s_alone`. Each sample row
-says how many members its decoding shared a batch with (`decode_batch`, 1: alone).
+says how many members its decoding shared a batch with (`decode_batch`, 1: alone) and how many samples those
+members came from (`decode_batch_samples`).
+
+Several samples' groups can decode together (`SampleGroup`s, the runner's window of samples: batching across
+samples, docs/batched-decoding.md): their members join the same batches, each row at its own sample's positions
+and teacher-forced on its own sample's reference. What fails the running item on a later sample of the window
+is kept like another member's failure and raised when the item reaches that sample.
 
 What happens while decoding another member belongs to that member, not to the item whose run it is:
 an exception (out of memory included, after the memory is freed) is kept and raised when the member
@@ -21,6 +27,7 @@ item's timer is paused, the member's time left (its limit minus its decoding don
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +41,28 @@ from pytest_kvbench.engine.time_limit import item_time_limit
 
 # decode(member, prefilled state) -> (GenerationOutput without log-probs, kl, agreement, decode_kl)
 Decode = Callable[[Case, object], tuple]
+
+
+@dataclass
+class SampleGroup:
+    """One sample's shared prefill (kvmethods.runtime.shared_prefill.SharedPrefill) and the members it serves."""
+
+    sample_id: str
+    order: int  # the sample's place in the items' sample list (the earliest failure of an item is the one it gets)
+    members: list[Case]
+    shared: object
+    decode: Decode  # one member alone
+    context: object = None  # what BatchDecoder.decode needs of the sample (its prompt and reference)
+
+
+@dataclass
+class Job:
+    """One member's decoding of one sample, waiting for its batch."""
+
+    member: Case
+    state: object  # its prefilled cache (generation.PrefilledPrompt)
+    own_s: float  # its own compression
+    group: SampleGroup
 
 
 def _detached(error: BaseException, note: str) -> BaseException:
@@ -56,110 +85,134 @@ class BatchDecoder:
 
     batching: DecodeBatching
     kind: Callable[[Case, object], str | None]  # (member, prefilled state): the batches it can join, None: alone
-    decode: Callable[[list[Case], list], list]  # -> per member (result, kl, agreement) or the exception it raised
-    size: Callable[[list], int]  # members per batch for these states (batching.size with the sample's shapes)
+    decode: Callable[[list[Job]], list]  # -> per job (result, kl, agreement, decode_kl) or the exception it raised
+    size: Callable[[list], int]  # members per batch for these states (batching.size with the samples' shapes)
 
 
-def decode_members(running: Case, members: list[Case], shared, sample_id: str, decode: Decode,
-                   outcomes: SharedPrefills, limit: item_time_limit,
+@dataclass
+class _Run:
+    """What every decoding of one decode_members call shares."""
+
+    running: Case
+    own_sample: str  # the sample the running item is at: its failures there raise at once
+    outcomes: SharedPrefills
+    limit: item_time_limit
+    time_left: Callable[[Case], float | None]
+    batch: BatchDecoder | None
+
+    def raises_now(self, job: Job) -> bool:
+        return job.member.key == self.running.key and job.group.sample_id == self.own_sample
+
+    def fail(self, job: Job, error: BaseException) -> None:
+        note = f"(raised in the run of {self.running.id}, whose shared prefill of sample {job.group.sample_id} " \
+               f"served this item)"
+        self.outcomes.fail(job.member, job.group.sample_id, _detached(error, note), job.group.order)
+
+
+def decode_members(running: Case, groups: list[SampleGroup], outcomes: SharedPrefills, limit: item_time_limit,
                    time_left: Callable[[Case], float | None], batch: BatchDecoder | None = None) -> None:
-    """Decode every member's selection of `shared` (kvmethods.runtime.shared_prefill.SharedPrefill), freeing each cache
-    once decoded, and keep the outcomes. `running`'s own failures raise here; other members' are kept, and
-    their decoding runs on `time_left(member)` while `limit` (the running item's) is paused. With `batch`, the
-    members that can batch and were measured alone once (a method's own decode speed: its first sample is
-    decoded alone) decode together, in batches of batch.size(...) members."""
-    waiting: dict[str, list[tuple[Case, object, float]]] = {}  # by batch kind (batched_generation.batch_kind)
-    for index, member in enumerate(members):
-        state, shared.selections[index] = shared.selections[index], None
-        own_s, error = shared.own_s[index], shared.errors[index]
-        if error is not None:
-            if member.key == running.key:
-                raise error
-            outcomes.fail(member, sample_id, _detached(error, _note(running, sample_id)))
-            continue
-        kind = None
-        if batch is not None and not batch.batching.sequential and outcomes.measured_alone(member):
-            kind = batch.kind(member, state)
-        if kind is not None:
-            waiting.setdefault(kind, []).append((member, state, own_s))
-            continue
-        _decode_alone(running, member, state, own_s, shared.forward_s, sample_id, decode, outcomes, limit, time_left)
+    """Decode every member's selection of each group's shared prefill, freeing each cache once decoded, and keep
+    the outcomes. `running`'s own failures on its current sample (the first group's) raise here; other members'
+    and its own on later samples are kept, and other members' decoding runs on `time_left(member)` while `limit`
+    (the running item's) is paused. With `batch`, the members that can batch and were measured alone once (a
+    method's own decode speed: its first sample is decoded alone) decode together, the groups' members in the
+    same batches, of batch.size(...) members."""
+    run = _Run(running, groups[0].sample_id, outcomes, limit, time_left, batch)
+    waiting: dict[str, list[Job]] = {}  # by batch kind (batched_generation.batch_kind)
+    for group in groups:
+        shared = group.shared
+        for index, member in enumerate(group.members):
+            state, shared.selections[index] = shared.selections[index], None
+            job = Job(member, state, shared.own_s[index], group)
+            error = shared.errors[index]
+            if error is not None:
+                if run.raises_now(job):
+                    raise error
+                run.fail(job, error)
+                continue
+            kind = None
+            if batch is not None and not batch.batching.sequential and outcomes.measured_alone(member):
+                kind = batch.kind(member, state)
+            if kind is not None:
+                waiting.setdefault(kind, []).append(job)
+                continue
+            _decode_alone(run, job)
     for together in waiting.values():
-        size = batch.size([state for _, state, _ in together])
+        size = batch.size([job.state for job in together])
         for start in range(0, len(together), size):
-            _decode_batch(running, together[start: start + size], shared.forward_s, sample_id, decode, outcomes,
-                          limit, time_left, batch)
+            _decode_batch(run, together[start: start + size])
 
 
-def _note(running: Case, sample_id: str) -> str:
-    return f"(raised in the run of {running.id}, whose shared prefill of sample {sample_id} served this item)"
-
-
-def _decode_alone(running: Case, member: Case, state, own_s: float, forward_s: float, sample_id: str, decode: Decode,
-                  outcomes: SharedPrefills, limit: item_time_limit, time_left: Callable[[Case], float | None]) -> None:
-    """One member decoded on its own (batch 1): the running item's failure raises, another's is kept."""
-    if member.key == running.key:
-        outcomes.keep(member, sample_id, _outcome(decode(member, state), forward_s, own_s, running, 1))
+def _decode_alone(run: _Run, job: Job) -> None:
+    """One member decoded on its own (batch 1): the running item's failure on its sample raises, another's is kept."""
+    member, sample_id = job.member, job.group.sample_id
+    if run.raises_now(job):
+        run.outcomes.keep(member, sample_id, _outcome(job, job.group.decode(member, job.state), run, 1, 1))
         return
+    own = member.key == run.running.key  # a later sample of the running item: its own clock runs
     started = now()
     try:
-        with limit.paused(time_left(member), f"{member.id} (sample {sample_id}, decoded in {running.id}'s run)"):
-            decoded = decode(member, state)
+        with contextlib.nullcontext() if own else run.limit.paused(
+                run.time_left(member), f"{member.id} (sample {sample_id}, decoded in {run.running.id}'s run)"):
+            decoded = job.group.decode(member, job.state)
     except Exception as exc:  # noqa: BLE001 - the member's failure, raised when it runs
-        state = None
-        outcomes.fail(member, sample_id, _detached(exc, _note(running, sample_id)))
+        job.state = None
+        run.fail(job, exc)
         if is_out_of_memory(exc):
             free_accelerator_memory()
     else:
-        outcomes.keep(member, sample_id, _outcome(decoded, forward_s, own_s, running, 1))
+        run.outcomes.keep(member, sample_id, _outcome(job, decoded, run, 1, 1))
     finally:
-        outcomes.book(member, now() - started)
+        if not own:
+            run.outcomes.book(member, now() - started)
 
 
-def _decode_batch(running: Case, chunk: list[tuple[Case, object, float]], forward_s: float, sample_id: str,
-                  decode: Decode, outcomes: SharedPrefills, limit: item_time_limit,
-                  time_left: Callable[[Case], float | None], batch: BatchDecoder) -> None:
+def _decode_batch(run: _Run, chunk: list[Job]) -> None:
     """Members decoded in one batch. Out of memory: the batch limit halves and the members are decoded again in
     smaller batches (their prefilled caches are unchanged); any other error of the batch as a whole (a time
     limit included): each member again alone, so that what fails is its own. A member's own failure in a batch
     (non-finite log-probs) is its own. The batch runs on its members' shortest clock, the running item's paused."""
     if len(chunk) == 1:
-        member, state, own_s = chunk[0]
-        _decode_alone(running, member, state, own_s, forward_s, sample_id, decode, outcomes, limit, time_left)
+        _decode_alone(run, chunk[0])
         return
-    members = [member for member, _, _ in chunk]
-    clocks = [left for left in (time_left(m) for m in members if m.key != running.key) if left is not None]
+    running = run.running
+    clocks = [left for left in (run.time_left(j.member) for j in chunk if j.member.key != running.key)
+              if left is not None]
+    samples = len({job.group.sample_id for job in chunk})
     started = now()
     try:
-        with limit.paused(min(clocks) if clocks else None, f"a decode batch of sample {sample_id} in {running.id}'s run"):
-            results = batch.decode(members, [state for _, state, _ in chunk])
+        with run.limit.paused(min(clocks) if clocks else None,
+                              f"a decode batch of {samples} sample(s) from {chunk[0].group.sample_id} in "
+                              f"{running.id}'s run"):
+            results = run.batch.decode(chunk)
     except Exception as exc:  # noqa: BLE001 - decided again in smaller batches, or alone, below
-        smaller = batch.batching.out_of_memory(len(chunk)) if is_out_of_memory(exc) else 1
+        smaller = run.batch.batching.out_of_memory(len(chunk)) if is_out_of_memory(exc) else 1
         del exc
         free_accelerator_memory()
         for start in range(0, len(chunk), smaller):
-            _decode_batch(running, chunk[start: start + smaller], forward_s, sample_id, decode, outcomes, limit,
-                          time_left, batch)
+            _decode_batch(run, chunk[start: start + smaller])
         return
     share = (now() - started) / len(chunk)  # the batch's time, shared equally by its members
     own_failure = None
-    for (member, _, own_s), result in zip(chunk, results):
-        if member.key != running.key:
-            outcomes.book(member, share)
+    for job, result in zip(chunk, results):
+        if job.member.key != running.key:
+            run.outcomes.book(job.member, share)
         if isinstance(result, BaseException):
-            if member.key == running.key:
+            if run.raises_now(job):
                 own_failure = result
             else:
-                outcomes.fail(member, sample_id, _detached(result, _note(running, sample_id)))
+                run.fail(job, result)
             continue
-        outcomes.keep(member, sample_id, _outcome(result, forward_s, own_s, running, len(chunk)))
+        run.outcomes.keep(job.member, job.group.sample_id, _outcome(job, result, run, len(chunk), samples))
     if own_failure is not None:
         raise own_failure
 
 
-def _outcome(decoded: tuple, forward_s: float, own_s: float, running: Case, batch_size: int) -> DecodedSample:
+def _outcome(job: Job, decoded: tuple, run: _Run, batch_size: int, samples: int) -> DecodedSample:
     result, kl, agreement, decode_kl = decoded
-    result.prefill_s = forward_s + own_s  # what this prefill costs alone: the forward + own compression
+    forward_s = job.group.shared.forward_s
+    result.prefill_s = forward_s + job.own_s  # what this prefill costs alone: the forward + own compression
     return DecodedSample(result, kl, agreement, {"shared_prefill_ms": forward_s * 1000.0,
-                                                 "compression_ms": own_s * 1000.0, "decode_batch": batch_size},
-                         running.key, decode_kl)
+                                                 "compression_ms": job.own_s * 1000.0, "decode_batch": batch_size,
+                                                 "decode_batch_samples": samples},
+                         run.running.key, decode_kl)

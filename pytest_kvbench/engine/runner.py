@@ -4,8 +4,9 @@ Everything expensive that does not depend on the method is shared between items 
 that live for the whole worker process: the model (models.py), the task's samples and tokenized
 prompts, the full-cache reference pass used for fidelity (fidelity.py), and the prefill itself:
 one forward per sample gives the reference's cache and the compressed cache of every planned item
-of the reference group, each decoded right away (group_decode.py); an item then takes its samples'
-outcomes (shared_prefills.py) and scores them.
+of the reference group (group_prefill.py: of the next samples too when batching across samples), each
+decoded right away (group_decode.py); an item then takes its samples' outcomes (shared_prefills.py) and
+scores them.
 """
 
 from __future__ import annotations
@@ -16,14 +17,12 @@ from typing import Any
 
 from kvmethods import FULL_CACHE, get_method
 from kvmethods.runtime.clock import now
-from kvmethods.runtime.batched_generation import BatchRequest, batch_kind, generate_batch
 from kvmethods.runtime.generation import GROUP_PROTOCOLS, generate, record_fields
-from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
+from kvmethods.runtime.shared_prefill import can_share_prefill
 from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid
-from pytest_kvbench.engine.fidelity import ReferenceCache, compare, decode_divergence, reference_of
-from pytest_kvbench.engine.finite_logits import check_logits_finite
+from pytest_kvbench.engine.fidelity import ReferenceCache, fidelity_of, reference_of
 from pytest_kvbench.engine.decode_batching import DecodeBatching
-from pytest_kvbench.engine.group_decode import BatchDecoder, decode_members
+from pytest_kvbench.engine.group_prefill import GroupPrefill
 from pytest_kvbench.engine.hardware.device_description import describe_device
 from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
 from pytest_kvbench.engine.hardware.item_meter import ItemMeter
@@ -42,6 +41,15 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _token_layers_kept(result) -> list[int]:
+    """Kept tokens of the layers holding per-token keys and values: a linear-attention layer (no head holds a token,
+    kept_tokens_per_head []) keeps a fixed state, so it does not pull the mean down."""
+    per_head = result.kept_tokens_per_head
+    if len(per_head) != len(result.kept_tokens_per_layer):
+        return list(result.kept_tokens_per_layer)
+    return [kept for kept, heads in zip(result.kept_tokens_per_layer, per_head) if heads]
+
+
 def _prefill_split(shared_reference=None) -> dict:
     """The labelled parts of the reference's prefill_ms when it came from a shared prefill (else None):
     the shared forward, spent once per sample for the whole reference group, and no compression.
@@ -51,24 +59,14 @@ def _prefill_split(shared_reference=None) -> dict:
     return {"shared_prefill_ms": None, "compression_ms": None}
 
 
-def _fidelity(result, reference, what: str) -> tuple[float, float, float]:
-    """(kl, agreement, decode_kl) of a compressed generation run with teacher_targets and return_logprobs, against
-    the reference (fidelity.py); its vocabulary-sized log-probs leave the result here."""
-    logprobs, result.target_logprobs = result.target_logprobs, None
-    steps, result.logprobs = result.logprobs, None
-    check_logits_finite(logprobs, what)
-    check_logits_finite(steps, what)
-    output = list(result.tokens) + ([result.stop_token] if result.stop_token is not None else [])
-    return (*compare(reference, logprobs), decode_divergence(reference, output, steps))
-
-
 def method_of(case: Case):
-    """The case's method, built; seeded methods follow the run's seed."""
+    """The case's method, built; seeded methods follow the run's seed; sliding-window layers as the case says
+    (--kvbench-sliding)."""
     params = dict(case.method.params)
     method = get_method(case.method.name, **params)
     if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
         method = get_method(case.method.name, **params, seed=case.seed)  # wrappers (prefill_chunk) too
-    return method
+    return method.with_sliding_layers(case.sliding)
 
 
 def shares_prefill(case: Case) -> bool:
@@ -77,7 +75,7 @@ def shares_prefill(case: Case) -> bool:
     return case.is_reference or can_share_prefill(method_of(case))
 
 
-class Runner:
+class Runner(GroupPrefill):
     """Runs cases; one instance per worker process (held by the session)."""
 
     def __init__(self, grid: Grid, run_id: str, timeout_s: float | None = None, share_prefill: bool = True,
@@ -147,42 +145,13 @@ class Runner:
             result.prefill_s = shared.forward_s
         return reference_of(result, f"full-cache reference of {case.task} sample {sample.id}")
 
-    # -- the shared prefill --------------------------------------------------------------------
+    # -- the shared prefill (group_prefill.GroupPrefill) ----------------------------------------
     def _method(self, case: Case):
         return method_of(case)
 
     def _shares(self, case: Case) -> bool:
         """A compressed item taking its cache from the group's forward (the reference makes that forward)."""
         return not case.is_reference and shares_prefill(case)
-
-    def _share_prefill(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
-                       limit: item_time_limit) -> None:
-        """One prefill of the sample for the reference (if not made yet) and every member (sharing items of
-        the group still to run), each member's cache decoded at once and only its outcome kept."""
-        shared = self._prefill_for(members, task, prompt, loaded, case.protocol)
-        reference = self.references.get(self._reference_key(case, sample),
-                                        lambda: self._decode_reference(case, task, sample, prompt, loaded, shared))
-        shared.reference = None  # a reference made earlier: this full cache is not needed
-
-        def decode(member: Case, state):
-            return self._compressed(member, self._method(member), member.budget, task, sample, prompt, loaded,
-                                    reference, state)
-
-        def decode_together(batch: list[Case], states: list) -> list:
-            return self._compressed_batch(batch, states, task, sample, prompt, loaded, reference)
-
-        def size(states: list) -> int:
-            # the decode's own log-probs (decode_kl) beside the teacher-forced ones
-            return self.batching.size(states, task.max_new_tokens, len(reference.target_ids) + task.max_new_tokens,
-                                      int(states[0].next_logits.shape[-1]))
-
-        batch = BatchDecoder(self.batching, lambda member, state: batch_kind(self._method(member), state),
-                             decode_together, size)
-        decode_members(case, members, shared, sample.id, decode, self.shared, limit, self._time_left, batch)
-
-    def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
-        return shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
-                              prompt.context_len, protocol, len(prompt.input_ids) + task.max_new_tokens)
 
     def _compressed(self, case: Case, method, budget, task, sample, prompt, loaded: LoadedModel, reference,
                     prefilled=None) -> tuple:
@@ -192,22 +161,7 @@ class Runner:
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len, task.max_new_tokens,
                           loaded.eos_token_ids, case.protocol, teacher_targets=reference.target_ids,
                           prefilled=prefilled, return_logprobs=True)
-        return (result, *_fidelity(result, reference, f"{case.id} sample {sample.id}"))
-
-    def _compressed_batch(self, cases: list[Case], states: list, task, sample, prompt, loaded: LoadedModel,
-                          reference) -> list:
-        """_compressed for several members at once (one batched decoding): per member (generation, kl, agreement,
-        decode_kl), or what failed that member alone (non-finite log-probs)."""
-        requests = [BatchRequest(self._method(case), case.budget, state) for case, state in zip(cases, states)]
-        results = generate_batch(loaded.model, requests, len(prompt.input_ids), task.max_new_tokens,
-                                 loaded.eos_token_ids, teacher_targets=reference.target_ids, return_logprobs=True)
-        made: list = []
-        for case, result in zip(cases, results):
-            try:
-                made.append((result, *_fidelity(result, reference, f"{case.id} sample {sample.id}")))
-            except Exception as exc:  # noqa: BLE001 - that member's failure, the others' results stand
-                made.append(exc)
-        return made
+        return (result, *fidelity_of(result, reference, f"{case.id} sample {sample.id}"))
 
     # -- the item ------------------------------------------------------------------------------
     def run(self, case: Case, progress: Callable[..., None] | None = None) -> records.Record:
@@ -250,7 +204,7 @@ class Runner:
                     "references": list(sample.answers),
                     "score": score,
                     "prompt_tokens": result.prompt_tokens,
-                    "kept_tokens": _mean(result.kept_tokens_per_layer),
+                    "kept_tokens": _mean(_token_layers_kept(result)),
                     "kept_tokens_per_layer": list(result.kept_tokens_per_layer),
                     "prefill_ms": result.prefill_s * 1000.0,
                     **timing,

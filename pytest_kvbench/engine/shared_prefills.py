@@ -45,7 +45,7 @@ class SharedPrefills:
         self.enabled = enabled
         self._planned: dict[str, list[Case]] = {}
         self._decoded: dict[tuple[str, str], DecodedSample] = {}
-        self._failed: dict[str, tuple[str, BaseException]] = {}  # case key -> (sample id, what it raised)
+        self._failed: dict[str, tuple[str, BaseException, int]] = {}  # case key -> (sample id, what it raised, order)
         self._finished: set[str] = set()
         self._spent: Counter[str] = Counter()  # seconds of an item's decoding done in other items' runs
         self._hosted: Counter[str] = Counter()  # other items' sample decodes run inside an item's run
@@ -85,9 +85,13 @@ class SharedPrefills:
         """Whether a sample of the item was decoded alone (batch 1) already: its own decode speed is measured."""
         return case.key in self._alone
 
-    def fail(self, case: Case, sample_id: str, error: BaseException) -> None:
-        """`case` failed on this sample while another item's run decoded it: raised when `case` gets there."""
-        self._failed[case.key] = (sample_id, error)
+    def fail(self, case: Case, sample_id: str, error: BaseException, order: int = 0) -> None:
+        """`case` failed on this sample while another item's run decoded it: raised when `case` gets there. Of
+        several samples decoded together (batching across samples) the earliest failure (`order`: the sample's
+        place in the item's list) is the one the item reaches first, so it is kept."""
+        held = self._failed.get(case.key)
+        if held is None or order < held[2]:
+            self._failed[case.key] = (sample_id, error, order)
 
     def book(self, case: Case, seconds: float) -> None:
         """Seconds of `case`'s own work done inside another item's run (its time limit counts them)."""

@@ -184,6 +184,30 @@ def test_the_padded_mask_hides_each_members_padding_per_head(llama):
     assert layer.get_seq_length() == layer.prompt
 
 
+def test_a_decoding_steps_mask_follows_the_tail_growth_and_rows_that_leave(llama):
+    """The one-token mask is a view of a mask built once per buffer: it must still be each head's own kept
+    tokens then the whole tail, after steps, after the buffer grows past its room, and after rows leave."""
+    ids = prompt()
+    methods = [(UNEVEN[0], Budget.parse("12")), (get_method("pyramidkv"), Budget.parse("10")),
+               (get_method("snapkv"), Budget.parse("6"))]
+    shared = shared_prefill(llama, methods, ids, 40, "question_in_window")
+    cache = batched_cache(shared.selections, room=2)
+    layer = next(layer for layer in cache.layers if not layer.uniform_heads)
+
+    def expected():
+        prompt_part = torch.arange(layer.prompt) < layer.lengths.repeat_interleave(2, dim=1).unsqueeze(-1)
+        return torch.cat([prompt_part, torch.ones(*prompt_part.shape[:2], layer.tail + 1, dtype=torch.bool)],
+                         dim=-1).unsqueeze(2)
+
+    for step in range(4):  # past the room of 2: the buffer grows
+        assert torch.equal(layer.attention_mask(1, 4), expected()), step
+        key = torch.zeros(layer.batch_size, 2, 1, layer.keys.shape[-1])
+        layer.update(key, key)
+    layer.keep_rows(torch.tensor([0, 2]))
+    assert torch.equal(layer.attention_mask(1, 4), expected())
+    assert layer.attention_mask(1, 4).shape == (2, 4, 1, layer.prompt + 5)
+
+
 def test_members_of_samples_of_different_lengths_decode_in_one_batch_as_alone(llama):
     """Three prompts of 31, 40 and 52 tokens: their members (dense, ragged, quantized) in one batch per kind, each
     row at its own positions and teacher-forced on its own sample's reference, which decodes as a row of the same
@@ -239,3 +263,65 @@ def test_members_of_samples_of_different_lengths_decode_in_one_batch_as_alone(ll
         _check_equal(row[2][2], out, expected[id(row)], checked)
     assert len(checked) == 3 * len(methods)
     assert {r.state.next_position for _, r, _ in padded} == {31, 40, 52}  # each row decoded at its own positions
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3_text", "gpt_oss", "mistral"])
+@pytest.mark.parametrize("protocol, context_len", [("question_in_window", 30), ("query_agnostic", 22)])
+def test_members_with_sliding_window_layers_decode_in_a_batch_as_alone(family, protocol, context_len):
+    """Sliding families (the hybrids' eager or sdpa attention, mistral sliding on every layer; window 12): members
+    whose sliding layers are kept as their window or compressed within it (per-head positions), a head-adaptive
+    one, one keeping the whole prompt and the reference's full cache decode 16 tokens (past the window) in one
+    padded batch, each masked by its tokens' positions, and equal their sequential runs (teacher-forced too)."""
+    from kvmethods.testing import WINDOW, family_model
+
+    model = family_model(family, qk_scale=4.0, **({"sliding_window": WINDOW} if family == "mistral" else {}))
+    ids, new = prompt(30, seed=11), 16
+    requests = [(get_method("snapkv"), Budget.parse("6")), (get_method("streamingllm"), Budget.parse("8")),
+                (get_method("snapkv").with_sliding_layers("compress"), Budget.parse("4")),
+                (get_method("pyramidkv").with_sliding_layers("compress"), Budget.parse("5")),
+                (get_method("adakv", window=4), Budget.parse("6")), (get_method("h2o"), Budget.parse("64"))]
+    ids = [t % model.config.vocab_size for t in ids]
+    reference = generate(model, get_method("full"), Budget.parse("full"), ids, context_len, new, set(), protocol,
+                         return_logprobs=True)
+    shared = shared_prefill(model, requests, ids, context_len, protocol)
+    alone_states = [copied(state) for state in shared.selections]
+    members = [BatchRequest(m, b, s) for (m, b), s in zip(requests, shared.selections)]
+    members.append(BatchRequest(get_method("full"), None, shared.reference))
+    assert {batch_kind(r.method, r.state) for r in members} == {PADDED}
+    outputs = generate_batch(model, members, len(ids), new, set(), teacher_targets=reference.tokens,
+                             return_logprobs=True)
+    checked: list[int] = []
+    for (method, budget), state, batched in zip(requests, alone_states, outputs):
+        alone = generate(model, method, budget, ids, context_len, new, set(), protocol, return_logprobs=True,
+                         teacher_targets=reference.tokens, prefilled=state)
+        _check_equal(f"{family} {method.name}({method.sliding_layers})@{budget.spec}", batched, alone, checked)
+    assert outputs[-1].tokens == reference.tokens
+    assert (outputs[-1].logprobs - reference.logprobs).abs().max() <= LOGPROB_TOLERANCE
+    assert len(checked) == len(requests) and min(checked) > WINDOW  # every member decoded past its window
+
+
+def test_storages_of_their_own_with_sliding_windows_batch_as_members_as_alone():
+    """KIVI alone and composed, ThinK + KIVI on gemma2: their sliding layers are full-precision windows (padded in
+    the batch, masked by positions), their global layers their own storage (member layers); one batch, each equal
+    to its sequential run, teacher-forced too, past the window."""
+    from kvmethods.testing import WINDOW, family_model
+
+    model = family_model("gemma2", qk_scale=4.0)
+    ids, new = [t % model.config.vocab_size for t in prompt(40, seed=5)], 16
+    kivi = dict(group_size=8, residual=8)
+    requests = [(get_method("kivi", **kivi), Budget.parse("8")), (get_method("snapkv+kivi", **kivi), Budget.parse("10")),
+                (get_method("snapkv+kivi", **kivi).with_sliding_layers("compress"), Budget.parse("6"))]
+    states = list(shared_prefill(model, requests, ids, 40, "question_in_window").selections)
+    requests.append((get_method("think+kivi", **kivi), Budget.parse("8")))
+    states.append(prefill(model, requests[-1][0], requests[-1][1], ids, 40, "question_in_window"))
+    assert {batch_kind(m, s) for (m, _), s in zip(requests, states)} == {MEMBERS}
+    alone_states = [copied(state) for state in states]
+    targets = generate(model, get_method("full"), Budget.parse("full"), ids, 40, new, set(), "question_in_window").tokens
+    outputs = generate_batch(model, [BatchRequest(m, b, s) for (m, b), s in zip(requests, states)], len(ids), new,
+                             set(), teacher_targets=targets, return_logprobs=True)
+    checked: list[int] = []
+    for (method, budget), state, batched in zip(requests, alone_states, outputs):
+        alone = generate(model, method, budget, ids, 40, new, set(), "question_in_window", teacher_targets=targets,
+                         return_logprobs=True, prefilled=state)
+        _check_equal(f"{method.name}({method.sliding_layers})@{budget.spec}", batched, alone, checked)
+    assert min(checked) > WINDOW

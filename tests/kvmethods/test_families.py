@@ -84,15 +84,9 @@ def _refused(model, method) -> str | None:
     return refusal(describe(model), method.capabilities)
 
 
-# qwen3_next: the full cache of a model with linear-attention layers needs the model's own mixed cache, which
-# kvmethods' prefill does not build yet (the next step of issue 38).
-NOT_YET = ("qwen3_next",)
-# deepseek_v3: transformers' own forward of several tokens over a filled cache fails (a tensor size mismatch in
-# its attention, with plain DynamicCache and no kvmethods code): its prompts run whole (question_in_window).
-WHOLE_PROMPT_ONLY = ("deepseek_v3",)
 
 
-@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in NOT_YET])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_a_full_budget_gives_the_models_own_generate(family):
     """Every method the family supports, at a budget above the prompt, decodes the tokens and log-probs of the
     model's own uncompressed generate (alone, and from the shared prefill)."""
@@ -102,7 +96,7 @@ def test_a_full_budget_gives_the_models_own_generate(family):
         method = method_of(name)
         if LOSSY & method.capabilities or _refused(model, method):
             continue
-        protocol, context = ("question_in_window", len(PROMPT)) if family in WHOLE_PROMPT_ONLY else ("query_agnostic", 16)
+        protocol, context = "query_agnostic", 16
         out = generate(model, method, "64", PROMPT, context, NEW, EOS, protocol, return_logprobs=True)
         assert decoded(out) == tokens, (family, name)
         torch.testing.assert_close(out.logprobs, logprobs, atol=1e-4, rtol=0)
@@ -152,8 +146,6 @@ def test_every_builtin_method_compresses_the_family_or_is_refused_in_one_line(fa
                 generate(model, method, "8", PROMPT, 16, NEW, set(), "query_agnostic")
             message = str(refused.value)
             assert "\n" not in message and name in message and repr(family) in message and reason in message
-            continue
-        if name == "full" and family in NOT_YET + WHOLE_PROMPT_ONLY:
             continue
         out = generate(model, method, "8", PROMPT, 16, NEW, set(), "query_agnostic")
         assert len(out.tokens) == NEW, (family, name)
@@ -218,3 +210,4 @@ def test_the_memory_figures_count_the_window_layers_apart(family):
     plain = generate(model_of("llama"), get_method("snapkv", window=4), "8", PROMPT, len(PROMPT), NEW, EOS,
                      "question_in_window")
     assert plain.kv_bytes_window is None and "kv_bytes_window" not in record_fields(plain)
+

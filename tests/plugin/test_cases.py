@@ -53,5 +53,5 @@ def test_a_case_key_reads_back_as_its_labels():
                 protocol="multi_turn")
     record = Record.identity(case, "run", case.protocol)
     assert record.to_json()["budget"] == {"spec": "r0.5", "kind": "ratio", "value": 0.5}
-    assert tuple(record.labels) == ("org/model-a", "snapkv", "r0.5", "niah_single_1@4096", "seed1", "multi_turn")
+    assert tuple(record.labels) == ("org/model-a", "snapkv", "r0.5", "niah_single_1@4096", "seed1", "multi_turn", "keep")
     assert case.key.endswith(protocol_key_part("multi_turn")) and protocol_key_part(DEFAULT_PROTOCOL) == ""

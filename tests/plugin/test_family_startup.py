@@ -41,7 +41,7 @@ def workdir(pytester, monkeypatch):
 
 @pytest.mark.parametrize("family, method, reason", [
     ("gpt_oss", "kvzip", "sliding-window layers"),
-    ("deepseek_v3", "snapkv", "multi-head latent attention (MLA)"),
+    ("deepseek_v3", "kivi", "multi-head latent attention (MLA)"),
     ("gpt_oss", "expected_attention", "it needs pre-RoPE queries"),
 ])
 def test_a_family_a_method_cannot_compress_is_one_line_at_startup(workdir, folders, family, method, reason):

@@ -20,7 +20,7 @@ from typing import Any
 from kvmethods import Budget, MethodError
 from pytest_kvbench.model_sources.gguf_file import gguf_label, looks_like_gguf
 from pytest_kvbench.results.record.serializer import OMITTED_AT_DEFAULT, RecordShapeError, from_json, to_json
-from pytest_kvbench.record_key import DEFAULT_PROTOCOL, ItemKey, task_label
+from pytest_kvbench.record_key import DEFAULT_PROTOCOL, DEFAULT_SLIDING, ItemKey, task_label
 from pytest_kvbench.results.record.schema import SCHEMA_VERSION, RecordVersionError, migrate
 
 FINISHED = ("passed", "failed")  # statuses of items that ran to the end and produced a score
@@ -175,6 +175,8 @@ class Record:
     method: MethodInfo
     budget: BudgetInfo
     protocol: str = DEFAULT_PROTOCOL
+    # --kvbench-sliding: "compress" when the method compressed sliding-window layers too (also in the key)
+    sliding: str = field(default=DEFAULT_SLIDING, metadata=OMITTED_AT_DEFAULT)
     seed: int | None = None
     task: TaskInfo
     metric: str | None = None
@@ -231,6 +233,7 @@ class Record:
         return cls(run_id=run_id, item_id=case.id, key=case.key, model=ModelInfo(name=case.model),
                    method=MethodInfo(name=case.method.name, params=dict(case.method.params)),
                    budget=from_json(BudgetInfo, case.budget.as_record(), "budget"), protocol=protocol,
+                   sliding=getattr(case, "sliding", DEFAULT_SLIDING),
                    seed=case.seed, task=TaskInfo(name=case.task, suite=case.suite, context_length=case.context_length))
 
     def finished(self, *, status: str, nodeid: str, message: str | None = None,
@@ -250,7 +253,7 @@ class Record:
         if parsed is not None:
             return parsed
         return ItemKey.of(self.model.name, self.method.name, self.budget.spec, self.task.name,
-                          self.task.context_length or None, self.seed, self.protocol)
+                          self.task.context_length or None, self.seed, self.protocol, self.sliding)
 
     @property
     def is_scored(self) -> bool:

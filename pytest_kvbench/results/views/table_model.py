@@ -116,6 +116,16 @@ class ScoreTable:
         kv = _mean_of(r.memory.kv_bytes_after for r in self.records[method])
         return kv / MiB if kv else None
 
+    def mean_window_mib(self, method: str) -> float | None:
+        """Of the KV MiB, the mean the sliding-window layers hold (sample field kv_bytes_window); None without."""
+        window = _mean_of(s["kv_bytes_window"] for r in self.records[method] for s in r.samples
+                          if s.get("kv_bytes_window") is not None)
+        return window / MiB if window is not None else None
+
+    @property
+    def has_window_layers(self) -> bool:
+        return any(s.get("kv_bytes_window") is not None for rs in self.records.values() for r in rs for s in r.samples)
+
     def decode_tokens_per_s(self, method: str) -> float | None:
         """The method's own decode speed: tokens per second of its samples decoded alone (batch 1), mean over the
         row's records; records from before batched decoding give their decode_tokens_per_s (all alone then)."""
@@ -187,13 +197,13 @@ def score_tables(records: Iterable[Record]) -> list[ScoreTable]:
         budgets = sorted({label.budget for label, _ in mine if label.budget != FULL_CACHE.spec}, key=budget_sort_key) or [FULL_CACHE.spec]
         for budget in budgets:
             rows = [(label, r) for label, r in mine if label.budget in (budget, FULL_CACHE.spec)]
-            methods = sorted({label.method for label, _ in rows}, key=lambda m: (m != FULL_CACHE.spec, m))
+            methods = sorted({label.row for label, _ in rows}, key=lambda m: (m != FULL_CACHE.spec, m))
             tasks = sorted({label.task for label, _ in rows}, key=_task_order)
             table = ScoreTable(model, budget, tasks, methods, protocol=protocol)
             for label, r in rows:
-                cell = table.cells.setdefault((label.method, label.task), Cell([]))
+                cell = table.cells.setdefault((label.row, label.task), Cell([]))
                 cell.values.append(float(r.score))
                 cell.sample_scores += r.sample_scores
-                table.records.setdefault(label.method, []).append(r)
+                table.records.setdefault(label.row, []).append(r)
             tables.append(table)
     return tables

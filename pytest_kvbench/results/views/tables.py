@@ -16,6 +16,7 @@ from pytest_kvbench.results.views.table_model import ScoreTable, cell_text, scor
 
 HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Dec tok/s", "Peak MiB"]
 BUDGET_USE = "KV/budget"  # only in the tables of byte budgets ("m0.25")
+WINDOW_KV = "Window MiB"  # only in the tables of models with sliding-window layers
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -34,6 +35,8 @@ def _rows(table: ScoreTable, bold: bool) -> list[list[str]]:
                   _fmt(table.mean_peak_mib(method), 1)]
         if table.is_byte_budget:
             cells.append(_fmt(table.budget_use(method), 3))
+        if table.has_window_layers:
+            cells.append(_fmt(table.mean_window_mib(method), 2))
         rows.append(cells)
     return rows
 
@@ -42,7 +45,8 @@ def budget_tables(records: list[Record], fmt: str = "github", bold: bool = True)
     """[(heading, table text)] for every model and budget, each followed by its suite summaries."""
     tables = []
     for table in score_tables(records):
-        headers = ["Method"] + table.columns + HEADERS_AFTER_TASKS + ([BUDGET_USE] if table.is_byte_budget else [])
+        headers = ["Method"] + table.columns + HEADERS_AFTER_TASKS + ([BUDGET_USE] if table.is_byte_budget else []) \
+            + ([WINDOW_KV] if table.has_window_layers else [])
         tables.append((table.heading, tabulate(_rows(table, bold), headers=headers, tablefmt=fmt, disable_numparse=True)))
         tables += [(f"{table.heading} — {summary.title}", summary_table(summary, table.methods, fmt))
                    for summary in table.summaries()]
@@ -110,7 +114,9 @@ def results_markdown(run: dict, records: list[Record]) -> str:
         "and full-precision window included); Dec tok/s: the method's own decode speed (tokens per second of the",
         "samples it decoded alone, at batch 1: docs/batched-decoding.md); Peak MiB: the item's peak memory (CPU",
         "resident, or CUDA allocated);",
-        "KV/budget (byte budgets `mF`: F x the full cache's bytes): stored bytes over the budget's allowance.",
+        "KV/budget (byte budgets `mF`: F x the full cache's bytes): stored bytes over the budget's allowance;",
+        "Window MiB (models with sliding-window layers): the part of KV MiB those layers hold, their window kept, or",
+        "compressed too in rows marked `(sliding compress)` (--kvbench-sliding compress; docs/models.md).",
         "Best compressed score per column in bold.",
         "",
     ]

@@ -1,4 +1,4 @@
-"""`--kvbench-decode-batch auto|N` (ini key kvbench_decode_batch): how many members of a sample decode in one batch.
+"""`--kvbench-decode-batch auto|N` (ini key kvbench_decode_batch): how many members decode in one batch.
 
 Read and checked at configure, before any model loads: `auto` (sized from the free CUDA memory, or a CPU
 default: engine/decode_batching.py) or a whole number from 1 to MAX_DECODE_BATCH in ASCII digits; `1` is
@@ -16,7 +16,8 @@ OPTION = "--kvbench-decode-batch"
 INI = "kvbench_decode_batch"
 AUTO = "auto"
 DEFAULT = AUTO
-HELP = (f"members of a sample decoding in one batched forward per step: 'auto' (free CUDA memory, or 32 on CPU) "
+HELP = (f"members (of one sample or several) decoding in one batched forward per step: "
+        f"'auto' (free CUDA memory, or up to 128 on CPU) "
         f"or 1..{MAX_DECODE_BATCH} (1: one member after another); default {DEFAULT}")
 
 

@@ -19,7 +19,7 @@ import re
 import struct
 from pathlib import Path
 
-from kvmethods.families.layout import refusal
+from kvmethods.families.layout import KEEP, refusal
 from kvmethods.families.table import layout_of
 from pytest_kvbench.cases import GridError
 
@@ -28,13 +28,14 @@ _LAYER = re.compile(r"\.(?:layers|h|blocks)\.(\d+)\.")
 MAX_HEADER = 100 * 2**20  # a safetensors header longer than this is not one
 
 
-def check_methods(shown: str, config, capabilities: dict) -> None:
-    """GridError naming family, method and reason for the first grid method the family's layout refuses."""
+def check_methods(shown: str, config, capabilities: dict, sliding: str = KEEP) -> None:
+    """GridError naming family, method and reason for the first grid method the family's layout refuses (with
+    sliding-window layers kept or compressed: --kvbench-sliding)."""
     layout = layout_of(config)
     if layout is None:
         return
     for label, method_capabilities in capabilities.items():
-        reason = refusal(layout, method_capabilities)
+        reason = refusal(layout, method_capabilities, sliding)
         if reason is not None:
             raise GridError(f"model {shown}: family {layout.family!r} cannot be compressed by {label}: {reason} "
                             f"(docs/models.md; `full` alone runs any causal LM)")

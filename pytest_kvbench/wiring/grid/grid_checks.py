@@ -67,7 +67,8 @@ def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, s
     if not grid.context_lengths:
         grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
     grid.models = canonical.models(grid.models)
-    limits = {model: model_refs.check_model_reference(model, compressing, capabilities) for model in grid.models}
+    limits = {model: model_refs.check_model_reference(model, compressing, capabilities, grid.sliding)
+              for model in grid.models}
     _check_context_lengths(grid, limits)
     model_refs.check_attention_implementation(grid.attn_implementation)
     if grid.data_dir is None and grid.models == [DEFAULT_MODEL]:

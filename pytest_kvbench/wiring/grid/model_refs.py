@@ -53,7 +53,7 @@ def _max_positions(config: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _check_config(model: str, location: str, capabilities: dict | None = None) -> int | None:
+def _check_config(model: str, location: str, capabilities: dict | None = None, sliding: str = "keep") -> int | None:
     """transformers can read the model's config.json (no weights, no download), and the folder holds
     weights and a tokenizer (model_sources/folder_contents.py); the grid's methods can compress its family
     (family_check.py); the model's maximum length."""
@@ -70,7 +70,7 @@ def _check_config(model: str, location: str, capabilities: dict | None = None) -
     if missing:
         raise GridError(f"model {user_paths.shown(model)}: {user_paths.shown(location)} has a config.json but "
                         f"{' and '.join(missing)}; from_pretrained could not load it")
-    family_check.check_methods(user_paths.shown(model), config, capabilities or {})
+    family_check.check_methods(user_paths.shown(model), config, capabilities or {}, sliding)
     family_check.check_weights(user_paths.shown(model), config, Path(location))
     return _max_positions(config)
 
@@ -86,7 +86,7 @@ def cached_config(model: str) -> str | None:
 
 
 def check_model_reference(model: str, compressing: list[str] | None = None,
-                          capabilities: dict | None = None) -> int | None:
+                          capabilities: dict | None = None, sliding: str = "keep") -> int | None:
     """A local path holds a readable model config; a hub id is valid (and cached when offline); a GGUF file
     can be converted and compressed by ``compressing`` (the grid's methods that evict tokens).
 
@@ -97,7 +97,7 @@ def check_model_reference(model: str, compressing: list[str] | None = None,
     if not model.strip():
         raise GridError("model name is empty")
     if is_named(model):
-        return _check_named(model, compressing or [], capabilities)
+        return _check_named(model, compressing or [], capabilities, sliding)
     if gguf_file.looks_like_gguf(model):
         return _check_gguf(model, None, compressing or [])
     if is_local_reference(model):
@@ -107,7 +107,7 @@ def check_model_reference(model: str, compressing: list[str] | None = None,
         except user_paths.PathError as exc:
             raise GridError(f"{exc} (expected a Hugging Face model directory with a config.json, "
                             f"or a .gguf file)") from None
-        return _check_config(model, str(path), capabilities)
+        return _check_config(model, str(path), capabilities, sliding)
     # lazy for startup time: huggingface_hub, only when a hub id is given
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -124,11 +124,12 @@ def check_model_reference(model: str, compressing: list[str] | None = None,
         if cached is None:
             raise GridError(f"model {model}: not in the local Hugging Face cache and HF_HUB_OFFLINE=1 "
                             f"(download it first, or pass a local path)")
-        return _check_config(model, str(Path(cached).parent), capabilities)
+        return _check_config(model, str(Path(cached).parent), capabilities, sliding)
     return None
 
 
-def _check_named(model: str, compressing: list[str], capabilities: dict | None = None) -> int | None:
+def _check_named(model: str, compressing: list[str], capabilities: dict | None = None,
+                 sliding: str = "keep") -> int | None:
     """The name has a source here (hub or GGUF file), and that source is checked like any other."""
     try:
         source = model_source(model)
@@ -136,7 +137,7 @@ def _check_named(model: str, compressing: list[str], capabilities: dict | None =
         raise GridError(str(exc)) from None
     if source.gguf is not None:
         return _check_gguf(model, source.location, compressing)
-    return check_model_reference(source.location, compressing, capabilities)
+    return check_model_reference(source.location, compressing, capabilities, sliding)
 
 
 def _check_gguf(model: str, location: str | None, compressing: list[str]) -> int | None:

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 from kvmethods import MethodError
+from kvmethods.families.layout import SLIDING_POLICIES
 from pytest_kvbench import user_paths
 from pytest_kvbench.cases import DEFAULT_MODEL, Grid, GridError, MethodSpec, parse_positive_int, parse_seed
+from pytest_kvbench.record_key import DEFAULT_SLIDING
 from pytest_kvbench.input_values import MAX_TOKENS, shown, shown_list, split_list
 from pytest_kvbench.wiring.grid import canonical, presets
 from pytest_kvbench.wiring.grid.cache_protocols import parse_protocols
@@ -139,6 +141,10 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.attn_implementation = str(attn or "sdpa").strip()
     data, _ = sources.scalar("data")
     grid.data_dir = str(data) if data is not None else None
+    sliding, where = sources.scalar("sliding")
+    grid.sliding = str(sliding).strip() if sliding is not None else DEFAULT_SLIDING
+    if grid.sliding not in SLIDING_POLICIES:
+        raise GridError(f"{where}: unknown value {shown(grid.sliding)}; valid: {', '.join(SLIDING_POLICIES)}")
     max_prompt, where = sources.scalar("max-prompt-tokens")
     grid.max_prompt_tokens = _token_count(max_prompt, where) if max_prompt is not None else None
     if sources.preset is not None:
