@@ -276,7 +276,7 @@ def _teacher_forced_rows(model, states: list[PrefilledPrompt], outputs: list[Gen
     for numbers in forced.values():
         chosen = [states[n] for n in numbers]
         wanted = [targets[n] for n in numbers]
-        cache = batched_cache(chosen, max(map(len, wanted)))
+        cache = batched_cache(chosen, max(map(len, wanted)), _windows(model))  # a dense sliding layer: its window
         positions = torch.tensor([[s.next_position] for s in chosen], dtype=torch.long, device=device)
         for number, logprobs in zip(numbers, _teacher_force(model, cache, chosen, wanted, positions)):
             outputs[number].target_logprobs = logprobs

@@ -42,3 +42,5 @@ def test_the_family_runs_through_the_plugin_and_records_what_its_cache_holds(tmp
             if "|snapkv|" in key:
                 state = sample.get("kv_bytes_state", 0)
                 assert sample["kv_bytes_after"] - state < sample["kv_bytes_before"] - state, key
+                # the mean over the layers holding tokens: qwen3_next's linear layer (0 tokens) is not in it
+                assert sample["kept_tokens"] == 16 and 16 in sample["kept_tokens_per_layer"], key
