@@ -39,7 +39,7 @@ class GroupPrefill:
                                                                                                loaded))]
         groups += self._window(case, groups[0], task, loaded)
         batch = BatchDecoder(self.batching, lambda member, state: batch_kind(self._method(member), state),
-                             self._compressed_batch, lambda states: self._batch_size(states, task))
+                             self._compressed_batch, lambda states: self._batch_size(states, task, groups))
         decode_members(case, groups, self.shared, limit, self._time_left, batch)
 
     def _order(self, case: Case, task, sample, loaded: LoadedModel) -> int:
@@ -47,11 +47,11 @@ class GroupPrefill:
         samples = self._load_samples(case, task, loaded)
         return next((i for i, s in enumerate(samples) if s.id == sample.id), len(samples))
 
-    def _batch_size(self, states: list, task) -> int:
-        """Members per batch (DecodeBatching.size): the decode's own log-probs (decode_kl) beside the teacher-forced
-        ones (the reference's output: at most max_new_tokens + its eos)."""
-        return self.batching.size(states, task.max_new_tokens, 2 * task.max_new_tokens + 1,
-                                  int(states[0].next_logits.shape[-1]))
+    def _batch_size(self, states: list, task, groups: list[SampleGroup]) -> int:
+        """Members per batch (DecodeBatching.size): each decoding step's log-probs (decode_kl) beside the
+        teacher-forced ones over the groups' longest reference output (at most max_new_tokens + its eos)."""
+        targets = max(len(group.context[4].target_ids) for group in groups)
+        return self.batching.size(states, task.max_new_tokens, targets, int(states[0].next_logits.shape[-1]))
 
     def _sample_group(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
                       order: int) -> SampleGroup:
@@ -74,7 +74,7 @@ class GroupPrefill:
         states = [state for state in first.shared.selections if state is not None]
         if self.batching.sequential or not states or not all(self.shared.measured_alone(m) for m in first.members):
             return []
-        rows = self._batch_size(states, task)
+        rows = self._batch_size(states, task, [first])
         together = self.batching.samples_together(rows, len(first.members))
         samples = self._load_samples(case, task, loaded)
         groups: list[SampleGroup] = []
