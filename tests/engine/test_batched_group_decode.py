@@ -289,3 +289,27 @@ def test_a_failure_on_a_later_sample_of_a_window_raises_when_its_item_reaches_th
     tova = outcomes["tova"]
     assert tova.n_samples == 4 and [r["decode_batch_samples"] for r in tova.samples] == [1, 3, 3, 3]
     assert runner.shared.waiting_count() == 0
+
+
+def test_a_decoded_batchs_caches_are_freed_before_the_next_batch_decodes():
+    """Batches of 2: when a batch starts, the prefilled caches of the batches decoded before it are gone (they
+    were held until every batch of the sample was done, so later batches decoded beside every earlier cache)."""
+    import gc
+    import weakref
+
+    earlier: list = []
+    held_at_start: list[int] = []
+
+    def patch(runner):
+        decode = runner._compressed_batch
+
+        def recording(jobs):
+            gc.collect()
+            held_at_start.append(sum(ref() is not None for ref in earlier))
+            earlier.extend(weakref.ref(job.state) for job in jobs)
+            return decode(jobs)
+
+        runner._compressed_batch = recording
+
+    run_group(2, samples=2, methods=METHODS[:5], patch=patch)
+    assert len(held_at_start) >= 2 and held_at_start == [0] * len(held_at_start)
