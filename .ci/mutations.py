@@ -51,6 +51,7 @@ class Outcome:
     caught_by: str = ""  # "smoke" | "real" | "" (missed)
     metrics: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    cpu: float = 0.0  # CPU seconds of its gate runs (user + system, the pytest processes and their children)
     detail: str = ""
 
 
@@ -114,16 +115,20 @@ def failing_metrics(results: Path) -> list[str]:
     return sorted(metrics)
 
 
-def run_gate(tree: Path, args: list[str], select: str | None, scratch: Path) -> tuple[int, list[str]]:
-    """One gate command on `tree`: (exit code, metrics that failed)."""
+def run_gate(tree: Path, args: list[str], select: str | None, scratch: Path) -> tuple[int, list[str], float]:
+    """One gate command on `tree`: (exit code, metrics that failed, CPU seconds it took). The CPU time is the
+    child's own rusage (os.wait4), so it holds with several gates running at once (--jobs)."""
     results = Path(tempfile.mkdtemp(dir=scratch))
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, "--kvbench-results", str(results)]
     if select:
         command += ["-k", select]
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1")
-    proc = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
-    return proc.returncode, failing_metrics(results)
+    with open(results.with_suffix(".log"), "w") as log:  # the gate's output, beside its results
+        proc = subprocess.Popen(command, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, failing_metrics(results), usage.ru_utime + usage.ru_stime
 
 
 def selection(mutation: Mutation) -> str | None:
@@ -141,7 +146,8 @@ def try_mutation(mutation: Mutation, tree: Path, scratch: Path) -> Outcome:
         gates = [("smoke", SMOKE)] + ([("real", real_args())] if mutation.real else [])
         notes = []
         for gate, args in gates:
-            code, metrics = run_gate(tree, args, selection(mutation), scratch)
+            code, metrics, cpu = run_gate(tree, args, selection(mutation), scratch)
+            outcome.cpu += cpu
             notes.append(f"{gate}: exit {code}")
             if code not in (0, 5):  # 5: the selection holds none of this gate's items
                 outcome.caught_by, outcome.metrics = gate, metrics
@@ -158,15 +164,16 @@ def control(tree: Path, scratch: Path) -> Outcome:
     """The unmodified tree through both whole gates: must pass."""
     started = time.monotonic()
     codes = [run_gate(tree, args, None, scratch) for args in (SMOKE, real_args())]
-    failed = [m for code, metrics in codes if code != 0 for m in metrics or [f"exit {code}"]]
+    failed = [m for code, metrics, _ in codes if code != 0 for m in metrics or [f"exit {code}"]]
     return Outcome("unmodified", "FALSE ALARM" if failed else "", failed, time.monotonic() - started,
-                   ", ".join(f"exit {code}" for code, _ in codes))
+                   sum(cpu for _, _, cpu in codes), ", ".join(f"exit {code}" for code, _, _ in codes))
 
 
 def table(outcomes: list[Outcome]) -> str:
-    lines = ["| mutation | caught by | failing metrics | seconds |", "|---|---|---|---|"]
+    lines = ["| mutation | caught by | failing metrics | wall s | CPU s |", "|---|---|---|---|---|"]
     for o in outcomes:
-        lines.append(f"| {o.name} | {o.caught_by or '**missed**'} | {', '.join(o.metrics) or '-'} | {o.seconds:.0f} |")
+        lines.append(f"| {o.name} | {o.caught_by or '**missed**'} | {', '.join(o.metrics) or '-'} | {o.seconds:.0f} "
+                     f"| {o.cpu:.0f} |")
     return "\n".join(lines)
 
 
@@ -202,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 with lock:
                     free.append(tree)
             print(f"mutation {outcome.name}: {outcome.caught_by or 'MISSED'} {outcome.metrics} "
-                  f"({outcome.detail}; {outcome.seconds:.0f} s)", flush=True)
+                  f"({outcome.detail}; {outcome.seconds:.0f} s, {outcome.cpu:.0f} CPU s)", flush=True)
             return outcome
 
         with ThreadPoolExecutor(max_workers=len(trees)) as pool:
@@ -214,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     alarms = sum(bool(c.caught_by) for c in controls)
     text = table(outcomes + controls) + (
         f"\n\n{caught} of {len(outcomes)} mutations caught; {alarms} false alarms in {len(controls)} unmodified runs; "
-        f"{time.monotonic() - started:.0f} s wall with {len(trees)} job(s)")
+        f"{time.monotonic() - started:.0f} s wall with {len(trees)} job(s); mutations {sum(o.cpu for o in outcomes):.0f} "
+        f"CPU s, control runs {sum(c.cpu for c in controls):.0f} CPU s")
     print(text)
     if args.report:
         Path(args.report).write_text(text + "\n")

@@ -123,7 +123,10 @@ _SETTINGS = {
     "cohere2": dict(sliding_window=WINDOW, layer_types=_HYBRID),
     "smollm3": dict(no_rope_layers=[1, 0]),
     "glm4": dict(head_dim=16),
-    "deepseek_v3": dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+    # KV heads = query heads, as DeepSeek-V3's own config (transformers' attention repeats KV heads by their ratio);
+    # a latent wider than a head, so that a latent taken for per-head keys fails
+    "deepseek_v3": dict(num_key_value_heads=4, kv_lora_rank=24,
+                        q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
                         n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1, moe_intermediate_size=32,
                         n_group=1, topk_group=1),
     "qwen3_next": dict(head_dim=16, layer_types=["linear_attention", "full_attention"], linear_num_value_heads=2,

@@ -20,6 +20,8 @@ window. A window already within the budget stays the window.
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 
 from ..adapters.transformers_compat import DynamicLayer
@@ -39,9 +41,15 @@ class WindowLayer(DynamicLayer):
             positions = torch.arange(first_position, first_position + keys.shape[-2], device=keys.device)
             positions = positions.expand(*keys.shape[:2], -1)
         self.positions = positions
-        self.next_position = int(positions.max()) + 1 if positions.numel() else first_position
-        self.uniform_heads = bool((positions == positions[:, :1]).all())
+        self._set_columns()
+        self.next_position = self.column_newest[-1] + 1 if self.column_newest else first_position
         self._trim(copy=True)  # a trimmed copy: the full layer's tensors are freed (or stay the reference's own)
+
+    def _set_columns(self) -> None:
+        """On the host, per held column, its newest position over the heads (what trimming reads: no device sync
+        per decoding step), and whether every head holds the same positions (one mask row serves them all)."""
+        self.column_newest = deque(self.positions.amax(dim=(0, 1)).tolist())
+        self.uniform_heads = bool((self.positions == self.positions[:, :1]).all())
 
     @property
     def first_position(self) -> int:
@@ -50,8 +58,10 @@ class WindowLayer(DynamicLayer):
     def _trim(self, copy: bool = False) -> None:
         """Drop the leading tokens no later query sees (out of every head's window)."""
         oldest_seen = self.next_position - (self.window - 1)
-        stale = (self.positions < oldest_seen).flatten(0, 1).all(dim=0)  # per column: stale in every head
-        excess = int(stale.sum())  # positions ascend per head, so the stale columns lead
+        excess = 0  # positions ascend per head, so the columns stale in every head lead
+        while self.column_newest and self.column_newest[0] < oldest_seen:
+            self.column_newest.popleft()
+            excess += 1
         if excess > 0:
             self.keys, self.values = self.keys[..., excess:, :], self.values[..., excess:, :]
             self.positions = self.positions[..., excess:]
@@ -64,7 +74,7 @@ class WindowLayer(DynamicLayer):
         self.keys = self.keys.gather(2, gather.expand(-1, -1, -1, self.keys.shape[-1]))
         self.values = self.values.gather(2, gather.expand(-1, -1, -1, self.values.shape[-1]))
         self.positions = self.positions.gather(2, indices)
-        self.uniform_heads = bool((self.positions == self.positions[:, :1]).all())
+        self._set_columns()
 
     def held_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.keys, self.values))
@@ -74,6 +84,7 @@ class WindowLayer(DynamicLayer):
         keys, values = super().update(key_states, value_states, *args, **kwargs)
         added = torch.arange(self.next_position, self.next_position + new, device=self.positions.device)
         self.positions = torch.cat([self.positions, added.expand(*self.positions.shape[:2], -1)], dim=-1)
+        self.column_newest.extend(range(self.next_position, self.next_position + new))
         self.next_position += new
         self._trim()  # the returned tensors (what this forward attends to) keep every token
         return keys, values

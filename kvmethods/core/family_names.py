@@ -7,4 +7,4 @@ any weights load, instead of failing every compressing item with MethodError.
 # Verified by tests/kvmethods/test_families.py on tiny models of each (kvmethods/families/ describes them by probing,
 # not by these names; a family outside the list with a known layout still compresses once loaded).
 SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "phi3", "gemma2", "gemma3", "gemma3_text",
-                      "gpt_oss", "olmo2", "granite", "smollm3", "glm4", "cohere2")
+                      "gpt_oss", "olmo2", "granite", "smollm3", "glm4", "cohere2", "deepseek_v3", "qwen3_next")

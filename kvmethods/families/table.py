@@ -43,8 +43,10 @@ FAMILIES: dict[str, FamilyFacts] = {
     "glm4": FamilyFacts(CAPTURED, note="partial, interleaved RoPE"),
     "cohere2": FamilyFacts(CAPTURED, rope_on=ON_SLIDING, note="interleaved RoPE on sliding layers, none on global ones"),
     "gpt_oss": FamilyFacts(CAPTURED, sinks=True, note="learned sinks; sliding and global layers; MoE; eager attention"),
-    "deepseek_v3": FamilyFacts(CAPTURED, latent=True, note="multi-head latent attention (MLA); MoE"),
-    "qwen3_next": FamilyFacts(CAPTURED, note="linear-attention layers between softmax ones (gated queries); MoE"),
+    "deepseek_v3": FamilyFacts(CAPTURED, latent=True, note="multi-head latent attention (MLA): the latent cache "
+                               "compressed along tokens, scored from the decompressed keys; MoE"),
+    "qwen3_next": FamilyFacts(CAPTURED, note="linear-attention layers between softmax ones (gated queries): their "
+                              "state kept in full, counted in the memory figures; MoE"),
 }
 
 _KINDS = {"sliding_attention": SLIDING, "chunked_attention": CHUNKED, "linear_attention": LINEAR,

@@ -240,7 +240,8 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
     del cache, logits
     if forcing:
         targets = list(targets_of(outputs) if targets_of is not None else own_targets)
-        reuse = all(can_batch(layer) for s in states for layer in token_layers(s.cache))  # member layers quantize as tokens arrive
+        # member layers quantize as tokens arrive
+        reuse = all(can_batch(layer) for s in states for layer in token_layers(s.cache))
         _teacher_forced_rows(model, states, outputs, steps, targets, device, reuse)
     for number, out in enumerate(outputs):
         out.decode_s = decode_s[number]
@@ -275,7 +276,7 @@ def _teacher_forced_rows(model, states: list[PrefilledPrompt], outputs: list[Gen
     for numbers in forced.values():
         chosen = [states[n] for n in numbers]
         wanted = [targets[n] for n in numbers]
-        cache = batched_cache(chosen, max(map(len, wanted)))
+        cache = batched_cache(chosen, max(map(len, wanted)), _windows(model))  # a dense sliding layer: its window
         positions = torch.tensor([[s.next_position] for s in chosen], dtype=torch.long, device=device)
         for number, logprobs in zip(numbers, _teacher_force(model, cache, chosen, wanted, positions)):
             outputs[number].target_logprobs = logprobs

@@ -7,8 +7,10 @@ decoding of before, member by member. `auto` sizes the batch when it is formed:
   padded cache (the longest member's bytes, padding included) with room for the new tokens, plus the
   teacher-forced pass's logits (targets x vocabulary, float32, twice for the log-softmax); half the free
   memory is used, the rest left to activations;
-- on CPU, AUTO_CPU members: a CPU's decoding is bound by reading the weights once per step, and beyond a few
-  dozen members the padded attention grows while the weights are already shared (docs/performance.md).
+- on CPU, AUTO_CPU members, fewer where the host's available memory (MemAvailable) holds fewer by the same
+  per-member count: a CPU's decoding step reads the weights once for the whole batch. AUTO_CPU is 128, which
+  lets the real-model job's 33 members of 3 samples decode together (batching across samples: 0.82x the CPU
+  time of one sample's batches, docs/performance.md), while a batch's padded attention grows with its rows.
 
 An out-of-memory error in a batch is not a member's failure: the memory is freed, the limit halves for the
 rest of the run (`shrunk` keeps one line saying so, the terminal summary shows it once) and the members are
@@ -21,28 +23,59 @@ Batching across samples: as many whole groups (a sample's members) as one batch 
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+from kvmethods.adapters.mixed_cache import is_state_layer, state_bytes, token_layers
 
 from pytest_kvbench.input_values import MAX_DECODE_BATCH
 
 AUTO = "auto"
-AUTO_CPU = 32  # members per batch on CPU under auto
-AUTO_MEMORY_SHARE = 0.5  # of the free CUDA memory, for the batch's caches and logits
+AUTO_CPU = 128  # members per batch on CPU under auto (fewer where the available memory holds fewer)
+AUTO_MEMORY_SHARE = 0.5  # of the free CUDA (or available host) memory, for the batch's caches and logits
 
 
 def _cache_bytes(state) -> int:
     """Bytes a member's cache takes once padded into a batch: per layer, its longest head x heads x (K + V)."""
     total = 0
     for layer in state.cache.layers:
-        keys = layer.keys
+        if is_state_layer(layer):  # a linear layer's fixed state (stacked into the batch as it is)
+            total += state_bytes(layer)
+            continue
+        keys, values = layer.keys, getattr(layer, "values", None)
+        width = keys.shape[-1] + (values.shape[-1] if values is not None else keys.shape[-1])  # MLA: V narrower
         longest = max(getattr(layer, "tokens_per_head", lambda: [keys.shape[-2]])())
-        total += 2 * keys.shape[1] * longest * keys.shape[-1] * keys.element_size()
+        total += keys.shape[1] * longest * width * keys.element_size()
     return total
+
+
+def _host_available() -> int | None:
+    """Bytes of host memory available (Linux MemAvailable; else free physical pages), None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _member_bytes(states: list, new_tokens: int, targets: int, vocab: int) -> int:
+    """What one member costs in a batch: the longest member's padded cache with room for the new tokens, plus
+    the teacher-forced logits (targets x vocabulary, float32, twice for the log-softmax)."""
+    longest = max(_cache_bytes(s) for s in states)
+    per_token = longest // max(1, max(s.next_position for s in states))
+    return longest + per_token * max(new_tokens, targets) + 2 * 4 * max(1, targets) * vocab
 
 
 def _device(states: list) -> torch.device:
     """Where the members' caches are (tests fake a CUDA device here)."""
-    return states[0].cache.layers[0].keys.device if states else torch.device("cpu")
+    return token_layers(states[0].cache)[0].keys.device if states else torch.device("cpu")
 
 
 class DecodeBatching:
@@ -60,19 +93,18 @@ class DecodeBatching:
 
     def size(self, states: list, new_tokens: int, targets: int, vocab: int) -> int:
         """Members per batch for these prefilled states (generation.PrefilledPrompt): the setting, or under
-        auto the free memory's (CUDA) or AUTO_CPU; never above a limit an out-of-memory error set."""
+        auto the free memory's (CUDA) or AUTO_CPU, within the available host memory; never above a limit an
+        out-of-memory error set."""
         if self.setting != AUTO:
             return max(1, self.limit)
         device = _device(states)
+        member = max(1, _member_bytes(states, new_tokens, targets, vocab)) if states else 1
         if device.type != "cuda":
-            size = AUTO_CPU
+            available = _host_available() if states else None
+            size = AUTO_CPU if available is None else min(AUTO_CPU, int(available * AUTO_MEMORY_SHARE // member))
         else:
             free, _ = torch.cuda.mem_get_info(device)
-            longest = max(_cache_bytes(s) for s in states)
-            new = max(new_tokens, targets)
-            per_token = longest // max(1, max(s.next_position for s in states))
-            member = longest + per_token * new + 2 * 4 * max(1, targets) * vocab
-            size = int(free * AUTO_MEMORY_SHARE // max(1, member))
+            size = int(free * AUTO_MEMORY_SHARE // member)
         return max(1, min(size, MAX_DECODE_BATCH, self.limit or MAX_DECODE_BATCH))
 
     def samples_together(self, rows: int, members: int) -> int:

@@ -195,6 +195,7 @@ def _decode_batch(run: _Run, chunk: list[Job]) -> None:
     share = (now() - started) / len(chunk)  # the batch's time, shared equally by its members
     own_failure = None
     for job, result in zip(chunk, results):
+        job.state = None  # decoded: its cache is freed now, not once every batch of the call is done
         if job.member.key != running.key:
             run.outcomes.book(job.member, share)
         if isinstance(result, BaseException):

@@ -43,7 +43,9 @@ class GroupPrefill:
         decode_members(case, groups, self.shared, limit, self._time_left, batch)
 
     def _order(self, case: Case, task, sample, loaded: LoadedModel) -> int:
-        return next(i for i, s in enumerate(self._load_samples(case, task, loaded)) if s.id == sample.id)
+        """The sample's place in the item's list (past its end where it is not in it: no window follows)."""
+        samples = self._load_samples(case, task, loaded)
+        return next((i for i, s in enumerate(samples) if s.id == sample.id), len(samples))
 
     def _batch_size(self, states: list, task) -> int:
         """Members per batch (DecodeBatching.size): the decode's own log-probs (decode_kl) beside the teacher-forced

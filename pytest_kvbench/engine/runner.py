@@ -41,6 +41,15 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _token_layers_kept(result) -> list[int]:
+    """Kept tokens of the layers holding per-token keys and values: a linear-attention layer (no head holds a token,
+    kept_tokens_per_head []) keeps a fixed state, so it does not pull the mean down."""
+    per_head = result.kept_tokens_per_head
+    if len(per_head) != len(result.kept_tokens_per_layer):
+        return list(result.kept_tokens_per_layer)
+    return [kept for kept, heads in zip(result.kept_tokens_per_layer, per_head) if heads]
+
+
 def _prefill_split(shared_reference=None) -> dict:
     """The labelled parts of the reference's prefill_ms when it came from a shared prefill (else None):
     the shared forward, spent once per sample for the whole reference group, and no compression.
@@ -195,7 +204,7 @@ class Runner(GroupPrefill):
                     "references": list(sample.answers),
                     "score": score,
                     "prompt_tokens": result.prompt_tokens,
-                    "kept_tokens": _mean(result.kept_tokens_per_layer),
+                    "kept_tokens": _mean(_token_layers_kept(result)),
                     "kept_tokens_per_layer": list(result.kept_tokens_per_layer),
                     "prefill_ms": result.prefill_s * 1000.0,
                     **timing,

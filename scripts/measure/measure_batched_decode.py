@@ -1,26 +1,36 @@
 #!/usr/bin/env python
-"""Decode time of one sample's reference group, batched against sequential, on the real model (issue 36).
+"""Decode time of reference groups, sequential against batched (one sample, across samples), on the real model.
 
-One sample of a task (default: the real-model job's niah_single_1 at 2,048 tokens on SmolLM2-135M) is
+`--samples` samples of a task (default: the real-model job's niah_single_1 at 2,048 tokens on SmolLM2-135M) are
 prefilled once per round for the reference and the job's members (bench/configs/smollm2-135m.toml: every
-method x budget but `full`); then the group is decoded as the runner does it, each member teacher-forced on
-the reference's output (fidelity) and decoded greedily:
+method x budget but `full`); then the groups are decoded as the runner does it, each member teacher-forced on
+its sample's reference output (fidelity) and decoded greedily, by each variant in turn, from copies of the same
+prefilled caches:
 
-- sequential: the reference, then each member alone (--kvbench-decode-batch 1);
-- batched: the reference alone (its output is the members' targets), then the members in one batch per kind
-  (runtime/batched_generation.batch_kind: dense and ragged caches padded together, quantized ones together).
+- sequential: per sample, the reference, then each member alone (--kvbench-decode-batch 1);
+- batched: per sample, the reference alone (its output is the members' targets), then the sample's members in
+  one batch per kind (runtime/batched_generation.batch_kind: dense and ragged caches padded together,
+  quantized ones together);
+- across: each sample's reference alone, then the members of all the samples in one batch per kind (batching
+  across samples: each row at its own positions, teacher-forced on its own sample's reference);
+- across+ref (issue 36 item 1, "the reference joins the batch"): as across, but each sample's reference decodes
+  as one more row of the padded batch, beside the members (their greedy decoding does not depend on it), and the
+  members are teacher-forced on it afterwards (batched_generation's targets_of); every padded row then attends
+  over the full cache's length.
 
-The prefill is not timed. The two variants alternate (sequential, batched, sequential, ...) so that load on a
-shared machine hits both alike; per round the wall and CPU seconds (this process, one torch thread) of the
-decoding are printed, then the medians and their ratio, the 1-minute load average, and whether every member's
-tokens are the same in both (the first divergence with both log-probs otherwise).
+The prefill and the copies are not timed. The variants alternate within each round so that load on a shared
+machine hits them alike; per round the wall and CPU seconds (this process, one torch thread) of the decoding are
+printed, then the medians, each variant's CPU ratio to sequential (median of per-round ratios), the 1-minute load
+average, and whether every member's tokens are the same as sequential's (the first divergence with both
+log-probs otherwise).
 
-    python scripts/measure/measure_batched_decode.py --repeat 5
+    python scripts/measure/measure_batched_decode.py --repeat 2 --samples 3
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import time
@@ -31,13 +41,14 @@ import common  # noqa: F401 - this checkout's packages on sys.path
 import torch
 
 from kvmethods import Budget, get_method
-from kvmethods.runtime.batched_generation import BatchRequest, batch_kind, generate_batch
+from kvmethods.runtime.batched_generation import PADDED, BatchRequest, batch_kind, generate_batch
 from kvmethods.runtime.generation import generate
 from kvmethods.runtime.shared_prefill import shared_prefill
 from pytest_kvbench.engine.models import ModelCache
 from pytest_kvbench.tasks import get_task
 
 CONFIG = common.ROOT / "bench" / "configs" / "smollm2-135m.toml"
+VARIANTS = ("sequential", "batched", "across", "across+ref")
 
 
 def members_of(config_path) -> list[tuple]:
@@ -52,29 +63,65 @@ def members_of(config_path) -> list[tuple]:
             for budget in config["budgets"]]
 
 
-def decode_group(model, shared, requests, prompt, new_tokens, eos, batched: bool) -> tuple[float, float, list, list]:
-    """(wall s, CPU s, reference output, member outputs) of decoding the group of a shared prefill."""
+def _targets(out) -> list[int]:
+    return out.tokens + ([out.stop_token] if out.stop_token is not None else [])
+
+
+def _reference(model, shared, prompt, new_tokens, eos):
+    return generate(model, get_method("full"), None, prompt.input_ids, prompt.context_len, new_tokens, eos,
+                    "question_in_window", return_logprobs=True, prefilled=shared.reference)
+
+
+def decode_groups(model, groups, requests, new_tokens, eos, variant: str) -> tuple[float, float, list, list]:
+    """(wall s, CPU s, reference outputs, member outputs per sample) of decoding the groups (prompt, shared
+    prefill) of several samples under `variant`."""
     wall, cpu = time.perf_counter(), time.process_time()
-    reference = generate(model, get_method("full"), None, prompt.input_ids, prompt.context_len, new_tokens, eos,
-                         "question_in_window", return_logprobs=True, prefilled=shared.reference)
-    targets = reference.tokens + ([reference.stop_token] if reference.stop_token is not None else [])
-    outputs: list = [None] * len(requests)
-    kinds: dict[str, list[int]] = {}
-    for n, ((method, _), state) in enumerate(zip(requests, shared.selections)):
-        kind = batch_kind(method, state) if batched else None
-        if kind is not None:
-            kinds.setdefault(kind, []).append(n)
-    for together in kinds.values():
-        made = generate_batch(model, [BatchRequest(*requests[n], shared.selections[n]) for n in together],
-                              len(prompt.input_ids), new_tokens, eos, teacher_targets=targets, return_logprobs=True)
-        for n, out in zip(together, made):
-            outputs[n] = out
-    for n, (method, budget) in enumerate(requests):
-        if outputs[n] is None:
-            outputs[n] = generate(model, method, budget, prompt.input_ids, prompt.context_len, new_tokens, eos,
-                                  "question_in_window", teacher_targets=targets, return_logprobs=True,
-                                  prefilled=shared.selections[n])
-    return time.perf_counter() - wall, time.process_time() - cpu, reference, outputs
+    outputs = [[None] * len(requests) for _ in groups]
+    references: list = [None] * len(groups)
+    batches: list[list[tuple[int, int | None]]] = []  # (sample, member or None: the reference) per batch
+    kinds: dict[str, list[tuple[int, int | None]]] = {}
+    for s, (prompt, shared) in enumerate(groups):
+        if variant != "across+ref":
+            references[s] = _reference(model, shared, prompt, new_tokens, eos)
+        else:
+            kinds.setdefault(PADDED, []).append((s, None))
+        for n, ((method, _), state) in enumerate(zip(requests, shared.selections)):
+            kind = batch_kind(method, state) if variant != "sequential" else None
+            if kind is not None:
+                kinds.setdefault(kind, []).append((s, n))
+        if variant == "batched":
+            batches += kinds.values()
+            kinds = {}
+    batches += kinds.values()
+    for rows in batches:
+        made = generate_batch(model, [_request(groups, requests, s, n) for s, n in rows], None, new_tokens, eos,
+                              return_logprobs=True, targets_of=lambda outs, rows=rows: _targets_of(rows, outs,
+                                                                                                   references))
+        for (s, n), out in zip(rows, made):
+            if n is None:
+                references[s] = out
+            else:
+                outputs[s][n] = out
+    for s, (prompt, shared) in enumerate(groups):
+        for n, (method, budget) in enumerate(requests):
+            if outputs[s][n] is None:
+                outputs[s][n] = generate(model, method, budget, prompt.input_ids, prompt.context_len, new_tokens, eos,
+                                         "question_in_window", teacher_targets=_targets(references[s]),
+                                         return_logprobs=True, prefilled=shared.selections[n])
+    return time.perf_counter() - wall, time.process_time() - cpu, references, outputs
+
+
+def _request(groups, requests, s: int, n: int | None) -> BatchRequest:
+    prompt, shared = groups[s]
+    if n is None:
+        return BatchRequest(get_method("full"), None, shared.reference, len(prompt.input_ids))
+    return BatchRequest(*requests[n], shared.selections[n], len(prompt.input_ids))
+
+
+def _targets_of(rows, outs, references) -> list:
+    """Each row's targets: its sample's reference, decoded earlier or as a row of this batch (None for that row)."""
+    produced = {s: out for (s, n), out in zip(rows, outs) if n is None}
+    return [None if n is None else _targets(produced.get(s) or references[s]) for s, n in rows]
 
 
 def divergence(a, b) -> str | None:
@@ -88,51 +135,62 @@ def divergence(a, b) -> str | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds; medians are printed")
+    parser.add_argument("--samples", type=int, default=1, help="samples decoded per round (across: together)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--task", default="niah_single_1")
     parser.add_argument("--context-length", type=int, default=2048)
     parser.add_argument("--config", default=str(CONFIG), help="TOML grid whose methods x budgets are the members")
     args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    if not variants or set(variants) - set(VARIANTS) or variants[0] != "sequential":
+        parser.error(f"--variants: sequential first, then any of {', '.join(VARIANTS[1:])}")
     torch.set_num_threads(1)
     loaded, _ = ModelCache().get(args.model)
     task = get_task(args.task)
-    sample = task.load_samples(loaded.tokenizer, n=1, seed=0, data_dir=None, context_length=args.context_length)[0]
-    prompt = task.build_prompt(sample, loaded.tokenizer, None)
+    samples = task.load_samples(loaded.tokenizer, n=args.samples, seed=0, data_dir=None,
+                                context_length=args.context_length)
+    prompts = [task.build_prompt(sample, loaded.tokenizer, None) for sample in samples]
     requests = members_of(type(CONFIG)(args.config))
-    print(f"{args.model}, {args.task} at {args.context_length} ({len(prompt.input_ids)} prompt tokens), "
-          f"{len(requests)} members + the reference, max {task.max_new_tokens} new tokens, 1 torch thread")
-    times: dict[str, list[tuple[float, float, float]]] = {"sequential": [], "batched": []}
+    print(f"{args.model}, {args.task} at {args.context_length} ({[len(p.input_ids) for p in prompts]} prompt tokens), "
+          f"{len(requests)} members + the reference per sample, {len(samples)} samples, max {task.max_new_tokens} "
+          f"new tokens, 1 torch thread")
+    times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
     runs: dict[str, tuple] = {}
     for round_number in range(args.repeat):
-        for name in times:
-            shared = shared_prefill(loaded.model, requests, prompt.input_ids, prompt.context_len,
-                                    "question_in_window")
+        prefilled = [(prompt, shared_prefill(loaded.model, requests, prompt.input_ids, prompt.context_len,
+                                             "question_in_window")) for prompt in prompts]
+        for name in variants:
+            groups = [(prompt, copy.deepcopy(shared)) for prompt, shared in prefilled]
             load = os.getloadavg()[0]
-            wall, cpu, reference, outputs = decode_group(loaded.model, shared, requests, prompt, task.max_new_tokens,
-                                                         loaded.eos_token_ids, name == "batched")
+            wall, cpu, references, outputs = decode_groups(loaded.model, groups, requests, task.max_new_tokens,
+                                                           loaded.eos_token_ids, name)
             times[name].append((wall, cpu, load))
-            runs[name] = (reference, outputs)
+            runs[name] = (references, outputs)
             print(f"round {round_number + 1} {name:10s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  load {load:4.1f}",
                   flush=True)
-    medians = {name: tuple(statistics.median(r[i] for r in rounds) for i in range(3)) for name, rounds in times.items()}
-    for name, (wall, cpu, load) in medians.items():
-        print(f"{name:10s} median wall {wall:6.2f} s, CPU {cpu:6.2f} s, load {load:4.1f}")
-    (s_wall, s_cpu, _), (b_wall, b_cpu, _) = medians["sequential"], medians["batched"]
-    ratios = [b[1] / s[1] for s, b in zip(times["sequential"], times["batched"])]
-    print(f"batched / sequential: wall {b_wall / s_wall:.2f}x, CPU {b_cpu / s_cpu:.2f}x "
-          f"(median of per-round CPU ratios {statistics.median(ratios):.2f}x)")
-    (_, sequential), (_, batched) = runs["sequential"], runs["batched"]
-    same = 0
-    worst = 0.0
-    for (method, budget), a, b in zip(requests, sequential, batched):
-        parted = divergence(a, b)
-        if parted is None:
-            same += 1
-            worst = max(worst, float((a.logprobs - b.logprobs).abs().max()),
-                        float((a.target_logprobs - b.target_logprobs).abs().max()))
-        else:
-            print(f"  {method.name}@{budget.spec}: {parted}")
-    print(f"same tokens: {same} of {len(requests)} members; largest log-prob difference where equal: {worst:.2e}")
+    base = times["sequential"]
+    for name, rounds in times.items():
+        wall, cpu, load = (statistics.median(r[i] for r in rounds) for i in range(3))
+        ratio = statistics.median(r[1] / s[1] for s, r in zip(base, rounds))
+        print(f"{name:10s} median wall {wall:6.2f} s, CPU {cpu:6.2f} s, load {load:4.1f}; CPU / sequential {ratio:.2f}x")
+    sequential_refs, sequential = runs["sequential"]
+    for name in variants[1:]:
+        references, outputs = runs[name]
+        same, worst = 0, 0.0
+        for s in range(len(samples)):
+            if divergence(sequential_refs[s], references[s]) is not None:
+                print(f"  {name}: sample {s} reference: {divergence(sequential_refs[s], references[s])}")
+            for (method, budget), a, b in zip(requests, sequential[s], outputs[s]):
+                parted = divergence(a, b)
+                if parted is None:
+                    same += 1
+                    worst = max(worst, float((a.logprobs - b.logprobs).abs().max()),
+                                float((a.target_logprobs - b.target_logprobs).abs().max()))
+                else:
+                    print(f"  {name}: sample {s} {method.name}@{budget.spec}: {parted}")
+        print(f"{name}: same tokens as sequential: {same} of {len(requests) * len(samples)} (member, sample) pairs; "
+              f"largest log-prob difference where equal: {worst:.2e}")
 
 
 if __name__ == "__main__":

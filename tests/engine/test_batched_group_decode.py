@@ -245,9 +245,71 @@ class State:
         self.next_position = 8
 
 
-def test_auto_on_cpu_is_the_documented_default_and_a_number_is_a_limit():
+def test_auto_on_cpu_is_the_documented_default_and_a_number_is_a_limit(monkeypatch):
     states = [State() for _ in range(3)]
     assert DecodeBatching(AUTO).size(states, 16, 16, 100) == AUTO_CPU
+    monkeypatch.setattr(decode_batching, "_host_available", lambda: 10 * 14_336 * 2)  # 14,336 bytes a member (below)
+    assert DecodeBatching(AUTO).size(states, 16, 16, 100) == 10
+    monkeypatch.undo()
     assert DecodeBatching(3).size(states, 16, 16, 100) == 3 and DecodeBatching(1).sequential
     batching = DecodeBatching(AUTO)
     assert batching.out_of_memory(40) == 20 and batching.size(states, 16, 16, 100) == 20
+
+
+def test_a_failure_on_a_later_sample_of_a_window_raises_when_its_item_reaches_that_sample():
+    """snapkv runs first (no full item planned) and hosts a window of samples 2 to 4 for itself, h2o and tova:
+    snapkv's own failure on sample 3 and h2o's on samples 3 and 4 are raised when each reaches sample 3 (the
+    earliest), after the samples before it were scored; tova, failing nowhere, completes."""
+    grid = Grid(methods=[MethodSpec(m) for m in ["full", "snapkv", "h2o", "tova"]], budgets=[Budget.parse("16")],
+                tasks=["niah_multikey_2"], context_lengths=[256], samples=4, data_dir="fixtures", max_prompt_tokens=320)
+    cases = [case for case in grid.cases("ruler", lambda task: "ruler") if case.method.name != "full"]
+    runner = Runner(grid, "run", decode_batch=32)
+    runner.shared.plan(cases)
+    decode = runner._compressed_batch
+
+    def failing(jobs):
+        made = decode(jobs)
+        return [ValueError(f"{job.member.method.name} fails on sample {job.group.order + 1}")
+                if job.group.order >= 2 and job.member.method.name in ("snapkv", "h2o")
+                and (job.member.method.name == "h2o" or job.group.order == 2) else result
+                for job, result in zip(jobs, made)]
+
+    runner._compressed_batch = failing
+    outcomes = {}
+    for case in cases:
+        done = []
+        try:
+            outcomes[case.method.name] = runner.run(case, lambda n, total, decoded=(): done.append(n))
+        except ValueError as exc:
+            outcomes[case.method.name] = exc
+        outcomes[case.method.name + " progress"] = done
+    assert str(outcomes["snapkv"]) == "snapkv fails on sample 3" and outcomes["snapkv progress"] == [1, 2]
+    assert str(outcomes["h2o"]) == "h2o fails on sample 3" and outcomes["h2o progress"] == [1, 2]
+    assert any("raised in the run of" in note for note in outcomes["h2o"].__notes__)
+    tova = outcomes["tova"]
+    assert tova.n_samples == 4 and [r["decode_batch_samples"] for r in tova.samples] == [1, 3, 3, 3]
+    assert runner.shared.waiting_count() == 0
+
+
+def test_a_decoded_batchs_caches_are_freed_before_the_next_batch_decodes():
+    """Batches of 2: when a batch starts, the prefilled caches of the batches decoded before it are gone (they
+    were held until every batch of the sample was done, so later batches decoded beside every earlier cache)."""
+    import gc
+    import weakref
+
+    earlier: list = []
+    held_at_start: list[int] = []
+
+    def patch(runner):
+        decode = runner._compressed_batch
+
+        def recording(jobs):
+            gc.collect()
+            held_at_start.append(sum(ref() is not None for ref in earlier))
+            earlier.extend(weakref.ref(job.state) for job in jobs)
+            return decode(jobs)
+
+        runner._compressed_batch = recording
+
+    run_group(2, samples=2, methods=METHODS[:5], patch=patch)
+    assert len(held_at_start) >= 2 and held_at_start == [0] * len(held_at_start)

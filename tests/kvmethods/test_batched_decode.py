@@ -325,3 +325,24 @@ def test_storages_of_their_own_with_sliding_windows_batch_as_members_as_alone():
                          return_logprobs=True, prefilled=state)
         _check_equal(f"{method.name}({method.sliding_layers})@{budget.spec}", batched, alone, checked)
     assert min(checked) > WINDOW
+
+
+@pytest.mark.parametrize("family", ["gemma2", "mistral"])
+def test_teacher_forcing_a_whole_prompt_member_masks_its_sliding_layers_by_the_window(family):
+    """A member that keeps the whole prompt holds its sliding layers as plain dense layers, which only the model's
+    windows (not a WindowLayer) say are sliding: teacher-forced on targets it did not produce, in a batch of its
+    own (no WindowLayer beside it), its log-probs equal its sequential run's (they attended past the window)."""
+    from kvmethods.testing import WINDOW, family_model
+
+    model = family_model(family, qk_scale=4.0, **({"sliding_window": WINDOW} if family == "mistral" else {}))
+    ids = [t % model.config.vocab_size for t in prompt(30, seed=11)]
+    method, budget = get_method("h2o"), Budget.parse("64")
+    state = shared_prefill(model, [(method, budget)], ids, 30, "question_in_window").selections[0]
+    alone_state = copied(state)
+    targets = [int(t) % model.config.vocab_size for t in prompt(8, seed=2)]
+    batched = generate_batch(model, [BatchRequest(method, budget, state)], len(ids), 4, set(),
+                             teacher_targets=targets)[0]
+    alone = generate(model, method, budget, ids, 30, 4, set(), "question_in_window", teacher_targets=targets,
+                     prefilled=alone_state)
+    assert batched.tokens != targets[: len(batched.tokens)]  # teacher-forced, not its own decoding steps reused
+    assert (batched.target_logprobs - alone.target_logprobs).abs().max() <= LOGPROB_TOLERANCE

@@ -21,7 +21,7 @@ NEW = 4
 EOS = {1}
 METHOD_PARAMS = {"kivi": dict(group_size=16, residual=16)}
 METHODS = sorted(name for name in BUILTINS if name != "hf_quantized")
-SLIDING_FAMILIES = ["gemma2", "gemma3_text", "gpt_oss", "mistral"]
+SLIDING_FAMILIES = ["gemma2", "gemma3_text", "gpt_oss", "cohere2", "mistral"]
 
 _models: dict[str, torch.nn.Module] = {}
 

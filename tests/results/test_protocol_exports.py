@@ -184,3 +184,21 @@ def test_kvcache_factory_leaves_out_other_protocols_and_ratio_budgets(capsys, tm
     assert code == 0
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*.json")) == ["default_128/qasper/SnapKV.json"]
     assert "3 record(s)" not in err and "protocol query_agnostic" in err and "max_capacity_prompts" in err
+
+
+def test_records_with_compressed_sliding_layers_are_left_out_of_both_layouts(capsys, tmp_path):
+    """--kvbench-sliding compress is this project's setting: kvpress's presses skip sliding layers, and
+    KVCache-Factory has no such setting, so such records are not exported as theirs (and the reason is said)."""
+    compressed = ruler_record(method="streamingllm")
+    compressed["key"] += "|sliding=compress"
+    compressed["sliding"] = "compress"
+    code, err, out = export(capsys, tmp_path / "kvpress", [ruler_record(), compressed], "kvpress")
+    assert code == 0, err
+    assert folders(out) == ["ruler__4096__default__snapkv__0.50"] and "kvpress's presses skip them" in err
+    factory = longbench_record("qasper", method="streamingllm")
+    factory["key"] += "|sliding=compress"
+    factory["sliding"] = "compress"
+    code, err, out = export(capsys, tmp_path / "factory", [longbench_record("qasper"), factory], "kvcache-factory")
+    assert code == 0, err
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*.json")) == ["default_128/qasper/SnapKV.json"]
+    assert "not one of KVCache-Factory's settings" in err

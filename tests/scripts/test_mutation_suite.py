@@ -28,7 +28,8 @@ def test_the_suite_holds_the_kinds_of_bug_the_gate_must_catch():
     names = " / ".join(m.name for m in suite().load_mutations(ROOT / ".ci" / "mutations.toml"))
     for kind in ("pooling off", "half the observation window", "no sinks", "positions off", "one bit fewer",
                  "half the budget", "per-head budgets flattened", "last query", "first query", "reversed",
-                 "previous sample's scores"):
+                 "previous sample's scores", "keys quantized per token", "longest row's position",
+                 "padding mask off by one", "first row's sample"):
         assert kind in names, kind
 
 
@@ -45,3 +46,15 @@ def test_the_real_gate_arguments_come_from_its_script():
     args = suite().real_args()
     assert args[0] == "bench/test_ruler.py" and "--kvbench-compare" in args
     assert "results/baseline-real-smoke.json" in args and "--kvbench-methods" in args
+
+
+def test_a_gate_run_reports_its_exit_code_and_cpu_seconds(tmp_path):
+    """The suite's cost is reported in CPU seconds per gate run (CI's budget is CPU-bound on 2 cores): measured as
+    the gate process's own rusage, so it holds with two gates running at once."""
+    module = suite()
+    (tmp_path / "test_spin.py").write_text("def test_spin():\n    assert sum(i * i for i in range(2_000_000)) > 0\n")
+    (tmp_path / "test_fails.py").write_text("def test_fails():\n    assert False\n")
+    code, metrics, cpu = module.run_gate(ROOT, [str(tmp_path / "test_spin.py")], None, tmp_path)
+    assert (code, metrics) == (0, []) and cpu > 0.05
+    code, _, _ = module.run_gate(ROOT, [str(tmp_path / "test_fails.py")], None, tmp_path)
+    assert code == 1

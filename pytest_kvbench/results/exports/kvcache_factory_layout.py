@@ -48,6 +48,8 @@ def _why_left_out(record: Record) -> str | None:
                 f"({PROTOCOL})")
     if record.budget.kind not in ("tokens", "none"):
         return "KVCache-Factory's budgets are KV tokens per layer and head (max_capacity_prompts)"
+    if record.sliding != "keep":
+        return "sliding-window layers compressed too (--kvbench-sliding compress): not one of KVCache-Factory's settings"
     return None
 
 

@@ -68,6 +68,8 @@ def _why_left_out(record: Record) -> str | None:
                 "(query_agnostic, or question_in_window as query_aware)")
     if record.budget.kind not in ("ratio", "none"):
         return "kvpress's compression_ratio is a fraction removed: token and byte budgets have none"
+    if record.sliding != "keep":
+        return "sliding-window layers compressed too (--kvbench-sliding compress): kvpress's presses skip them"
     return None
 
 

@@ -16,7 +16,8 @@ OPTION = "--kvbench-decode-batch"
 INI = "kvbench_decode_batch"
 AUTO = "auto"
 DEFAULT = AUTO
-HELP = (f"members (of one sample or several) decoding in one batched forward per step: 'auto' (free CUDA memory, or 32 on CPU) "
+HELP = (f"members (of one sample or several) decoding in one batched forward per step: "
+        f"'auto' (free CUDA memory, or up to 128 on CPU) "
         f"or 1..{MAX_DECODE_BATCH} (1: one member after another); default {DEFAULT}")
 
 
