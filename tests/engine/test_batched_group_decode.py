@@ -94,6 +94,8 @@ def fake_cuda(monkeypatch, free_bytes):
 
     monkeypatch.setattr(decode_batching, "_device", lambda states: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)  # nothing cached unless a test says so
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
     return calls
 
 
@@ -313,3 +315,12 @@ def test_a_decoded_batchs_caches_are_freed_before_the_next_batch_decodes():
 
     run_group(2, samples=2, methods=METHODS[:5], patch=patch)
     assert len(held_at_start) >= 2 and held_at_start == [0] * len(held_at_start)
+
+
+def test_auto_on_cuda_counts_the_memory_torch_holds_cached_but_unused(monkeypatch):
+    """After a prefill torch's caching allocator keeps the freed activations reserved: the driver does not count
+    them free (mem_get_info) though the batch can use them. 4 members' worth free + 6 cached unused = 10."""
+    fake_cuda(monkeypatch, 4 * 20_736 * 2)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 9 * 20_736 * 2)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 3 * 20_736 * 2)
+    assert DecodeBatching(AUTO).size([State() for _ in range(3)], 16, 16, 100) == 10

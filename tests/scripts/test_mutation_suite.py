@@ -28,7 +28,7 @@ def test_the_suite_holds_the_kinds_of_bug_the_gate_must_catch():
     names = " / ".join(m.name for m in suite().load_mutations(ROOT / ".ci" / "mutations.toml"))
     for kind in ("pooling off", "half the observation window", "no sinks", "positions off", "one bit fewer",
                  "half the budget", "per-head budgets flattened", "last query", "first query", "reversed",
-                 "previous sample's scores", "longest row's position",
+                 "previous sample's scores", "keys quantized per token", "longest row's position",
                  "padding mask off by one", "first row's sample"):
         assert kind in names, kind
 
