@@ -51,10 +51,6 @@ class WindowLayer(DynamicLayer):
         self.column_newest = deque(self.positions.amax(dim=(0, 1)).tolist())
         self.uniform_heads = bool((self.positions == self.positions[:, :1]).all())
 
-    @property
-    def first_position(self) -> int:
-        return int(self.positions.min()) if self.positions.numel() else self.next_position
-
     def _trim(self, copy: bool = False) -> None:
         """Drop the leading tokens no later query sees (out of every head's window)."""
         oldest_seen = self.next_position - (self.window - 1)

@@ -3,10 +3,11 @@
 A sample's members decode in batches of at most N (kvmethods.runtime.batched_generation); `1` is the sequential
 decoding of before, member by member. `auto` sizes the batch when it is formed:
 
-- on CUDA, from the free memory (torch.cuda.mem_get_info) against what one member costs in the batch: its
-  padded cache (the longest member's bytes, padding included) with room for the new tokens, plus the
-  teacher-forced pass's logits (targets x vocabulary, float32, twice for the log-softmax); half the free
-  memory is used, the rest left to activations;
+- on CUDA, from the free memory (torch.cuda.mem_get_info, plus what torch's allocator holds cached but unused)
+  against what one member costs in the batch: its padded cache (the longest member's bytes, padding included)
+  with room for the new tokens, plus its log-probs (each decoding step's, and the teacher-forced pass's logits
+  and log-softmax over the longest reference output of the batch, float32); half the free memory is used, the
+  rest left to activations;
 - on CPU, AUTO_CPU members, fewer where the host's available memory (MemAvailable) holds fewer by the same
   per-member count: a CPU's decoding step reads the weights once for the whole batch. AUTO_CPU is 128, which
   lets the real-model job's 33 members of 3 samples decode together (batching across samples: 0.82x the CPU
@@ -67,10 +68,18 @@ def _host_available() -> int | None:
 
 def _member_bytes(states: list, new_tokens: int, targets: int, vocab: int) -> int:
     """What one member costs in a batch: the longest member's padded cache with room for the new tokens, plus
-    the teacher-forced logits (targets x vocabulary, float32, twice for the log-softmax)."""
+    its log-probs in float32: each decoding step's (new_tokens x vocabulary) and the teacher-forced pass's logits
+    and their log-softmax (2 x targets x vocabulary; targets: the longest reference output of the batch)."""
     longest = max(_cache_bytes(s) for s in states)
     per_token = longest // max(1, max(s.next_position for s in states))
-    return longest + per_token * max(new_tokens, targets) + 2 * 4 * max(1, targets) * vocab
+    return longest + per_token * max(new_tokens, targets) + 4 * (new_tokens + 2 * max(1, targets)) * vocab
+
+
+def _cuda_free(device: torch.device) -> int:
+    """Bytes a batch can take on a CUDA device: the driver's free memory plus what torch's caching allocator holds
+    reserved but unallocated (a prefill's freed activations stay reserved, and mem_get_info does not count them)."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + max(0, torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
 
 
 def _device(states: list) -> torch.device:
@@ -103,8 +112,7 @@ class DecodeBatching:
             available = _host_available() if states else None
             size = AUTO_CPU if available is None else min(AUTO_CPU, int(available * AUTO_MEMORY_SHARE // member))
         else:
-            free, _ = torch.cuda.mem_get_info(device)
-            size = int(free * AUTO_MEMORY_SHARE // member)
+            size = int(_cuda_free(device) * AUTO_MEMORY_SHARE // member)
         return max(1, min(size, MAX_DECODE_BATCH, self.limit or MAX_DECODE_BATCH))
 
     def samples_together(self, rows: int, members: int) -> int:

@@ -6,12 +6,12 @@ an item needs, one shared prefill (kvmethods.runtime.shared_prefill) gives the r
 once (the members are teacher-forced on its output), and every member's compressed cache. Batching across
 samples (`--kvbench-decode-batch` above 1, once every member's first sample was decoded alone): the next samples
 of the item's list are prefilled too, as many whole groups as one batch holds
-(`DecodeBatching.samples_together`), each sample's reference decoded right after its prefill (so at most one full
-cache is held), and the members of all of them decode together (group_decode.py), each row at its own sample's
-positions and teacher-forced on its own sample's reference. The compressed caches held while the window fills are
-bounded by the batch limit, in members. A prefill of a later sample that fails (out of memory included: the
-limit halves) ends the window there; that sample is prefilled again when the item reaches it, where what it
-raises belongs.
+(`DecodeBatching.samples_together`, per batch kind), each sample's reference decoded right after its prefill (so at
+most one full cache is held), and the members of all of them decode together (group_decode.py), each row at its own
+sample's positions and teacher-forced on its own sample's reference. The compressed caches of a kind held while
+the window fills are bounded by that kind's batch limit, in members. A prefill of a later sample that fails (out
+of memory included: the limit halves) ends the window there; that sample is prefilled again when the item
+reaches it, where what it raises belongs.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class GroupPrefill:
                                                                                                loaded))]
         groups += self._window(case, groups[0], task, loaded)
         batch = BatchDecoder(self.batching, lambda member, state: batch_kind(self._method(member), state),
-                             self._compressed_batch, lambda states: self._batch_size(states, task))
+                             self._compressed_batch, lambda states: self._batch_size(states, task, groups))
         decode_members(case, groups, self.shared, limit, self._time_left, batch)
 
     def _order(self, case: Case, task, sample, loaded: LoadedModel) -> int:
@@ -47,11 +47,11 @@ class GroupPrefill:
         samples = self._load_samples(case, task, loaded)
         return next((i for i, s in enumerate(samples) if s.id == sample.id), len(samples))
 
-    def _batch_size(self, states: list, task) -> int:
-        """Members per batch (DecodeBatching.size): the decode's own log-probs (decode_kl) beside the teacher-forced
-        ones (the reference's output: at most max_new_tokens + its eos)."""
-        return self.batching.size(states, task.max_new_tokens, 2 * task.max_new_tokens + 1,
-                                  int(states[0].next_logits.shape[-1]))
+    def _batch_size(self, states: list, task, groups: list[SampleGroup]) -> int:
+        """Members per batch (DecodeBatching.size): each decoding step's log-probs (decode_kl) beside the
+        teacher-forced ones over the groups' longest reference output (at most max_new_tokens + its eos)."""
+        targets = max(len(group.context[4].target_ids) for group in groups)
+        return self.batching.size(states, task.max_new_tokens, targets, int(states[0].next_logits.shape[-1]))
 
     def _sample_group(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
                       order: int) -> SampleGroup:
@@ -69,21 +69,27 @@ class GroupPrefill:
 
     def _window(self, case: Case, first: SampleGroup, task, loaded: LoadedModel) -> list[SampleGroup]:
         """The groups of the samples after `first` that decode in the same batches (batching across samples):
-        while the batch limit holds whole groups, every member of the first was measured alone already, and the
-        next sample still needs its shared prefill (no reference yet, members waiting)."""
-        states = [state for state in first.shared.selections if state is not None]
-        if self.batching.sequential or not states or not all(self.shared.measured_alone(m) for m in first.members):
+        as many samples as every batch kind's limit holds whole (its members of a sample x samples <= its batch
+        size), once every member of the first was measured alone, while the next sample still needs its shared
+        prefill (no reference yet, members waiting)."""
+        if self.batching.sequential or not all(self.shared.measured_alone(m) for m in first.members):
             return []
-        rows = self._batch_size(states, task)
-        together = self.batching.samples_together(rows, len(first.members))
+        kinds: dict[str, list] = {}  # the first sample's batchable states by batch kind
+        for member, state in zip(first.members, first.shared.selections):
+            kind = None if state is None else batch_kind(self._method(member), state)
+            if kind is not None:
+                kinds.setdefault(kind, []).append(state)
+        if not kinds:
+            return []
+        together = min(self.batching.samples_together(self._batch_size(states, task, [first]), len(states))
+                       for states in kinds.values())
         samples = self._load_samples(case, task, loaded)
         groups: list[SampleGroup] = []
         held = len(first.members)
         for order in range(first.order + 1, min(first.order + together, len(samples))):
             sample = samples[order]
             members = [c for c in self.shared.members(case, sample.id) if self._shares(c)]
-            if not members or held + len(members) > max(rows, len(first.members)) \
-                    or self._reference_key(case, sample) in self.references:
+            if not members or len(members) > len(first.members) or self._reference_key(case, sample) in self.references:
                 break
             try:
                 groups.append(self._sample_group(case, members, task, sample, self.prompt(case, task, sample, loaded),

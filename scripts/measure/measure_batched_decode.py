@@ -13,6 +13,8 @@ prefilled caches:
   quantized ones together);
 - across: each sample's reference alone, then the members of all the samples in one batch per kind (batching
   across samples: each row at its own positions, teacher-forced on its own sample's reference);
+- across+refs: as across, but the samples' references decode together first, in one padded batch of their own
+  (their full caches all held until then), then the members across samples;
 - across+ref (issue 36 item 1, "the reference joins the batch"): as across, but each sample's reference decodes
   as one more row of the padded batch, beside the members (their greedy decoding does not depend on it), and the
   members are teacher-forced on it afterwards (batched_generation's targets_of); every padded row then attends
@@ -20,9 +22,9 @@ prefilled caches:
 
 The prefill and the copies are not timed. The variants alternate within each round so that load on a shared
 machine hits them alike; per round the wall and CPU seconds (this process, one torch thread) of the decoding are
-printed, then the medians, each variant's CPU ratio to sequential (median of per-round ratios), the 1-minute load
-average, and whether every member's tokens are the same as sequential's (the first divergence with both
-log-probs otherwise).
+printed, then the medians, each variant's CPU ratio to the first of --variants (median of per-round ratios; by
+default sequential), the 1-minute load average, and whether every member's tokens are the same as the first's
+(the first divergence with both log-probs otherwise).
 
     python scripts/measure/measure_batched_decode.py --repeat 2 --samples 3
 """
@@ -48,7 +50,7 @@ from pytest_kvbench.engine.models import ModelCache
 from pytest_kvbench.tasks import get_task
 
 CONFIG = common.ROOT / "bench" / "configs" / "smollm2-135m.toml"
-VARIANTS = ("sequential", "batched", "across", "across+ref")
+VARIANTS = ("sequential", "batched", "across", "across+refs", "across+ref")
 
 
 def members_of(config_path) -> list[tuple]:
@@ -80,8 +82,10 @@ def decode_groups(model, groups, requests, new_tokens, eos, variant: str) -> tup
     references: list = [None] * len(groups)
     batches: list[list[tuple[int, int | None]]] = []  # (sample, member or None: the reference) per batch
     kinds: dict[str, list[tuple[int, int | None]]] = {}
+    if variant == "across+refs":
+        batches.append([(s, None) for s in range(len(groups))])
     for s, (prompt, shared) in enumerate(groups):
-        if variant != "across+ref":
+        if variant not in ("across+ref", "across+refs"):
             references[s] = _reference(model, shared, prompt, new_tokens, eos)
         else:
             kinds.setdefault(PADDED, []).append((s, None))
@@ -92,6 +96,9 @@ def decode_groups(model, groups, requests, new_tokens, eos, variant: str) -> tup
         if variant == "batched":
             batches += kinds.values()
             kinds = {}
+    if variant == "across+refs" and len(groups) == 1:  # one reference: alone, as across
+        batches.pop(0)
+        references[0] = _reference(model, groups[0][1], groups[0][0], new_tokens, eos)
     batches += kinds.values()
     for rows in batches:
         made = generate_batch(model, [_request(groups, requests, s, n) for s, n in rows], None, new_tokens, eos,
@@ -127,8 +134,8 @@ def _targets_of(rows, outs, references) -> list:
 def divergence(a, b) -> str | None:
     for step, (x, y) in enumerate(zip(a.tokens + [a.stop_token], b.tokens + [b.stop_token])):
         if x != y:
-            return (f"step {step}: sequential {x} (log-p {float(a.logprobs[step][x]):.5f}, {y}: "
-                    f"{float(a.logprobs[step][y]):.5f}), batched {y} (log-p {float(b.logprobs[step][y]):.5f})")
+            return (f"step {step}: baseline {x} (log-p {float(a.logprobs[step][x]):.5f}, {y}: "
+                    f"{float(a.logprobs[step][y]):.5f}), this variant {y} (log-p {float(b.logprobs[step][y]):.5f})")
     return None
 
 
@@ -136,15 +143,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds; medians are printed")
     parser.add_argument("--samples", type=int, default=1, help="samples decoded per round (across: together)")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", default="sequential,batched,across,across+ref",
+                        help=f"comma-separated, of {', '.join(VARIANTS)}; the first is the baseline")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--task", default="niah_single_1")
     parser.add_argument("--context-length", type=int, default=2048)
     parser.add_argument("--config", default=str(CONFIG), help="TOML grid whose methods x budgets are the members")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
-    if not variants or set(variants) - set(VARIANTS) or variants[0] != "sequential":
-        parser.error(f"--variants: sequential first, then any of {', '.join(VARIANTS[1:])}")
+    if not variants or set(variants) - set(VARIANTS) or len(set(variants)) < len(variants):
+        parser.error(f"--variants: any of {', '.join(VARIANTS)}, the first the baseline")
     torch.set_num_threads(1)
     loaded, _ = ModelCache().get(args.model)
     task = get_task(args.task)
@@ -169,12 +177,13 @@ def main() -> None:
             runs[name] = (references, outputs)
             print(f"round {round_number + 1} {name:10s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  load {load:4.1f}",
                   flush=True)
-    base = times["sequential"]
+    base = times[variants[0]]
     for name, rounds in times.items():
         wall, cpu, load = (statistics.median(r[i] for r in rounds) for i in range(3))
         ratio = statistics.median(r[1] / s[1] for s, r in zip(base, rounds))
-        print(f"{name:10s} median wall {wall:6.2f} s, CPU {cpu:6.2f} s, load {load:4.1f}; CPU / sequential {ratio:.2f}x")
-    sequential_refs, sequential = runs["sequential"]
+        print(f"{name:10s} median wall {wall:6.2f} s, CPU {cpu:6.2f} s, load {load:4.1f}; CPU / {variants[0]} "
+              f"{ratio:.2f}x")
+    sequential_refs, sequential = runs[variants[0]]
     for name in variants[1:]:
         references, outputs = runs[name]
         same, worst = 0, 0.0
@@ -189,7 +198,7 @@ def main() -> None:
                                 float((a.target_logprobs - b.target_logprobs).abs().max()))
                 else:
                     print(f"  {name}: sample {s} {method.name}@{budget.spec}: {parted}")
-        print(f"{name}: same tokens as sequential: {same} of {len(requests) * len(samples)} (member, sample) pairs; "
+        print(f"{name}: same tokens as {variants[0]}: {same} of {len(requests) * len(samples)} (member, sample) pairs; "
               f"largest log-prob difference where equal: {worst:.2e}")
 
 

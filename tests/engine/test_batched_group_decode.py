@@ -94,20 +94,22 @@ def fake_cuda(monkeypatch, free_bytes):
 
     monkeypatch.setattr(decode_batching, "_device", lambda states: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)  # nothing cached unless a test says so
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
     return calls
 
 
 def test_auto_on_cuda_sizes_the_batch_and_the_window_from_the_free_memory(monkeypatch):
     """A member's share: its padded cache (2 heads x 8 tokens x 4 dims x K+V x 4 bytes = 512), room for 16 new
-    tokens at 64 bytes each, the teacher-forced logits (2 x 4 bytes x 16 targets x 100 words): 14,336 bytes; half
-    the free memory goes to the batch."""
-    calls = fake_cuda(monkeypatch, 10 * 14_336 * 2)
+    tokens at 64 bytes each, its log-probs (4 bytes x 100 words x (16 steps + 2 x 16 targets)): 20,736 bytes;
+    half the free memory goes to the batch."""
+    calls = fake_cuda(monkeypatch, 10 * 20_736 * 2)
     states = [State() for _ in range(3)]
     batching = DecodeBatching(AUTO)
     assert batching.size(states, 16, 16, 100) == 10 and len(calls) == 1
     assert batching.samples_together(10, 3) == 3 and batching.samples_together(10, 11) == 1
     assert batching.out_of_memory(10) == 5 and batching.size(states, 16, 16, 100) == 5  # never above what failed
-    fake_cuda(monkeypatch, 14_336)  # less than one member's share: still one
+    fake_cuda(monkeypatch, 20_736)  # less than one member's share: still one
     assert DecodeBatching(AUTO).size(states, 16, 16, 100) == 1
 
 
@@ -248,7 +250,7 @@ class State:
 def test_auto_on_cpu_is_the_documented_default_and_a_number_is_a_limit(monkeypatch):
     states = [State() for _ in range(3)]
     assert DecodeBatching(AUTO).size(states, 16, 16, 100) == AUTO_CPU
-    monkeypatch.setattr(decode_batching, "_host_available", lambda: 10 * 14_336 * 2)  # 14,336 bytes a member (below)
+    monkeypatch.setattr(decode_batching, "_host_available", lambda: 10 * 20_736 * 2)  # 20,736 bytes a member (below)
     assert DecodeBatching(AUTO).size(states, 16, 16, 100) == 10
     monkeypatch.undo()
     assert DecodeBatching(3).size(states, 16, 16, 100) == 3 and DecodeBatching(1).sequential
@@ -313,3 +315,12 @@ def test_a_decoded_batchs_caches_are_freed_before_the_next_batch_decodes():
 
     run_group(2, samples=2, methods=METHODS[:5], patch=patch)
     assert len(held_at_start) >= 2 and held_at_start == [0] * len(held_at_start)
+
+
+def test_auto_on_cuda_counts_the_memory_torch_holds_cached_but_unused(monkeypatch):
+    """After a prefill torch's caching allocator keeps the freed activations reserved: the driver does not count
+    them free (mem_get_info) though the batch can use them. 4 members' worth free + 6 cached unused = 10."""
+    fake_cuda(monkeypatch, 4 * 20_736 * 2)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 9 * 20_736 * 2)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 3 * 20_736 * 2)
+    assert DecodeBatching(AUTO).size([State() for _ in range(3)], 16, 16, 100) == 10
