@@ -98,8 +98,8 @@ def test_decode_kl_sees_a_decoding_step_bug_that_teacher_forcing_misses(model, m
     kl, good = decode_kl()
     forward = generation.forward
 
-    def shifted(model_, cache, ids_, start, uneven, keep):  # decode steps only: one token at a time
-        return forward(model_, cache, ids_, start + 20 if len(ids_) == 1 else start, uneven, keep)
+    def shifted(model_, cache, ids_, start, uneven, keep, **options):  # decode steps only: one token at a time
+        return forward(model_, cache, ids_, start + 20 if len(ids_) == 1 else start, uneven, keep, **options)
 
     monkeypatch.setattr(generation, "forward", shifted)
     bad_kl, bad = decode_kl()
