@@ -52,7 +52,7 @@ class SampleGroup:
     members: list[Case]
     shared: object
     decode: Decode  # one member alone
-    context: object = None  # what BatchDecoder.decode needs of the sample (its prompt and reference)
+    context: object = None  # what BatchDecoder.decode needs of the sample (group_prefill.SampleContext)
 
 
 @dataclass

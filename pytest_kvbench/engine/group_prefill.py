@@ -16,6 +16,8 @@ reaches it, where what it raises belongs.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from kvmethods.runtime.batched_generation import BatchRequest, batch_kind, generate_batch
 from kvmethods.runtime.shared_prefill import shared_prefill
 from pytest_kvbench.cases import Case
@@ -24,6 +26,16 @@ from pytest_kvbench.engine.models import LoadedModel
 from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_of_memory
 from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
 from pytest_kvbench.engine.fidelity import fidelity_of
+
+
+class SampleContext(NamedTuple):
+    """What a sample's members need to decode and be scored (SampleGroup.context)."""
+
+    task: object
+    sample: object
+    prompt: object
+    loaded: LoadedModel
+    reference: object  # the reference's generation: its target_ids teacher-force the members
 
 
 class GroupPrefill:
@@ -50,7 +62,7 @@ class GroupPrefill:
     def _batch_size(self, states: list, task, groups: list[SampleGroup]) -> int:
         """Members per batch (DecodeBatching.size): each decoding step's log-probs (decode_kl) beside the
         teacher-forced ones over the groups' longest reference output (at most max_new_tokens + its eos)."""
-        targets = max(len(group.context[4].target_ids) for group in groups)
+        targets = max(len(group.context.reference.target_ids) for group in groups)
         return self.batching.size(states, task.max_new_tokens, targets, int(states[0].next_logits.shape[-1]))
 
     def _sample_group(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
@@ -65,7 +77,8 @@ class GroupPrefill:
             return self._compressed(member, self._method(member), member.budget, task, sample, prompt, loaded,
                                     reference, state)
 
-        return SampleGroup(sample.id, order, members, shared, decode, (task, sample, prompt, loaded, reference))
+        return SampleGroup(sample.id, order, members, shared, decode,
+                           SampleContext(task, sample, prompt, loaded, reference))
 
     def _window(self, case: Case, first: SampleGroup, task, loaded: LoadedModel) -> list[SampleGroup]:
         """The groups of the samples after `first` that decode in the same batches (batching across samples):
@@ -112,17 +125,17 @@ class GroupPrefill:
     def _compressed_batch(self, jobs: list[Job]) -> list:
         """_compressed for several members, of one sample or several, at once (one batched decoding): per job
         (generation, kl, agreement, decode_kl), or what failed that member alone (non-finite log-probs)."""
-        task, _, _, loaded, _ = jobs[0].group.context
+        task, loaded = jobs[0].group.context.task, jobs[0].group.context.loaded
         requests = []
         for job in jobs:
-            _, _, prompt, _, reference = job.group.context
+            sample_context = job.group.context
             requests.append(BatchRequest(self._method(job.member), job.member.budget, job.state,
-                                         len(prompt.input_ids), reference.target_ids))
+                                         len(sample_context.prompt.input_ids), sample_context.reference.target_ids))
         results = generate_batch(loaded.model, requests, None, task.max_new_tokens, loaded.eos_token_ids,
                                  return_logprobs=True)
         made: list = []
         for job, result in zip(jobs, results):
-            _, sample, _, _, reference = job.group.context
+            sample, reference = job.group.context.sample, job.group.context.reference
             try:
                 made.append((result, *fidelity_of(result, reference, f"{job.member.id} sample {sample.id}")))
             except Exception as exc:  # noqa: BLE001 - that member's failure, the others' results stand
