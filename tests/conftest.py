@@ -24,6 +24,30 @@ from kvmethods.core.catalog import BUILTINS
 for _entry in BUILTINS.values():
     importlib.import_module(_entry.module)
 
+INDEPENDENT = "transformers_independent"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        f"{INDEPENDENT}: the test's outcome cannot depend on the transformers version (the plugin's session logic: "
+        "progress, interrupts, faults, shards, the gate, tables, the kvbench command); CI's second environment "
+        "(.ci/kvpress-env.sh, transformers 5.2) deselects it with -m 'not " + INDEPENDENT + "'. Leave it off a test "
+        "that loads or runs a model through transformers in a way not already covered by an unmarked test, reads "
+        "a config, tokenizer or attention registry, or imports kvpress.")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under -n, a test module goes to one worker whole (loadscope; xdist's default `load` splits modules), so a
+    module- or session-scoped fixture that runs a benchmark (most of tests/plugin/) runs once, not once per worker.
+    An explicit --dist other than load is kept."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    return LoadScopeScheduling(config, log)
+
 
 @pytest.fixture
 def bench(pytester):

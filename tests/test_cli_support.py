@@ -11,9 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pytest_kvbench import atomic_files
 from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.record import Record
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 RUN_ID = "bench_0a1b2c3d_20250102_030405"
 OTHER_ID = "bench_9f8e7d6c_20250103_101010"

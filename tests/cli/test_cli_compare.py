@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from test_cli_support import (
     ENVIRONMENT,
     OTHER_ID,
@@ -16,6 +17,8 @@ from test_cli_support import (
 )
 
 from pytest_kvbench.comparison.baseline_file import write_baseline
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 GOOD = [1, 1, 0, 1, 1, 0.5, 1, 0, 1, 1, 1, 0, 1, 1, 0.5, 1, 1, 1, 0, 1] * 3
 

@@ -4,8 +4,12 @@ reports without failing)."""
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_kvbench.comparison.baseline_file import write_baseline
 from tests.test_cli_support import make_record, run_cli, typed_all, write_run
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 
 def gated(record: dict, status: str) -> dict:

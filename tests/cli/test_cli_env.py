@@ -7,7 +7,10 @@ import subprocess
 import sys
 
 from packaging.requirements import Requirement
+import pytest
 from test_cli_support import ENVIRONMENT, OTHER_ID, RUN_ID, assert_usage_error, make_record, run_cli, write_run
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 PACKAGES = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "pytest-kvbench": "0.1.0", "numpy": "2.4.6",
             "Jinja2": "3.1.6"}

@@ -20,6 +20,8 @@ from test_cli_support import (
 
 from pytest_kvbench.results.views.export import score_tables, to_latex, to_markdown
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 
 @pytest.fixture
 def results(tmp_path):

@@ -8,6 +8,8 @@ import pytest
 
 from helpers import SMALL_GRID, run_bench
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 
 def kvbench(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "pytest_kvbench.cli", *args], capture_output=True, text=True,

@@ -24,6 +24,8 @@ from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.run.merge import merge_runs
 from pytest_kvbench.results.run.directories import RunError, list_runs, load_run
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 
 @pytest.fixture
 def results(tmp_path):

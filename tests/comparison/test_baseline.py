@@ -22,6 +22,8 @@ from pytest_kvbench.comparison.verdicts import compare_record, comparison_summar
 from pytest_kvbench.results.run.environment import environment_differences
 from pytest_kvbench.results.record import Record
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 DEFAULT = parse_tolerances([])
 
 

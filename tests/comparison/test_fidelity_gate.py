@@ -10,6 +10,8 @@ from pytest_kvbench.comparison.baseline_file import Baseline, BaselineEntry, loa
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record, comparison_table, score_alone_note
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 DEFAULT = parse_tolerances([])
 N = 20
 

@@ -1,6 +1,7 @@
 """Each gate entry's power: the smallest score drop the gate fails (found with the gate's own statistics), the
 fidelity metrics that can fail it, and a one-line warning naming the entries that cannot fail at all."""
 
+import pytest
 from test_cli_support import make_record as record_json
 from test_cli_support import make_samples, typed
 
@@ -8,6 +9,8 @@ from pytest_kvbench.comparison.baseline_file import BaselineEntry
 from pytest_kvbench.comparison.power import cannot_fail_warning, entry_power, gate_powers, power_table
 from pytest_kvbench.comparison.tolerances import parse_tolerances
 from pytest_kvbench.comparison.verdicts import compare_record
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 DEFAULT = parse_tolerances([])
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 import pytest_kvbench.comparison.kvpress_scores as KT
 from kvmethods import get_method
 from pytest_kvbench.cases import MethodSpec
 from tests.test_cli_support import typed
 from tests.test_cli_support import make_record as record_json
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 
 def make_record(*args, **kwargs):

@@ -16,6 +16,8 @@ from pytest_kvbench.stats import (
     variation_curve,
 )
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 
 def test_identical_samples_give_a_zero_width_interval_at_zero():
     scores = [1, 0, 1, 0.5, 0.25]

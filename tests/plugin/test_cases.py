@@ -13,6 +13,8 @@ from pytest_kvbench.cases import Case, Grid, MethodSpec
 from pytest_kvbench.results.record import Record, budget_sort_key
 from pytest_kvbench.record_key import DEFAULT_PROTOCOL, protocol_key_part
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 
 def test_full_cache_reads_back_from_its_spelling_and_keeps_everything():
     assert Budget.parse(FULL_CACHE.spec) == FULL_CACHE and Budget.parse(" full ") == FULL_CACHE

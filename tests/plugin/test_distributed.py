@@ -23,6 +23,8 @@ from pytest_kvbench.input_values import parse_shard
 from pytest_kvbench.wiring.distributed.shards import select_shard, shard_cuts
 from pytest_kvbench.wiring.distributed.xdist_groups import parametrize_id, reference_group_scheduler, xdist_group_name
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 # ---------------------------------------------------------------------------- worker ids
 
 

@@ -20,6 +20,8 @@ from pytest_kvbench.engine.out_of_memory import (
 )
 from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 # ---------------------------------------------------------------------------- logits
 
 

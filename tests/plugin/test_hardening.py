@@ -18,6 +18,8 @@ from pytest_kvbench.results.run.merge import merge_runs
 from pytest_kvbench.results.record.serializer import from_json
 from pytest_kvbench.results.run.directories import RunError, load_run
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 DEFAULT = parse_tolerances([])
 
 

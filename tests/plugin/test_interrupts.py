@@ -24,6 +24,8 @@ from helpers import BENCH, HOOK_CONFTEST
 from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.run.lock import LOCK_FILE, RunLock
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 FIRST, SECOND = "full-passage_retrieval_en", "streamingllm-32-passage_retrieval_en"
 GRID = ["--kvbench-methods", "full,streamingllm", "--kvbench-budgets", "32", "--kvbench-tasks", "passage_retrieval_en",
         "--kvbench-samples", "1", "--kvbench-max-prompt-tokens", "200", "--kvbench-torch-threads", "1"]

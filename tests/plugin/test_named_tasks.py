@@ -13,6 +13,8 @@ from pytest_kvbench.tasks import DEFAULT_TASKS, SMOKE_TASKS, available_tasks
 from pytest_kvbench.tasks.packaged import has_packaged_data
 from pytest_kvbench.wiring.grid.named_tasks import identifiers, tasks_named
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 ONE_METHOD = ["--kvbench-methods", "full,snapkv", "--kvbench-budgets", "128"]
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from helpers import run_bench
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 GRID = ["--kvbench-methods", "snapkv", "--kvbench-budgets", "64", "--kvbench-tasks", "niah_single_1",
         "--kvbench-context-lengths", "512", "--kvbench-samples", "12"]
 

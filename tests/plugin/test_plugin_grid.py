@@ -7,6 +7,8 @@ import pytest
 from helpers import SMALL_GRID, collected_ids
 from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 
 def test_item_ids_are_readable_and_stable(bench):
     result = bench.runpytest("--collect-only", "-q", *SMALL_GRID)

@@ -16,6 +16,8 @@ import pytest
 
 from pytest_kvbench.wiring.distributed.gpu_slots import GPU_DRIVER_PATHS
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "datasets", "scipy", "matplotlib", "numpy", "pandas", "safetensors", "tokenizers")
 # what the benchmark's own plugin (run_plugin.py) brings: the grid, the case model, the task registry, results/

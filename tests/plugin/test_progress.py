@@ -6,6 +6,8 @@ import pytest
 
 from helpers import HOOK_CONFTEST, run_bench
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 GRID = ["--kvbench-methods", "full,snapkv", "--kvbench-budgets", "16", "--kvbench-tasks", "niah_single_1",
         "--kvbench-context-lengths", "256", "--kvbench-samples", "3", "--kvbench-max-prompt-tokens", "320"]
 TTY_CONFTEST = HOOK_CONFTEST + (

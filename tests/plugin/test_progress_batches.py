@@ -9,6 +9,8 @@ from pytest_kvbench.wiring.progress.eta import GroupedEstimate, PlannedItem
 from pytest_kvbench.wiring.progress.live import ItemProgress
 from pytest_kvbench.wiring.progress.text import batch_note
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 
 @pytest.mark.parametrize("batches, note", [
     ((), None),  # the run decoded no member (a later item of its group)

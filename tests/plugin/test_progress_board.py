@@ -7,6 +7,8 @@ from _pytest._io import TerminalWriter
 
 from pytest_kvbench.wiring.progress.board import CLEAR_ROW, RESTORE, SAVE, WorkersBoard
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 TOTAL_ITEMS = 10
 
 

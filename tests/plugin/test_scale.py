@@ -8,6 +8,8 @@ import pytest
 from helpers import HOOK_CONFTEST, SMALL_GRID, run_bench
 from pytest_kvbench.results.run import storage
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 
 def run_json(results):
     (run_dir,) = (results / "runs").iterdir()

@@ -6,8 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".ci"))
 import check_skips as CS  # noqa: E402
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 pytest_plugins = ["pytester"]
 
@@ -74,3 +78,19 @@ def test_an_unreadable_report_is_one_line_exit_2(tmp_path, capsys):
     else:
         raise AssertionError("no exit")
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_in_the_kvpress_environment_the_modules_it_exists_for_must_have_run(pytester, capsys):
+    """A transformers_independent marker put on a kvpress test by mistake deselects it: no skip, yet not run."""
+    for module in CS.MUST_RUN["kvpress"]:
+        path = pytester.path / (module.replace(".", "/") + ".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("def test_runs():\n    pass\n")
+    pytester.runpytest_subprocess("tests/", "-p", "no:cacheprovider", "--junitxml=all.xml", "-p", "no:kvbench")
+    assert CS.main([str(pytester.path / "all.xml"), "--env", "kvpress"]) == 0
+    left_out = CS.MUST_RUN["kvpress"][0]
+    pytester.runpytest_subprocess("tests/", "-p", "no:cacheprovider", "--junitxml=less.xml", "-p", "no:kvbench",
+                                  "--deselect", left_out.replace(".", "/") + ".py::test_runs")
+    assert CS.main([str(pytester.path / "less.xml"), "--env", "kvpress"]) == 1
+    assert f"NOT RUN in CI (kvpress): {left_out}" in capsys.readouterr().err
+    assert CS.main([str(pytester.path / "less.xml"), "--env", "main"]) == 0

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("kvmethods", "pytest_kvbench")
 

@@ -17,6 +17,8 @@ from kvmethods import available_methods
 from pytest_kvbench.wiring.default_selection import full_cache_scores
 from pytest_kvbench.wiring.grid.options import DEFAULT_METHODS
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 ROOT = Path(__file__).resolve().parents[2]
 REAL_RESULTS = ROOT / "results" / "real" / "RESULTS.md"
 CELL = re.compile(r"^\*{0,2}(-?[\d.]+)(?: ± ([\d.]+))?\*{0,2}$")

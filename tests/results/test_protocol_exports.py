@@ -11,10 +11,13 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from test_cli_support import RUN_ID, assert_usage_error, make_record, make_samples, run_cli, write_run
 
 from pytest_kvbench.results.exports.kvcache_factory_layout import DATASETS
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 # evaluate.py's EvaluationConfig fields, as save_config writes them (threshold / head_compression_ratio
 # are dropped when unset).

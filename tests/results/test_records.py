@@ -25,6 +25,8 @@ from pytest_kvbench.results.record.schema import SCHEMA_VERSION, RecordVersionEr
 from pytest_kvbench.results.run.directories import load_run
 from pytest_kvbench.cases import Case, MethodSpec
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 V1 = Path(__file__).parent / "data" / "run_v1"
 SAVED, GATED, SEED1, QUERY_AGNOSTIC = ("bench_133fd7b5_20261126_102216", "bench_672ced34_20261126_102355",
                                        "bench_75751ec8_20261126_102413", "bench_f946aa35_20261126_102425")

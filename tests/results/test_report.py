@@ -20,6 +20,8 @@ from test_cli_support import (
 from pytest_kvbench.results.report.html_report import build_report
 from pytest_kvbench.results.run.directories import load_run
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM = next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
 

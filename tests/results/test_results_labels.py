@@ -17,6 +17,8 @@ from pytest_kvbench.results.record.schema import SCHEMA_VERSION
 from pytest_kvbench.results.views.table_model import score_tables
 from pytest_kvbench.results.views.tables import results_markdown
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 HYPHEN_CONFTEST = HOOK_CONFTEST + '''
 from dataclasses import dataclass
 

@@ -15,6 +15,8 @@ from pytest_kvbench.results.run import storage
 from pytest_kvbench.cases import GridError
 from pytest_kvbench.results.run.directories import RunError, load_run
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 SEEDS = (0, 1, 2)  # variance needs several seeds of one item
 COMMANDS = {  # command -> its arguments for one run (RUN_ID)
     "show": ["show", RUN_ID],

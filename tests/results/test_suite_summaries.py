@@ -3,10 +3,14 @@ and average, in RESULTS.md and in the LaTeX export."""
 
 from dataclasses import replace
 
+import pytest
+
 from pytest_kvbench.results.views.export import to_latex
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.views.tables import results_markdown
 from pytest_kvbench.results.views.suite_summaries import suite_summaries
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 
 def record(method, budget, task, suite, score, splits=None, seed=0):

@@ -1,7 +1,11 @@
 """RESULTS.md tables: full row first, Avg, best compressed score in bold, needle heatmaps."""
 
+import pytest
+
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.views.tables import budget_tables, needle_heatmaps, results_markdown
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 
 def record(method, budget, task, score, ctx=None, samples=None, kl=0.1, **fields):

@@ -10,6 +10,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "measure"))
 import measure_methods  # noqa: E402
 
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 
 def costs(layers: int, plain_layer: float, repeat_layer: float, last_layer: float, fixed: float):
     """(plain, kvzip) CPU seconds of a model with `layers` layers under the cost model of the script."""

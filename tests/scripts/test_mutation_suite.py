@@ -6,6 +6,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
