@@ -6,6 +6,7 @@ torch's C extension does not survive (importing it again re-registers its operat
 """
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +36,22 @@ def pytest_configure(config):
         "(.ci/kvpress-env.sh, transformers 5.2) deselects it with -m 'not " + INDEPENDENT + "'. Leave it off a test "
         "that loads or runs a model through transformers in a way not already covered by an unmarked test, reads "
         "a config, tokenizer or attention registry, or imports kvpress.")
+    if config.getoption("numprocesses", None) or os.environ.get("PYTEST_XDIST_WORKER"):
+        one_torch_thread_per_worker()
+
+
+def one_torch_thread_per_worker() -> None:
+    """Under -n (README's `pytest tests/ -n auto`: a worker per core), each worker computes with one torch thread, and
+    so does every benchmark a test starts in a subprocess (OMP_NUM_THREADS, which the workers started after this and
+    the subprocesses inherit). torch's default, a thread per core in every process, put 4 spinning OpenMP threads on
+    2 cores: tests/kvmethods/test_families.py -n 2 took 193 CPU s that way, 54 with one thread each. An
+    OMP_NUM_THREADS already set is kept."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    import torch
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 @pytest.hookimpl(optionalhook=True)
