@@ -6,11 +6,14 @@ torch's C extension does not survive (importing it again re-registers its operat
 """
 
 import importlib
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 import pytest_kvbench.engine.runner  # noqa: F401 (see above)
 
@@ -74,9 +77,24 @@ def bench(pytester):
 
 
 @pytest.fixture(scope="session")
-def small_run(tmp_path_factory):
-    """A real benchmark run of the small grid without xdist: (workdir, process, results dir)."""
-    base = tmp_path_factory.mktemp("small_run")
+def small_run(tmp_path_factory, worker_id):
+    """A real benchmark run of the small grid without xdist: (workdir, process, results dir, its folder), read-only.
+
+    Under -n it is made once for the whole session, not once per worker that needs it (four modules do): the first
+    worker to ask makes it in the session's folder shared by the workers, under a file lock; the others wait and
+    read it."""
+    if worker_id == "master":
+        return _small_run(tmp_path_factory.mktemp("small_run"))
+    base = tmp_path_factory.getbasetemp().parent / "small_run"
+    with FileLock(f"{base}.lock"):
+        if not (base / "proc.json").exists():
+            proc = _small_run(base)[1]
+            (base / "proc.json").write_text(json.dumps([proc.args, proc.returncode, proc.stdout, proc.stderr]))
+    proc = subprocess.CompletedProcess(*json.loads((base / "proc.json").read_text()))
+    return base / "work", proc, base / "res", base
+
+
+def _small_run(base: Path):
     results = base / "res"
     proc = run_bench(base / "work", *SMALL_GRID, "--kvbench-results", str(results), f"--junitxml={base / 'j.xml'}")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
