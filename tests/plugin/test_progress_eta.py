@@ -4,7 +4,7 @@ import pytest
 
 from pytest_kvbench.wiring.progress.eta import GroupedEstimate, PlannedItem
 
-MEMBERS = 15  # full + 7 methods x 2 budgets: the default job's reference group
+MEMBERS = 15  # full + 7 methods x 2 budgets: the default job's reference group when the seconds below were measured
 
 
 def default_job(groups):
