@@ -98,6 +98,10 @@ class Grid:
     models: list[str] = field(default_factory=lambda: [DEFAULT_MODEL])
     methods: list[MethodSpec] = field(default_factory=list)
     budgets: list[Budget] = field(default_factory=list)  # parsed once, by wiring/grid/options.py
+    # The budgets of the methods that evict nothing (quantizers, ThinK: a token budget means nothing to a method
+    # that keeps every token), when no budget was given: the default byte budget (wiring/grid/options.py). Empty:
+    # every method runs at `budgets`, as it does whenever budgets are given.
+    storage_budgets: list[Budget] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
     tasks_named: bool = False  # the user listed the tasks (else the default grid: default_selection.py)
     tasks_added: list[str] = field(default_factory=list)  # named by -k / -m, added to the default grid (named_tasks.py)
@@ -126,7 +130,6 @@ class Grid:
         protocol); the (task, protocol) pairs in `unserved` are left out."""
         show_model = len(self.models) > 1
         show_seed = len(self.seeds) > 1
-        smallest = min(self.budgets, key=lambda budget: budget.sort_key) if self.budgets else None
         out: list[Case] = []
         for model in self.models:
             for task in self.tasks:
@@ -136,9 +139,9 @@ class Grid:
                 for method in self.methods:
                     # a method that changes nothing (full) has no budget axis: it runs once, uncompressed
                     capabilities = describe_method(method.name, **method.param_dict).capabilities
-                    keeps_all = not capabilities
                     sliding = self.sliding if Capability.COMPRESSES in capabilities else DEFAULT_SLIDING
-                    budgets = [FULL_CACHE] if keeps_all else self.budgets
+                    budgets = self.budgets_of(capabilities)
+                    smallest = min(budgets, key=lambda budget: budget.sort_key) if budgets else None
                     for budget in budgets:
                         for length in lengths:
                             for seed, protocol in itertools.product(self.seeds, self.protocols):
@@ -146,7 +149,7 @@ class Grid:
                                     continue
                                 smoke = (
                                     task in self.smoke_tasks
-                                    and budget in (smallest, FULL_CACHE)
+                                    and budget == smallest  # of the method's own budgets
                                     and length == (lengths[0] if lengths else None)
                                     and seed == self.seeds[0]
                                     and model == self.models[0]
@@ -154,6 +157,15 @@ class Grid:
                                 out.append(Case(model, method, budget, task, suite, length, seed,
                                                 self.samples, smoke, show_model, show_seed, protocol, sliding))
         return out
+
+    def budgets_of(self, capabilities: Capability) -> list[Budget]:
+        """The budgets a method with these capabilities runs at: none but the full cache for a method that changes
+        nothing (full); the storage budgets, when the grid has them, for one that evicts nothing; else `budgets`."""
+        if not capabilities:
+            return [FULL_CACHE]
+        if self.storage_budgets and Capability.COMPRESSES not in capabilities:
+            return self.storage_budgets
+        return self.budgets
 
     def as_dict(self) -> dict:
         return {
@@ -170,7 +182,8 @@ class Grid:
             "data_dir": self.data_dir,
             "max_prompt_tokens": self.max_prompt_tokens,
             "preset": self.preset,
-        } | ({"sliding": self.sliding} if self.sliding != DEFAULT_SLIDING else {})  # older runs' settings stay equal
+        } | ({"sliding": self.sliding} if self.sliding != DEFAULT_SLIDING else {}) | (  # older runs' settings stay equal
+            {"storage_budgets": [budget.spec for budget in self.storage_budgets]} if self.storage_budgets else {})
 
 
 def parse_positive_int(text: Any, what: str, maximum: int = MAX_SAMPLES) -> int:

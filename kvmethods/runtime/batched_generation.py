@@ -98,8 +98,9 @@ def can_decode_in_batch(method: Method, state: PrefilledPrompt) -> bool:
 def batched_cache(states: list[PrefilledPrompt], room: int, windows: list[int | None] | None = None) -> DynamicCache:
     """The members' caches as one batch: padded into BatchedLayers (the members' caches stay as they are) or,
     for storages of their own, MemberLayers over forks of the members' layers (which decoding changes; a fork
-    shares the stored codes, CompactLayer.fork) reading into one MemberBuffer, their sliding layers' windows
-    (full precision) padded. `windows`: each layer's sliding window (a dense member's sliding layer too). Linear
+    shares the stored codes, CompactLayer.fork) each reading into its layer's MemberBuffer (the batch's working
+    memory, kept between steps, with `room` for the new tokens), their sliding layers' windows (full precision)
+    padded. `windows`: each layer's sliding window (a dense member's sliding layer too). Linear
     layers' states are stacked along the batch axis (mixed_cache.stacked_state)."""
     n_layers = len(states[0].cache.layers)
     members = [[s.cache.layers[i] for s in states] for i in range(n_layers)]
@@ -109,11 +110,10 @@ def batched_cache(states: list[PrefilledPrompt], room: int, windows: list[int | 
         layers = [stacked_state(of) if is_state_layer(of[0]) else BatchedLayer(of, room, windows[i])
                   for i, of in enumerate(members)]
     else:
-        buffer = MemberBuffer()  # one layer's padded read, reused by every layer
         windows = windows if windows is not None and len(windows) == n_layers else [None] * n_layers
         layers = [stacked_state(of) if is_state_layer(of[0])
                   else BatchedLayer(of, room, windows[i]) if all(map(can_batch, of))  # sliding windows
-                  else MemberLayers([layer.fork() for layer in of], buffer)
+                  else MemberLayers([layer.fork() for layer in of], MemberBuffer(room))
                   for i, of in enumerate(members)]
     return cache_of_layers(states[0].cache, layers)
 

@@ -20,8 +20,9 @@ greedy decoding share one padded copy. Plain dense layers, ragged layers and sli
 
 Layers that store their tokens their own way (`CompactLayer`: KIVI's codes, ThinK's thin keys) batch with each
 other instead (`MemberLayers`): each keeps its own layer, updated on its own row, so that what it quantizes
-while decoding is quantized as alone; the batch pads what they return at every step. Any other storage (a
-third party's) decodes alone.
+while decoding is quantized as alone; the batch keeps what they return padded, per layer, as its working memory
+(`MemberBuffer`), and each member writes only what changed since its last step. Any other storage (a third
+party's) decodes alone.
 """
 
 from __future__ import annotations
@@ -212,49 +213,64 @@ def can_batch_as_members(layer) -> bool:
 
 
 class MemberBuffer:
-    """The padded keys and values a batch of member layers returns, one buffer for every layer of the batch.
+    """One layer's padded keys and values of a batch of member layers: the batch's working memory.
 
-    Each layer's read is written straight into it (CompactLayer.update_into) and attention is done with it before
-    the next layer reads, so one layer's worth of full-precision keys and values serves them all: what stays
-    allocated between steps is that one layer's read, never a dequantized copy of the cache. Padding after a
-    member's tokens must be zeros (masked, but a stale value could be non-finite): `written[b]` is how far row b
-    holds anything, and what lies past a member's tokens is cleared before it is returned."""
+    Each member layer writes what it returns into its row (CompactLayer.update_into) and the buffer is kept
+    between steps, so that a member writes only what changed since its last step: KIVI dequantizes each of its
+    quantized groups once per batch (the groups quantized while decoding once they are) and copies its
+    full-precision window, instead of dequantizing its whole store at every step. The stored bytes (the records'
+    KV figures) stay the codes; this buffer is the batch's, counted by the batch sizing as a dense row at the
+    model's dtype (pytest_kvbench/engine/decode_batching.py). Alone (batch 1, generation.generate) a KIVI layer
+    dequantizes at every step and keeps nothing. Padding after a member's tokens is zeros (masked, but a stale
+    value could be non-finite): a row's tokens only grow, and what lies past them is cleared if they ever do not."""
 
-    ROOM = 64  # positions allocated past the longest member, so that decoding grows the buffer rarely
+    ROOM = 64  # positions allocated past the longest member when no room is given
 
-    def __init__(self):
+    def __init__(self, room: int = ROOM):
+        self.room = max(1, room)
         self.keys: torch.Tensor | None = None  # [B, heads, capacity, dim]
         self.values: torch.Tensor | None = None
-        self.written: list[int] = []
+        self.filled: list[int] = []  # positions each row holds
+        self.stable: list[tuple[int, int]] = []  # leading keys and values each row need not write again
 
-    def reset(self) -> None:
-        """Forget the buffer (the batch's rows changed); the next read allocates a zeroed one."""
-        self.keys = self.values = None
-
-    def views(self, like: torch.Tensor, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """[batch, heads, length, dim] views of zeroed or cleared buffers shaped and typed as `like`'s heads."""
+    def views(self, like: torch.Tensor, batch: int, length: int, held: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """[batch, heads, length, dim] views of the buffers (zeroed when new, with room for `room` tokens after the
+        `held` the longest member held before this update; grown keeping what they hold)."""
         heads, dim = like.shape[1], like.shape[-1]
-        if self.keys is None or self.keys.shape[0] != batch or self.keys.shape[2] < length or \
-                self.keys.shape[1] != heads or self.keys.shape[-1] != dim or self.keys.dtype != like.dtype:
-            self.keys = like.new_zeros(batch, heads, length + self.ROOM, dim)
-            self.values = like.new_zeros(batch, heads, length + self.ROOM, dim)
-            self.written = [0] * batch
+        if self.keys is None or self.keys.shape[0] != batch or self.keys.shape[1] != heads or \
+                self.keys.shape[-1] != dim or self.keys.dtype != like.dtype:
+            capacity = max(length, held + self.room)
+            self.keys = like.new_zeros(batch, heads, capacity, dim)
+            self.values = like.new_zeros(batch, heads, capacity, dim)
+            self.filled, self.stable = [0] * batch, [(0, 0)] * batch
+        elif self.keys.shape[2] < length:  # out of room: grow, what the rows hold kept
+            grow = length + self.room - self.keys.shape[2]
+            self.keys, self.values = (torch.cat([t, t.new_zeros(*t.shape[:2], grow, t.shape[-1])], dim=-2)
+                                      for t in (self.keys, self.values))
         return self.keys[:, :, :length], self.values[:, :, :length]
 
-    def filled(self, row: int, length: int) -> None:
-        """Row `row` now holds `length` positions; what it held past them is cleared."""
-        if self.written[row] > length:
-            self.keys[row, :, length: self.written[row]].zero_()
-            self.values[row, :, length: self.written[row]].zero_()
-        self.written[row] = length
+    def done(self, row: int, length: int, stable: tuple[int, int]) -> None:
+        """Row `row` now holds `length` positions, of which the first `stable` keys and values stay as they are."""
+        if self.filled[row] > length:
+            self.keys[row, :, length: self.filled[row]].zero_()
+            self.values[row, :, length: self.filled[row]].zero_()
+        self.filled[row], self.stable[row] = length, stable
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """Only these rows stay (the other members stopped)."""
+        if self.keys is not None:
+            index = torch.tensor(rows, device=self.keys.device)
+            self.keys, self.values = self.keys[index], self.values[index]
+            self.filled = [self.filled[row] for row in rows]
+            self.stable = [self.stable[row] for row in rows]
 
 
 class MemberLayers(DynamicLayer):
     """One layer of B members whose storage is their own (quantized, channel-pruned): each member's layer takes
     its own row of the new tokens and returns its keys and values exactly as it does alone (its quantization of
-    the tokens leaving its window included), written into row b of the batch's MemberBuffer (shared by every
-    layer of the batch), padded after the member's tokens; `attention_mask()` hides the padding, each member's
-    new tokens at the end of its own tokens."""
+    the tokens leaving its window included), written into row b of the layer's MemberBuffer (kept between steps:
+    each member writes only what changed), padded after the member's tokens; `attention_mask()` hides the
+    padding, each member's new tokens at the end of its own tokens."""
 
     def __init__(self, layers: list, buffer: MemberBuffer | None = None):
         super().__init__()
@@ -267,12 +283,12 @@ class MemberLayers(DynamicLayer):
         return len(self.members)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        new = key_states.shape[-2]
-        longest = max(layer.get_seq_length() for layer in self.members) + new
-        keys, values = self.buffer.views(key_states, len(self.members), longest)
+        held = max(layer.get_seq_length() for layer in self.members)
+        keys, values = self.buffer.views(key_states, len(self.members), held + key_states.shape[-2], held)
         for b, layer in enumerate(self.members):
-            n = layer.update_into(key_states[b: b + 1], value_states[b: b + 1], keys[b: b + 1], values[b: b + 1])
-            self.buffer.filled(b, n)
+            n, stable = layer.update_into(key_states[b: b + 1], value_states[b: b + 1], keys[b: b + 1],
+                                          values[b: b + 1], self.buffer.stable[b])
+            self.buffer.done(b, n, stable)
         return keys, values
 
     def get_seq_length(self) -> int:
@@ -286,7 +302,7 @@ class MemberLayers(DynamicLayer):
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         self.members = [self.members[int(row)] for row in rows]
-        self.buffer.reset()
+        self.buffer.keep_rows([int(row) for row in rows])
 
     def attention_mask(self, query_length: int, num_query_heads: int) -> torch.Tensor:
         """[B, 1, query_length, longest + query_length] bool: member b sees its own tokens, its new ones causally

@@ -30,14 +30,18 @@ class CompactLayer(DynamicLayer):
     def stored_bytes(self) -> int:
         raise NotImplementedError
 
-    def update_into(self, key_states, value_states, keys_out, values_out) -> int:
+    def update_into(self, key_states, value_states, keys_out, values_out,
+                    written: tuple[int, int] = (0, 0)) -> tuple[int, tuple[int, int]]:
         """update(), with the keys and values it returns ([batch, heads, n, dim]) written into the first n
-        positions of keys_out / values_out (views of a batch's buffer, room for n at least); returns n."""
+        positions of keys_out / values_out (views of a batch's working buffer, room for n at least, kept between
+        steps). `written`: how many leading keys and values the buffers already hold from this layer's earlier
+        calls, which a subclass need not write again. Returns n and how many leading keys and values stay the same
+        from now on (here none: everything is written every time)."""
         keys, values = self.update(key_states, value_states)
         n = keys.shape[-2]
         keys_out[..., :n, :].copy_(keys)
         values_out[..., :n, :].copy_(values)
-        return n
+        return n, (0, 0)
 
     def fork(self) -> CompactLayer:
         """A copy that decoding can update without changing this layer (a deep copy unless a subclass knows

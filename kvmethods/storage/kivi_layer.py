@@ -14,8 +14,10 @@ Cache API; no attention forward is touched). What it stores follows the KIVI ref
 model attends in its own dtype over the dequantized cache (the reference fuses that into its kernels;
 the values seen are the same). Nothing dequantized is kept between reads: the stored bytes stay the
 quantized ones. Each read writes the codes' values straight into one new buffer per tensor (keys are
-stored token-major, quantized along axis -2, so no transpose), beside the copied window; in a batch of
-members (`update_into`), into the batch's buffer, which every layer reuses (batched.MemberBuffer). The new tokens are attended in full precision before they are
+stored token-major, quantized along axis -2, so no transpose), beside the copied window. In a batch of
+members (`update_into`) the reads go into the batch's buffer for the layer (batched.MemberBuffer), which the batch
+keeps as its working memory: only the groups quantized since the member's last step are dequantized, and the
+window copied after them (docs/batched-decoding.md: the trade-off). The new tokens are attended in full precision before they are
 quantized, as in the reference. `stored_bytes()` counts what the tensors hold: packed codes, scales,
 zero points and the full-precision window.
 
@@ -84,17 +86,20 @@ class KIVILayer(CompactLayer):
         return keys, self._read(self.quantized_values, self.values, thin=False)
 
     def _read(self, store: QuantizedGroups | None, window: torch.Tensor, thin: bool,
-              out: torch.Tensor | None = None) -> torch.Tensor:
+              out: torch.Tensor | None = None, written: int = 0) -> torch.Tensor:
         """The store dequantized, then the window: one new [batch, heads, n + window, head_dim] tensor, or
-        written into `out` (a view of that shape)."""
+        written into `out` (a view of that shape), whose first `written` tokens already hold the store's
+        (a batch's working buffer, update_into): only the store's tokens after them are dequantized."""
         if store is None:
             return window if out is None else out.copy_(window)
         n = store.shape[-2]  # tokens
         held = window.new_empty(*window.shape[:2], n + window.shape[-2], window.shape[-1]) if out is None else out
-        if thin:  # think+kivi: the kept channels come back, the pruned ones read as zeros
-            widened(store.dequantize(), self.channels, window.shape[-1], out=held[..., :n, :])
-        else:
-            store.dequantize(out=held[..., :n, :])
+        if written < n:
+            part = store if written == 0 else store.tokens(written, n)
+            if thin:  # think+kivi: the kept channels come back, the pruned ones read as zeros
+                widened(part.dequantize(), self.channels, window.shape[-1], out=held[..., written:n, :])
+            else:
+                part.dequantize(out=held[..., written:n, :])
         held[..., n:, :] = window
         return held
 
@@ -104,14 +109,21 @@ class KIVILayer(CompactLayer):
         self._flush()
         return keys, values
 
-    def update_into(self, key_states, value_states, keys_out, values_out) -> int:
-        """update(), read straight into a batch's buffers (batched.MemberLayers): no tensor of its own."""
+    def update_into(self, key_states, value_states, keys_out, values_out,
+                    written: tuple[int, int] = (0, 0)) -> tuple[int, tuple[int, int]]:
+        """update(), read straight into a batch's buffers (batched.MemberLayers), whose first written[0] keys and
+        written[1] values already hold this layer's quantized ones from an earlier call: only the groups
+        quantized since are dequantized, and the full-precision window is copied after them. Returns the tokens
+        held and how many keys and values of the buffers now hold quantized ones (the store read before this
+        step's _flush: the window's tokens it quantizes are dequantized into their slots on the next call)."""
         self._append(key_states, value_states)
         n = self.get_seq_length()
-        self._read(self.quantized_keys, self.keys, self.channels is not None, out=keys_out[..., :n, :])
-        self._read(self.quantized_values, self.values, False, out=values_out[..., :n, :])
+        stores = tuple(0 if q is None else q.shape[-2] for q in (self.quantized_keys, self.quantized_values))
+        self._read(self.quantized_keys, self.keys, self.channels is not None, out=keys_out[..., :n, :],
+                   written=written[0])
+        self._read(self.quantized_values, self.values, False, out=values_out[..., :n, :], written=written[1])
         self._flush()
-        return n
+        return n, stores
 
     def fork(self) -> KIVILayer:
         """A shallow copy: update() and _flush() rebind the tensors and stores, never write into them, so the

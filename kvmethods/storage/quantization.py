@@ -74,6 +74,20 @@ class QuantizedGroups:
     def stored_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.codes, self.scale, self.zero))
 
+    def tokens(self, start: int, stop: int) -> QuantizedGroups:
+        """The tokens [start, stop) (axis -2 of the original shape) as groups of their own, views of these: keys
+        (axis -2) at whole groups only. Their dequantize() gives bit for bit those tokens of this one's: every
+        value is rounded from its own code, scale and zero point alone."""
+        if self.axis == -1:
+            return QuantizedGroups(self.codes[..., start:stop, :], self.scale[..., start:stop, :],
+                                   self.zero[..., start:stop, :], self.bits, self.group_size, self.axis)
+        if start % self.group_size or stop % self.group_size:
+            raise ValueError(f"tokens {start}:{stop} cut groups of {self.group_size} along the quantized axis")
+        packed = self.bits * self.group_size // 8  # bytes a group of tokens packs into, per channel
+        first, last = start // self.group_size, stop // self.group_size
+        return QuantizedGroups(self.codes[..., first * packed: last * packed, :], self.scale[..., first:last, :],
+                               self.zero[..., first:last, :], self.bits, self.group_size, self.axis)
+
     def levels(self) -> torch.Tensor:
         """The integer codes, unpacked (uint8, the original shape)."""
         if self.bits == 8:

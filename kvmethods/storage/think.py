@@ -56,6 +56,21 @@ class ChannelPrunedLayer(CompactLayer):
         self.values = torch.cat([self.values, value_states], dim=-2)
         return torch.cat([widened(self.pruned_keys, self.channels, self.head_dim), self.keys], dim=-2), self.values
 
+    def update_into(self, key_states, value_states, keys_out, values_out,
+                    written: tuple[int, int] = (0, 0)) -> tuple[int, tuple[int, int]]:
+        """update() into a batch's working buffers (CompactLayer.update_into): no token changes once held, so only
+        what the buffers do not hold yet is written (the thin keys widened once)."""
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = torch.cat([self.values, value_states], dim=-2)
+        n, pruned = self.values.shape[-2], self.pruned_keys.shape[-2]
+        if written[0] < pruned:
+            widened(self.pruned_keys[..., written[0]:, :], self.channels, self.head_dim,
+                    out=keys_out[..., written[0]: pruned, :])
+        start = max(written[0], pruned)
+        keys_out[..., start: n, :] = self.keys[..., start - pruned:, :]
+        values_out[..., written[1]: n, :] = self.values[..., written[1]:, :]
+        return n, (n, n)
+
     def get_seq_length(self) -> int:
         return self.values.shape[-2]
 

@@ -57,3 +57,20 @@ def test_a_case_key_reads_back_as_its_labels():
     assert record.to_json()["budget"] == {"spec": "r0.5", "kind": "ratio", "value": 0.5}
     assert tuple(record.labels) == ("org/model-a", "snapkv", "r0.5", "niah_single_1@4096", "seed1", "multi_turn", "keep")
     assert case.key.endswith(protocol_key_part("multi_turn")) and protocol_key_part(DEFAULT_PROTOCOL) == ""
+
+
+def test_a_method_that_evicts_nothing_runs_at_the_grids_storage_budgets():
+    """A quantizer keeps every token whatever the token budget: with storage budgets (the default grid's byte budget)
+    it runs at those alone, its smallest one smoke; an evictor composed with it keeps the token budgets."""
+    grid = Grid(methods=[MethodSpec("full"), MethodSpec("snapkv"), MethodSpec("kivi"), MethodSpec("snapkv+kivi")],
+                budgets=[Budget.parse("256"), Budget.parse("128")], tasks=["qasper"], smoke_tasks=["qasper"],
+                storage_budgets=[Budget.parse("m0.25"), Budget.parse("m0.125")])
+    cases = grid.cases("longbench", lambda task: "longbench")
+    assert [(c.method.label, c.budget.spec, c.smoke) for c in cases] == [
+        ("full", "full", True), ("snapkv", "256", False), ("snapkv", "128", True), ("kivi", "m0.25", False),
+        ("kivi", "m0.125", True), ("snapkv+kivi", "256", False), ("snapkv+kivi", "128", True)]
+    assert grid.as_dict()["storage_budgets"] == ["m0.25", "m0.125"]
+    grid.storage_budgets = []  # budgets given: every method runs at them, and the settings read as before
+    assert [(c.budget.spec, c.smoke) for c in grid.cases("longbench", lambda task: "longbench")
+            if c.method.name == "kivi"] == [("256", False), ("128", True)]
+    assert "storage_budgets" not in grid.as_dict()

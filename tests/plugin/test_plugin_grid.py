@@ -99,3 +99,22 @@ def test_malformed_grid_file_is_a_usage_error(bench):
     bench.makefile(".toml", grid2='method = ["full"]\n')
     result = bench.runpytest("--collect-only", "--kvbench-config", "grid2.toml")
     assert "unknown key(s) method" in result.stderr.str()
+
+
+def test_the_default_grid_runs_its_quantizer_at_a_byte_budget(bench):
+    """kivi keeps every token whatever the token budget, so the default budgets (128, 256) give it the byte budget
+    m0.125: one kivi item per task, in the smoke subset (the gate covers the quantization family); a budget given
+    applies to every method, kivi included."""
+    smoke = collected_ids(bench.runpytest("--collect-only", "-q", "-m", "smoke"))
+    assert [i for i in smoke if i.startswith("kivi")] == [f"kivi-m0.125-{task}" for task in
+                                                           ["passkey", "lcc", "longbench_v2", "aime2024:max_new_tokens=64",
+                                                            "niah_single_1-ctx2048", "scbench_vt"]]
+    assert not any(i.startswith("kivi") for i in smoke if "m0.125" not in i)
+    assert not any("m0.125" in i for i in smoke if not i.startswith("kivi"))
+    chosen = ["--kvbench-tasks", "passage_retrieval_en"]
+    ids = collected_ids(bench.runpytest("--collect-only", "-q", "--kvbench-methods", "snapkv,kivi", *chosen))
+    assert ids == ["snapkv-128-passage_retrieval_en", "snapkv-256-passage_retrieval_en",
+                   "kivi-m0.125-passage_retrieval_en"]
+    ids = collected_ids(bench.runpytest("--collect-only", "-q", "--kvbench-methods", "snapkv,kivi",
+                                        "--kvbench-budgets", "128", *chosen))
+    assert ids == ["snapkv-128-passage_retrieval_en", "kivi-128-passage_retrieval_en"]

@@ -6,7 +6,7 @@ from pytest_kvbench.wiring.progress.eta import GroupedEstimate, PlannedItem
 
 pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
-MEMBERS = 15  # full + 7 methods x 2 budgets: the default job's reference group
+MEMBERS = 15  # full + 7 methods x 2 budgets: the default job's reference group when the seconds below were measured
 
 
 def default_job(groups):

@@ -51,6 +51,9 @@ def _merged_grid(runs: list[Run]) -> dict:
                 if value not in union:
                     union.append(value)
         merged[name] = union
+    storage_budgets = [b for grid in grids for b in grid.get("storage_budgets") or []]  # cases.Grid: only when set
+    if storage_budgets:
+        merged["storage_budgets"] = list(dict.fromkeys(storage_budgets))
     return merged
 
 

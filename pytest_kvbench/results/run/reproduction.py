@@ -15,8 +15,8 @@ from pytest_kvbench.results.run.directories import Run
 
 SELF = "pytest-kvbench"  # installed from the commit, never pinned by version
 MODEL_FIELDS = ("source", "revision", "dtype", "attn_implementation")
-GRID_FIELDS = ("models", "methods", "budgets", "tasks", "context_lengths", "samples", "seeds", "protocol", "dtype",
-               "attn_implementation", "data_dir", "max_prompt_tokens")
+GRID_FIELDS = ("models", "methods", "budgets", "storage_budgets", "tasks", "context_lengths", "samples", "seeds",
+               "protocol", "dtype", "attn_implementation", "data_dir", "max_prompt_tokens")
 
 
 def _environments(run: Run) -> list[dict]:

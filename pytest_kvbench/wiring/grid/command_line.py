@@ -13,14 +13,18 @@ import pytest
 from pytest_kvbench.input_values import InputError as GridError  # cases.GridError, without the case model
 from pytest_kvbench.input_values import parse_shard, shown_list
 
-DEFAULT_METHODS = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "tova", "knorm", "random"]
+# full, seven eviction methods and a quantizer (kivi: every method family the product ships has a row of the main
+# job's table and an item of the smoke gate; it runs at options.DEFAULT_STORAGE_BUDGETS, a byte budget)
+DEFAULT_METHODS = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "tova", "knorm", "random", "kivi"]
 
 # name -> (help, ini type); each becomes --kvbench-<name> and the ini key kvbench_<name>.
 GRID_OPTIONS: dict[str, tuple[str, str]] = {
     "model": ("model: 'default' (embedded), a named model (kvbench models), a hub id, a local path or a .gguf file; repeat or comma-separate for several", "linelist"),
-    "methods": ("methods, comma-separated; parameters as snapkv:window=64:kernel=5 (default: full and 7 eviction "
-                "methods: " + ",".join(DEFAULT_METHODS[1:]) + ")", "linelist"),
-    "budgets": ("budgets: KV tokens kept per layer per KV head (1024) or fraction removed (r0.5)", "linelist"),
+    "methods": ("methods, comma-separated; parameters as snapkv:window=64:kernel=5 (default: full, 7 eviction "
+                "methods: " + ",".join(DEFAULT_METHODS[1:-1]) + ", and the quantizer " + DEFAULT_METHODS[-1] + ")",
+                "linelist"),
+    "budgets": ("budgets: KV tokens kept per layer per KV head (1024), fraction removed (r0.5) or byte fraction "
+                "(m0.25); default 128,256, and m0.125 for a method that evicts nothing (a quantizer)", "linelist"),
     "tasks": ("tasks, comma-separated (LongBench and RULER names)", "linelist"),
     "samples": ("samples per task (positive integer)", "string"),
     "seed": ("seed of sample generation and of random methods", "string"),

@@ -21,11 +21,14 @@ from pytest_kvbench.wiring.grid.cache_protocols import (check_decoding_intervals
                                                         check_tasks_serve_protocols)
 
 
-def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, str | None] = (None, None)) -> None:
+def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, str | None] = (None, None),
+                  storage_budgets: list[str] = ()) -> None:
     """Names, budgets and paths checked against the registries, still without loading a model;
     repeated values are reduced to one canonical spelling (canonical.py). ``selection``: pytest's -k and -m
-    expressions, whose task names join a default grid (named_tasks.py)."""
+    expressions, whose task names join a default grid (named_tasks.py). ``storage_budgets``: the default budgets
+    of the methods that evict nothing (options.py), kept only when the grid has such a method."""
     methods, compressing, capabilities = [], [], {}
+    evicting_nothing = False
     for spec in grid.methods:  # describe_method names the valid methods for an unknown one
         try:
             described = describe_method(spec.name, **spec.param_dict)
@@ -35,6 +38,7 @@ def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, s
             compressing.append(described.name)
         if described.capabilities & (Capability.COMPRESSES | Capability.OWN_STORAGE):
             capabilities[str(spec)] = described.capabilities
+        evicting_nothing |= bool(described.capabilities) and Capability.COMPRESSES not in described.capabilities
         for name, value in described.params.items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise GridError(f"{spec.name}: parameter {name!r} must be a finite number, got {value!r}")
@@ -44,6 +48,7 @@ def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, s
         grid.budgets = canonical.unique((Budget.parse(b) for b in budgets), key=lambda budget: budget.spec)
     except MethodError as exc:
         raise GridError(f"--kvbench-budgets: {exc}") from None
+    grid.storage_budgets = [Budget.parse(b) for b in storage_budgets] if evicting_nothing else []
     if FULL_CACHE in grid.budgets:
         raise GridError(f"--kvbench-budgets: {FULL_CACHE.spec!r} is not a compression budget; the full cache runs "
                         f"once per task as the method {FULL_CACHE.spec!r}")

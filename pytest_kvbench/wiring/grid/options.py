@@ -25,6 +25,10 @@ from pytest_kvbench.wiring.grid.grid_checks import validate_grid
 from pytest_kvbench.wiring.grid.grid_file import load_grid_file, toml_methods
 
 DEFAULT_BUDGETS = ["128", "256"]
+# A method that evicts nothing (kivi, hf_quantized, think) keeps every token whatever the token budget: under the
+# default budgets it runs at this byte budget instead (an eighth of the full cache's bytes: 2-bit KIVI's nominal
+# size), whose KV/budget column says how its bytes compare. Budgets given anywhere apply to every method.
+DEFAULT_STORAGE_BUDGETS = ["m0.125"]
 DEFAULT_SAMPLES = 20
 
 
@@ -121,7 +125,9 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.models = [str(m).strip() for m in sources.listed("model") or [DEFAULT_MODEL]]
     methods = sources.listed("methods") or DEFAULT_METHODS
     grid.methods = [_method_spec(m) for m in methods]
-    budgets = [str(b).strip() for b in sources.listed("budgets") or DEFAULT_BUDGETS]  # parsed into the grid by validate_grid
+    given_budgets = sources.listed("budgets")
+    budgets = [str(b).strip() for b in given_budgets or DEFAULT_BUDGETS]  # parsed into the grid by validate_grid
+    storage_budgets = [] if given_budgets else DEFAULT_STORAGE_BUDGETS
     grid.tasks = [str(t).strip() for t in sources.listed("tasks") or []]
     samples, where = sources.scalar("samples")
     if samples == presets.ALL_SAMPLES and where == sources.preset_where:
@@ -150,7 +156,8 @@ def resolve_grid(config: pytest.Config) -> Grid:
     if sources.preset is not None:
         grid.preset = sources.preset.name
         presets.check_grid(grid, sources.preset, sources.preset_where, sources.given_against_preset(), budgets)
-    validate_grid(grid, budgets, selection=(config.option.keyword, config.option.markexpr))
+    validate_grid(grid, budgets, selection=(config.option.keyword, config.option.markexpr),
+                  storage_budgets=storage_budgets)
     return grid
 
 
