@@ -9,6 +9,14 @@ with the copies against 7 without; the outputs are bit for bit the same). torch'
 with a mask, so this attention function, registered with transformers' public AttentionInterface and named by
 the model only inside `masked_gqa(model)`, calls sdpa so; every other call (one query, no mask, CUDA, a
 position bias or softcap) goes to transformers' own sdpa attention unchanged. The model's forward is not replaced.
+
+Inside a padded batch (`masked_gqa(model, cache)`, batched_generation) the batch's rows are padded to the layer's
+longest member: most of a [B, heads, P] batch's slots can be padding (shorter budgets, pyramidkv's lower layers,
+adakv's fullest heads). Its layers hold each row's kept tokens right-aligned (storage/batched.BatchedLayer), so a
+group of rows needs only the slots from its own longest row's first token on: where the layer offers
+`buckets()`, each group of rows attends over its own slice (the same mask, sliced), one sdpa call per group, and
+the outputs are stacked back. Masked slots weigh nothing, so the result is the same attention, up to the float
+rounding of a shorter sequence.
 """
 
 from __future__ import annotations
@@ -30,7 +38,31 @@ _active: ContextVar = ContextVar("kvbench_masked_gqa", default=False)
 def masked_gqa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                          is_causal: bool | None = None, **kwargs):
     """A transformers attention function: sdpa with enable_gqa for a masked multi-token forward on CPU, else
-    transformers' sdpa attention."""
+    transformers' sdpa attention; in a padded batch, each group of rows over its own slice of the keys."""
+    buckets = _buckets(module, key, attention_mask)
+    if buckets is None:
+        return _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
+    outputs = [_attention(module, query[first:end], key[first:end, :, start:], value[first:end, :, start:],
+                          attention_mask[first:end, :, :, start:], dropout, scaling, is_causal, **kwargs)[0]
+               for first, end, start in buckets]
+    return torch.cat(outputs), None
+
+
+def _buckets(module, key, attention_mask) -> list[tuple[int, int, int]] | None:
+    """The groups of rows of this layer of the active batch (BatchedLayer.buckets), None where it has none."""
+    cache = _active.get()
+    index = getattr(module, "layer_idx", None)
+    if not hasattr(cache, "layers") or index is None or attention_mask is None or attention_mask.dim() != 4:
+        return None
+    layer = cache.layers[index] if index < len(cache.layers) else None
+    if not hasattr(layer, "buckets") or layer.batch_size != key.shape[0] or \
+            attention_mask.shape[0] != key.shape[0] or attention_mask.shape[-1] != key.shape[-2]:
+        return None
+    buckets = layer.buckets()
+    return buckets if len(buckets) > 1 else None
+
+
+def _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs):
     groups = getattr(module, "num_key_value_groups", 1)
     if (attention_mask is None or query.shape[2] == 1 or groups == 1 or query.device.type != "cpu"
             or any(kwargs.get(name) is not None for name in ("position_bias", "softcap"))
@@ -46,12 +78,12 @@ register_attention(ATTENTION_NAME, masked_gqa_attention, sdpa_mask)
 
 
 @contextmanager
-def masked_gqa(model) -> Iterator[None]:
-    """While active, a model running transformers' sdpa on CPU attends with masked_gqa_attention; any other
-    model is left as it is."""
+def masked_gqa(model, cache=None) -> Iterator[None]:
+    """While active, a model running transformers' sdpa on CPU attends with masked_gqa_attention (the rows of
+    `cache`'s layers that offer buckets() in groups); any other model is left as it is."""
     if not _TORCH_HAS_GQA or attention_implementation(model) != "sdpa" or \
             next(model.parameters()).device.type != "cpu":
         yield
         return
-    with attention_function(model, ATTENTION_NAME, _active, True):
+    with attention_function(model, ATTENTION_NAME, _active, True if cache is None else cache):
         yield

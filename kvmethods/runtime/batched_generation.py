@@ -141,7 +141,8 @@ def _batch_masks(model, cache: DynamicCache):
         dtype = call.hidden.dtype
         return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
 
-    with masked_gqa(model), attention_masks(model, mask_for):  # no repeat_kv in the teacher-forced forward (CPU)
+    # no repeat_kv in the teacher-forced forward, rows attending in groups by length (CPU)
+    with masked_gqa(model, cache), attention_masks(model, mask_for):
         yield
 
 
@@ -174,6 +175,12 @@ def _teacher_force(model, cache: DynamicCache, states: list[PrefilledPrompt], ta
             for b, t in enumerate(targets)]
 
 
+def _kept(state: PrefilledPrompt) -> int:
+    """Tokens a member's cache keeps, its longest KV head per layer, summed over the layers."""
+    return sum(max(getattr(layer, "tokens_per_head", lambda: [layer.keys.shape[-2]])())
+               for layer in token_layers(state.cache))
+
+
 @torch.inference_mode()
 def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | None, max_new_tokens: int, eos: set[int],
                    *, teacher_targets: list[int] | None = None, return_logprobs: bool = False,
@@ -184,7 +191,26 @@ def generate_batch(model, requests: list[BatchRequest], prompt_tokens: int | Non
 
     A request's own prompt_tokens and teacher_targets win over the arguments (members of several samples);
     `targets_of(outputs)`, called once the decoding is done, gives each request's targets instead (None: no
-    teacher-forced pass), e.g. its sample's reference decoded as another row of the same batch."""
+    teacher-forced pass), e.g. its sample's reference decoded as another row of the same batch.
+
+    The rows are ordered longest cache first, so that consecutive rows have similar lengths in most layers and a
+    padded batch's attention can take them in groups (BatchedLayer.buckets); the outputs come in request order."""
+    order = sorted(range(len(requests)), key=lambda number: -_kept(requests[number].state))
+    back = sorted(range(len(order)), key=order.__getitem__)  # request -> its row
+
+    def sorted_targets(outputs: list[GenerationOutput]) -> list[list[int] | None]:
+        targets = targets_of([outputs[back[number]] for number in range(len(order))])
+        return [targets[number] for number in order]
+
+    outputs = _generate_rows(model, [requests[number] for number in order], prompt_tokens, max_new_tokens, eos,
+                             teacher_targets, return_logprobs, None if targets_of is None else sorted_targets)
+    return [outputs[back[number]] for number in range(len(order))]
+
+
+def _generate_rows(model, requests: list[BatchRequest], prompt_tokens: int | None, max_new_tokens: int, eos: set[int],
+                   teacher_targets: list[int] | None, return_logprobs: bool,
+                   targets_of: TargetsOf | None) -> list[GenerationOutput]:
+    """generate_batch, the requests in their batch rows' order."""
     states = [r.state for r in requests]
     outputs = []
     for request in requests:  # measured before the batch: what each member's own cache holds

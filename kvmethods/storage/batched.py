@@ -4,15 +4,19 @@ After a shared prefill every member of a sample holds its own cache: the same pr
 so the layers differ in length between members (snapkv vs pyramidkv), between layers (pyramidkv) and between
 heads (adakv's ragged layers, `ragged.RaggedLayer`). `BatchedLayer` is a transformers cache layer (a
 `DynamicLayer` subclass plugged into `DynamicCache.layers`, the public Cache API) holding one layer of B
-members: each member's kept tokens per KV head, left-aligned and zero-padded to the longest of the batch,
-in one [B, kv_heads, P + room, dim] buffer, and the tokens added afterwards (teacher-forced targets, decoded
-tokens) written after position P in place, so a decoding step copies nothing but its own token.
+members: each member's kept tokens per KV head, right-aligned (ending at position P, the longest of the batch,
+zero padding before them), in one [B, kv_heads, P + room, dim] buffer, and the tokens added afterwards
+(teacher-forced targets, decoded tokens) written after position P in place, so a decoding step copies nothing but
+its own token.
 
 `attention_mask()` gives the boolean mask sdpa takes, [B, 1 or query heads, q, P + tail + q]: member b's head h
-sees its own kept tokens (the first lengths[b, h] slots), none of the padding, and the tokens after P
+sees its own kept tokens (the last lengths[b, h] slots before P), none of the padding, and the tokens after P
 causally. Keys carry their RoPE rotation from the prefill, and attention does not depend on where a key
-sits, so left-aligned kept tokens give each member exactly its own attention, up to float rounding of a
-different shape (tests/kvmethods/test_batched_decode.py bounds it). A member that stops leaves the batch
+sits, so right-aligned kept tokens give each member exactly its own attention, up to float rounding of a
+different shape (tests/kvmethods/test_batched_decode.py bounds it). Right-aligned, the keys a group of rows
+attends are one contiguous slice, from the start of its longest row's tokens to the end: `buckets()` cuts the
+rows into a few groups by their lengths, and a batch's attention on CPU (attention/gqa_attention.py) attends
+each group over its own slice, not over the whole batch's padding. A member that stops leaves the batch
 (`keep_rows`); the tail can be dropped back to the prompt (`drop_tail`) so the teacher-forced pass and the
 greedy decoding share one padded copy. Plain dense layers, ragged layers and sliding layers' windows
 (`WindowLayer`: kept or compressed, their tokens' positions per head masked by the window) batch this way
@@ -43,16 +47,41 @@ def can_batch(layer) -> bool:
 
 
 def _positions(layer, length: int) -> tuple[torch.Tensor, int]:
-    """A batch-1 layer's token positions per KV head [heads, length] (padding: position -1, never seen) and the
-    position of its next token: a window's own; a dense layer of a sliding layer holds the uncompressed prompt."""
+    """A batch-1 layer's token positions per KV head [heads, length], right-aligned (padding: position -1, never
+    seen) and the position of its next token: a window's own; a dense layer of a sliding layer holds the
+    uncompressed prompt."""
     if isinstance(layer, WindowLayer):
         held = layer.positions[0]
         padded = torch.full((held.shape[0], length), -1, dtype=torch.long, device=held.device)
-        padded[:, : held.shape[-1]] = held
+        padded[:, length - held.shape[-1]:] = held
         return padded, layer.next_position
     n = layer.keys.shape[-2]
-    positions = torch.arange(length, device=layer.keys.device).expand(layer.keys.shape[1], -1)
-    return positions, n
+    positions = (torch.arange(length, device=layer.keys.device) - (length - n)).clamp_min(-1)
+    return positions.expand(layer.keys.shape[1], -1), n
+
+
+def buckets_of(lengths: list[int], most: int) -> list[tuple[int, int]]:
+    """The rows cut into at most `most` runs of consecutive rows, (first, end) each, so that the slots they attend
+    (each run: its rows x its longest row) are fewest (dynamic programming over the cut points)."""
+    n = len(lengths)
+    best = [[float("inf")] * (n + 1) for _ in range(most + 1)]
+    cut = [[0] * (n + 1) for _ in range(most + 1)]
+    best[0][0] = 0
+    for k in range(1, most + 1):
+        for end in range(1, n + 1):
+            longest = 0
+            for first in range(end - 1, -1, -1):
+                longest = max(longest, lengths[first])
+                cost = best[k - 1][first] + longest * (end - first)
+                if cost < best[k][end]:
+                    best[k][end], cut[k][end] = cost, first
+    k = min(range(1, most + 1), key=lambda k: best[k][n])
+    runs, end = [], n
+    while end:
+        first = cut[k][end]
+        runs.append((first, end))
+        end, k = first, k - 1
+    return runs[::-1]
 
 
 def _head_sequences(layer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -93,11 +122,11 @@ class BatchedLayer(DynamicLayer):
         for b, layer in enumerate(layers):
             if isinstance(layer, RaggedLayer):  # each head its own length
                 for h, (k, v) in enumerate(zip(*_head_sequences(layer))):
-                    self._keys[b, h, : k.shape[0]] = k
-                    self._values[b, h, : v.shape[0]] = v
+                    self._keys[b, h, self.prompt - k.shape[0]: self.prompt] = k
+                    self._values[b, h, self.prompt - v.shape[0]: self.prompt] = v
             else:  # one copy for all heads
-                self._keys[b, :, : layer.keys.shape[-2]] = layer.keys[0]
-                self._values[b, :, : layer.values.shape[-2]] = layer.values[0]
+                self._keys[b, :, self.prompt - layer.keys.shape[-2]: self.prompt] = layer.keys[0]
+                self._values[b, :, self.prompt - layer.values.shape[-2]: self.prompt] = layer.values[0]
         self.lengths = lengths.to(first.device)  # [B, heads] kept tokens of each member's head
         self.window = next((layer.window for layer in layers if isinstance(layer, WindowLayer)), window)
         self.positions = self.next_positions = None
@@ -106,6 +135,7 @@ class BatchedLayer(DynamicLayer):
             self.positions = torch.stack([p for p, _ in held]).to(first.device)
             self.next_positions = torch.tensor([n for _, n in held], dtype=torch.long, device=first.device)
         self.uniform_heads = self._uniform()  # one mask row serves all heads
+        self._buckets: list[tuple[int, int, int]] | None = None
         self.tail = 0
         self._step_mask: torch.Tensor | None = None  # a decoding step's mask over the whole buffer (_decoding_mask)
         self._set_views()
@@ -157,8 +187,19 @@ class BatchedLayer(DynamicLayer):
             self.positions = self.positions[rows.to(self.positions.device)]
             self.next_positions = self.next_positions[rows.to(self.next_positions.device)]
         self.uniform_heads = self._uniform()
-        self._step_mask = None
+        self._step_mask = self._buckets = None
         self._set_views()
+
+    MOST_BUCKETS = 4  # groups of rows a batch's attention is cut into (one sdpa call each)
+
+    def buckets(self) -> list[tuple[int, int, int]]:
+        """(first row, end row, first slot) of each group of consecutive rows that attends on its own: the slots
+        from `first slot` on hold every kept token of its rows (right-aligned), the tail and the new tokens."""
+        if self._buckets is None:
+            longest = self.lengths.max(dim=1).values.tolist()
+            self._buckets = [(first, end, self.prompt - max(longest[first:end]))
+                             for first, end in buckets_of(longest, self.MOST_BUCKETS)]
+        return self._buckets
 
     def attention_mask(self, query_length: int, num_query_heads: int) -> torch.Tensor:
         """[B, 1 or num_query_heads, query_length, P + tail + query_length] bool (True: attend) for the next
@@ -183,9 +224,9 @@ class BatchedLayer(DynamicLayer):
         return self._per_query_head(visible, num_query_heads)
 
     def _prompt_visible(self) -> torch.Tensor:
-        """[B, 1 or kv heads, P]: which padded prompt slots each member's head holds."""
+        """[B, 1 or kv heads, P]: which padded prompt slots each member's head holds (the last lengths ones)."""
         lengths = self.lengths[:, :1] if self.uniform_heads else self.lengths  # [B, H']
-        return torch.arange(self.prompt, device=self._keys.device) < lengths.unsqueeze(-1)
+        return torch.arange(self.prompt, device=self._keys.device) >= self.prompt - lengths.unsqueeze(-1)
 
     @staticmethod
     def _per_query_head(visible: torch.Tensor, num_query_heads: int) -> torch.Tensor:

@@ -38,7 +38,10 @@ AUTO_MEMORY_SHARE = 0.5  # of the free CUDA (or available host) memory, for the 
 
 
 def _cache_bytes(state) -> int:
-    """Bytes a member's cache takes once padded into a batch: per layer, its longest head x heads x (K + V)."""
+    """Bytes a member's cache takes once padded into a batch: per layer, its longest head x heads x (K + V), at the
+    dtype of its full-precision tensors. A quantized member (KIVI: tokens_per_head counts every token it holds)
+    counts as that dense row too: in a batch it holds its keys and values dequantized, the batch's working memory
+    (kvmethods/storage/batched.MemberBuffer), though it stores, and the records report, its codes."""
     total = 0
     for layer in state.cache.layers:
         if is_state_layer(layer):  # a linear layer's fixed state (stacked into the batch as it is)

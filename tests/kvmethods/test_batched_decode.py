@@ -195,7 +195,8 @@ def test_a_decoding_steps_mask_follows_the_tail_growth_and_rows_that_leave(llama
     layer = next(layer for layer in cache.layers if not layer.uniform_heads)
 
     def expected():
-        prompt_part = torch.arange(layer.prompt) < layer.lengths.repeat_interleave(2, dim=1).unsqueeze(-1)
+        # right-aligned: each head's kept tokens are the last of the prompt part
+        prompt_part = torch.arange(layer.prompt) >= layer.prompt - layer.lengths.repeat_interleave(2, dim=1).unsqueeze(-1)
         return torch.cat([prompt_part, torch.ones(*prompt_part.shape[:2], layer.tail + 1, dtype=torch.bool)],
                          dim=-1).unsqueeze(2)
 
