@@ -46,6 +46,9 @@ class Method:
     # method declares its own; wrappers refine it per instance.
     capabilities: ClassVar[Capability] = Capability.COMPRESSES
     # The same algorithm in other harnesses (a built-in's catalog row carries them: exports, comparisons):
+    # check() reads the environment (an installed backend), not only the parameters: the catalog cannot vouch for
+    # the defaults without running it (core/registry.describe_method)
+    environment_check: ClassVar[bool] = False
     kvpress_press: ClassVar[str] = ""  # the kvpress press running it, as `kvpress:` spec tail ("SnapKVPress");
     # a wrapper's press wraps its base's press (`kvpress:AdaKVPress:press=SnapKVPress`)
     kvpress_defaults: ClassVar[str] = ""  # our parameters equal to that press's defaults ("window=64:kernel=5")

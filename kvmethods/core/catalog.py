@@ -41,6 +41,7 @@ class MethodEntry:
     params: tuple[ParamSpec, ...] = ()
     capabilities: Capability = Capability.COMPRESSES
     checked_in_code: bool = False  # validation needs the class: a check() or from_params() of its own
+    environment_check: bool = False  # its check() reads the environment (Method.environment_check)
     # the same algorithm elsewhere (Method's attributes of the same names): exports and comparisons read them
     kvpress_press: str = ""  # kvpress press, `kvpress:` spec tail; a wrapper's wraps its base's (kvpress_spec)
     kvpress_defaults: str = ""  # our parameters equal to that press's defaults ("window=64:kernel=5")

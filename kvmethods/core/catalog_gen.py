@@ -74,6 +74,8 @@ def row(cls: type[Method]) -> str:
              f"         capabilities={_capabilities(cls.capabilities)},"]
     if checked_in_code(cls):
         lines.append("         checked_in_code=True,")
+        if cls.environment_check:
+            lines.append("         environment_check=True,")
     lines += [f"         {key}={getattr(cls, key)!r}," for key in EXTERNAL_NAMES if getattr(cls, key)]
     params = declared_params(cls)
     lines.append("         params=(" + "".join(f"\n             {_param(spec)}," for spec in params)

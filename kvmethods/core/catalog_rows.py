@@ -57,6 +57,7 @@ ROWS = (
     dict(name='hf_quantized', target='kvmethods.storage.hf_quantized:HFQuantized',
          capabilities=Capability.OWN_STORAGE,
          checked_in_code=True,
+         environment_check=True,
          params=(
              ParamSpec('backend', str, 'quanto', "transformers' quantized cache backend", choices=('quanto', 'hqq')),
              ParamSpec('bits', int, 4, 'bits per key and value (quanto: 2 or 4; hqq: 1, 2, 3, 4 or 8)'),

@@ -155,10 +155,21 @@ class MethodDescription:
 
 def describe_method(name: str, **params: Any) -> MethodDescription:
     """`get_method(name, **params)`'s name and parameters, with the same MethodError on a bad spec. A built-in
-    whose parameters the catalog declares fully is checked there, importing nothing; any other spec
-    (wrappers, compositions, per_turn, prefill_chunk, kvpress presses, third-party methods) is built."""
+    whose parameters the catalog declares fully is checked there, importing nothing, and so is a built-in that
+    wraps nothing and checks no environment, named without parameters (its defaults pass its own check():
+    test_method_catalog.py), so that
+    the default grid (kivi among its methods) is described without torch; any other spec (wrappers,
+    compositions, per_turn, prefill_chunk, kvpress presses, third-party methods) is built."""
     entry = BUILTINS.get(name.strip()) if isinstance(name, str) else None
-    if entry is not None and not entry.checked_in_code and not {PER_TURN, PREFILL_CHUNK} & set(params):
+    if entry is not None and _described_by_row(entry, params):
         return MethodDescription(entry.name, validated(entry.name, entry.params, params), entry.capabilities)
     method = get_method(name, **params)
     return MethodDescription(method.name, method.params(), method.capabilities)
+
+
+def _described_by_row(entry, params: dict[str, Any]) -> bool:
+    """Whether the catalog row alone describes this spec exactly as building the class would."""
+    if {PER_TURN, PREFILL_CHUNK} & set(params):
+        return False
+    return not entry.checked_in_code or (
+        not params and Capability.WRAPS not in entry.capabilities and not entry.environment_check)

@@ -75,6 +75,8 @@ class HFQuantized(Method):
     group_size: int = param(64, "values per quantization group", minimum=1)
     residual: int = param(128, "tokens gathered in full precision before the cache is re-quantized", minimum=1)
 
+    environment_check = True  # the backend must be installed
+
     def check(self) -> None:
         extra, bits = BACKENDS[self.backend]
         if not quantized_backend_available(self.backend):

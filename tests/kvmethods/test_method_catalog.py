@@ -122,6 +122,25 @@ def test_catalog_validation_agrees_with_building_the_method(name, data):
     assert described == built
 
 
+@pytest.mark.parametrize("name", sorted(name for name, entry in BUILTINS.items()
+                                         if entry.checked_in_code and Capability.WRAPS not in entry.capabilities
+                                         and not entry.environment_check))
+def test_a_method_checked_in_code_at_its_defaults_is_described_as_built(name):
+    """The catalog describes such a method at its defaults without its class (kivi in the default grid: the plugin's
+    start-up imports no torch); its defaults must pass its own check() and give the class's capabilities."""
+    method = get_method(name)
+    assert describe_method(name) == type(describe_method(name))(method.name, method.params(), method.capabilities)
+
+
+def test_a_method_checking_the_environment_is_built_even_at_its_defaults(monkeypatch):
+    """hf_quantized's check() asks whether its backend is installed: the catalog cannot answer that."""
+    from kvmethods.storage import hf_quantized
+
+    monkeypatch.setattr(hf_quantized, "quantized_backend_available", lambda backend: False)
+    with pytest.raises(MethodError, match="not installed"):
+        describe_method("hf_quantized")
+
+
 @pytest.mark.parametrize("spec, params", [
     ("adakv", {"base": "snapkv", "window": "64"}),
     ("snapkv+kivi", {"bits": "4"}),
