@@ -280,6 +280,25 @@ def test_merge_refuses_runs_with_different_protocols(tmp_path):
         merge_runs([RUN_ID, OTHER_ID], tmp_path)
 
 
+@pytest.mark.parametrize("field, value", [("storage_budgets", 5), ("budgets", "128"), ("methods", {"name": "x"})])
+def test_merge_refuses_a_grid_list_that_is_not_a_list_in_one_line_and_writes_nothing(capsys, tmp_path, field, value):
+    write_run(tmp_path, standard_records(seeds=(0,)))
+    grid = json.loads((tmp_path / "runs" / RUN_ID / "run.json").read_text())["grid"] | {field: value}
+    write_run(tmp_path, standard_records(run_id=OTHER_ID, seeds=(1,)), run_id=OTHER_ID, grid=grid)
+    code, _, err = run_cli(capsys, "merge", RUN_ID, OTHER_ID, "--results", tmp_path)
+    assert_usage_error(code, err, OTHER_ID, f"grid field {field!r}", "not a list")
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [RUN_ID, OTHER_ID]
+
+
+def test_merge_keeps_the_storage_budgets_of_the_runs_that_set_them(capsys, tmp_path):
+    write_run(tmp_path, standard_records(seeds=(0,)))
+    grid = json.loads((tmp_path / "runs" / RUN_ID / "run.json").read_text())["grid"] | {"storage_budgets": ["m0.125"]}
+    write_run(tmp_path, standard_records(run_id=OTHER_ID, seeds=(1,)), run_id=OTHER_ID, grid=grid)
+    code, out, _ = run_cli(capsys, "merge", RUN_ID, OTHER_ID, "--results", tmp_path)
+    assert code == 0
+    assert load_run(out.split(" into ")[1].split()[0], tmp_path).info["grid"]["storage_budgets"] == ["m0.125"]
+
+
 def test_merge_needs_two_distinct_runs(tmp_path):
     write_run(tmp_path, standard_records())
     with pytest.raises(RunError, match="at least two"):

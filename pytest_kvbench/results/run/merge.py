@@ -26,6 +26,7 @@ from pytest_kvbench.results.run.state import run_expected, unfinished_of
 _MERGE_MUST_AGREE = ("protocol", "dtype", "attn_implementation", "samples", "max_prompt_tokens", "data_dir",
                      "preset")  # shards of one preset run merge into a run of that preset
 _MERGE_UNION = ("models", "methods", "budgets", "tasks", "context_lengths", "seeds")
+_MERGE_UNION_WHEN_SET = ("storage_budgets",)  # lists a grid records only when set (cases.Grid.as_dict)
 
 @dataclass
 class _MergePlan:
@@ -35,7 +36,8 @@ class _MergePlan:
 
 
 def _merged_grid(runs: list[Run]) -> dict:
-    grids = [r.info.get("grid") for r in runs if isinstance(r.info.get("grid"), dict)]
+    owned = [(r, r.info.get("grid")) for r in runs if isinstance(r.info.get("grid"), dict)]
+    grids = [grid for _, grid in owned]
     merged: dict = {}
     for name in _MERGE_MUST_AGREE:
         values = {json.dumps(g.get(name), sort_keys=True) for g in grids}
@@ -44,16 +46,17 @@ def _merged_grid(runs: list[Run]) -> dict:
             raise RunError(f"cannot merge runs with different {name} ({shown})")
         if grids:
             merged[name] = grids[0].get(name)
-    for name in _MERGE_UNION:
+    for name in _MERGE_UNION + _MERGE_UNION_WHEN_SET:
         union: list = []
-        for grid in grids:
-            for value in grid.get(name) or []:
+        for run, grid in owned:
+            listed = grid.get(name) or []
+            if not isinstance(listed, list):
+                raise RunError(f"run {run.run_id}: run.json's grid field {name!r} is {listed!r}, not a list")
+            for value in listed:
                 if value not in union:
                     union.append(value)
-        merged[name] = union
-    storage_budgets = [b for grid in grids for b in grid.get("storage_budgets") or []]  # cases.Grid: only when set
-    if storage_budgets:
-        merged["storage_budgets"] = list(dict.fromkeys(storage_budgets))
+        if union or name in _MERGE_UNION:
+            merged[name] = union
     return merged
 
 
