@@ -34,10 +34,11 @@ from pytest_kvbench.wiring.progress.lines import FinishedItemLines
 from pytest_kvbench.wiring.runner_settings import RunnerSettings
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (ACTIVATED_LATE_KEY, GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
-                                              RUNNER_SETTINGS_KEY, SESSION_KEY, SHIELD_KEY, VERDICT_KEY)
+                                              RUNNER_SETTINGS_KEY, SESSION_KEY, SHARING_GROUPS_KEY, SHIELD_KEY, VERDICT_KEY)
 from pytest_kvbench.wiring.distributed.shards import select_shard
 from pytest_kvbench.wiring.terminal_summary import write_summary
 from pytest_kvbench.wiring.grid.transformers_range import check_transformers, kvbench_options_given
+from pytest_kvbench.wiring.distributed.group_parts import sharing_groups
 from pytest_kvbench.wiring.distributed.xdist_groups import xdist_group_name
 from pytest_kvbench.wiring.distributed.xdist_hooks import check_worker_count, pin_worker_device
 
@@ -209,18 +210,21 @@ def _shares_prefill(case) -> bool:
 def _plan_items(session: pytest.Session) -> None:
     """The items this process runs: the progress line counts them, and they share their prefills
     (engine/shared_prefills.py, planned when the Runner is built). Under xdist only --dist loadgroup keeps a
-    reference group on one worker; other schedules plan no sharing."""
+    reference group on one worker (or each part of one, with more workers than groups: group_parts.py, the same
+    cut as the controller's); other schedules plan no sharing."""
     config = session.config
     progress = config.stash[PROGRESS_KEY] = SessionProgress(config)
     cases = [case for case in map(case_of, session.items) if case is not None]
     if cases and not config.option.collectonly:
         honour_sigint()
     plans_sharing = not is_worker(config) or config.workerinput.get("kvbench_dist") == "loadgroup"
+    groups = sharing_groups(cases, config.workerinput["workercount"]) if plans_sharing and is_worker(config) else {}
     settings = config.stash.get(RUNNER_SETTINGS_KEY, None)
     progress.plan(cases, shared=plans_sharing and settings is not None and settings.share_prefill,
-                  shares=_shares_prefill)
+                  shares=_shares_prefill, groups=groups)
     if plans_sharing:
         config.stash[PLANNED_CASES_KEY] = cases
+        config.stash[SHARING_GROUPS_KEY] = groups
 
 
 @pytest.hookimpl(hookwrapper=True)

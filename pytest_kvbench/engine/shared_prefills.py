@@ -15,13 +15,15 @@ record's `meter_scope`.
 
 The plan is the worker's selected items (after -k, --lf, shards, resume). Under xdist only
 `--dist loadgroup` guarantees that a group's items reach the same worker, so other schedules plan
-nothing: an item then shares its prefill only with the reference, and results are the same.
+nothing: an item then shares its prefill only with the reference, and results are the same. With more
+workers than groups a group is cut into parts (wiring/distributed/group_parts.py), and the plan shares
+within each part.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +46,7 @@ class SharedPrefills:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self._planned: dict[str, list[Case]] = {}
+        self._group_of: dict[str, str] = {}  # case key -> its sharing group (its reference group, or a part of it)
         self._decoded: dict[tuple[str, str], DecodedSample] = {}
         self._failed: dict[str, tuple[str, BaseException, int]] = {}  # case key -> (sample id, what it raised, order)
         self._finished: set[str] = set()
@@ -53,16 +56,19 @@ class SharedPrefills:
         self._alone: set[str] = set()  # items with a sample decoded alone (their own decode speed measured)
         self._batches: dict[str, list[int]] = {}  # by host: decode_batch of each (member, sample) it decoded
 
-    def plan(self, cases: Iterable[Case]) -> None:
-        """The items this worker will run, in any order."""
-        self._planned = {}
+    def plan(self, cases: Iterable[Case], groups: Mapping[str, str] | None = None) -> None:
+        """The items this worker will run, in any order; `groups`: each case key's sharing group when the
+        reference groups are cut into parts (group_parts.sharing_groups), else each its reference group."""
+        self._planned, self._group_of = {}, {}
         for case in cases:
-            self._planned.setdefault(case.reference_group, []).append(case)
+            self._group_of[case.key] = group = (groups or {}).get(case.key, case.reference_group)
+            self._planned.setdefault(group, []).append(case)
 
     def members(self, case: Case, sample_id: str) -> list[Case]:
         """The items a prefill of this sample run now should serve: `case` first, then the planned items
         of its group, those that have not ended, failed or got this sample already."""
-        group = [case] + [c for c in self._planned.get(case.reference_group, []) if c.key != case.key]
+        planned = self._planned.get(self._group_of.get(case.key, case.reference_group), [])
+        group = [case] + [c for c in planned if c.key != case.key]
         members = [c for c in group if c.key not in self._finished and c.key not in self._failed
                    and (c.key, sample_id) not in self._decoded]
         return members if self.enabled else members[:1]

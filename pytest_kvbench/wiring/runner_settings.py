@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_kvbench.cases import Grid
-from pytest_kvbench.wiring.stash_keys import PLANNED_CASES_KEY, RUNNER_KEY, RUNNER_SETTINGS_KEY
+from pytest_kvbench.wiring.stash_keys import PLANNED_CASES_KEY, RUNNER_KEY, RUNNER_SETTINGS_KEY, SHARING_GROUPS_KEY
 
 
 @dataclass(frozen=True)
@@ -40,5 +40,5 @@ def runner_of(config: pytest.Config):
         runner = config.stash[RUNNER_KEY] = Runner(settings.grid, settings.run_id, settings.timeout_s,
                                                    share_prefill=settings.share_prefill,
                                                    decode_batch=settings.decode_batch)
-        runner.shared.plan(config.stash.get(PLANNED_CASES_KEY, []))
+        runner.shared.plan(config.stash.get(PLANNED_CASES_KEY, []), config.stash.get(SHARING_GROUPS_KEY, None))
     return runner

@@ -23,6 +23,7 @@ SESSION_KEY = pytest.StashKey["RunSession"]()
 RUNNER_SETTINGS_KEY = pytest.StashKey[object]()  # what the Runner is built from, at configure (runner_settings.py)
 RUNNER_KEY = pytest.StashKey[object]()  # the Runner, built when the first item needs it
 PLANNED_CASES_KEY = pytest.StashKey[list]()  # the cases this process shares prefills among (collection's)
+SHARING_GROUPS_KEY = pytest.StashKey[dict]()  # their sharing groups by case key (wiring/distributed/group_parts.py)
 GATE_KEY = pytest.StashKey["Gate"]()
 SLOTS_KEY = pytest.StashKey["DeviceSlots"]()
 PROGRESS_KEY = pytest.StashKey["SessionProgress"]()

@@ -21,7 +21,7 @@ from pytest_kvbench.wiring.distributed.gpu_slots import (
 from helpers import BENCH
 from pytest_kvbench.input_values import parse_shard
 from pytest_kvbench.wiring.distributed.shards import select_shard, shard_cuts
-from pytest_kvbench.wiring.distributed.xdist_groups import parametrize_id, reference_group_scheduler, xdist_group_name
+from pytest_kvbench.wiring.distributed.xdist_groups import parametrize_id, xdist_group_name
 
 pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
@@ -177,72 +177,6 @@ def test_xdist_groups_follow_the_shared_reference():
 )
 def test_parametrize_id(nodeid, expected):
     assert parametrize_id(nodeid) == expected
-
-
-def test_loadgroup_scheduler_groups_kvbench_items_by_their_reference_without_nodeid_suffixes():
-    """pytest >= 9.2 drops xdist's '@group' rename; the scheduler must group from the grid alone."""
-
-    class Config:
-        def getvalue(self, name):
-            return {"tx": ["2*popen"]}.get(name)
-
-    groups = {"full-vt-ctx2048": "kvbench_vt", "snapkv-128-vt-ctx2048": "kvbench_vt",
-              "snapkv-128-hotpotqa": "kvbench_hotpotqa"}
-    scheduler = reference_group_scheduler(Config(), None, groups)
-    scope = scheduler._split_scope
-    assert scope("bench/test_ruler.py::test_ruler[full-vt-ctx2048]") == "kvbench_vt"
-    assert scope("bench/test_ruler.py::test_ruler[snapkv-128-vt-ctx2048]") == "kvbench_vt"
-    assert scope("bench/test_longbench.py::test_longbench[snapkv-128-hotpotqa]@kvbench_hotpotqa") == "kvbench_hotpotqa"
-    assert scope("bench/test_kernels.py::test_select[4096]") == "bench/test_kernels.py::test_select[4096]"
-    assert scope("tests/test_x.py::test_y@mine") == "mine"
-
-
-def test_loadgroup_scheduler_gives_a_replacement_worker_work_only_once_its_collection_is_registered():
-    """A worker dies inside a group; xdist requeues the group and starts a replacement. xdist's loadscope handed
-    work to a replacement whose collection it had not registered (KeyError: an INTERNALERROR, the run unlabelled).
-    Now it waits for that collection, stops if xdist refused it, and takes the group once registered."""
-
-    class Config:
-        option = type("Option", (), {"loadscopereorder": True})()
-        hook = type("Hook", (), {"pytest_xdist_auto_num_workers": None})()
-
-        def getvalue(self, name):
-            return {"tx": ["2*popen"]}.get(name)
-
-    class Node:
-        def __init__(self, name):
-            self.gateway = type("Gateway", (), {"id": name})()
-            self.shutting_down, self.sent = False, []
-
-        def shutdown(self):
-            self.shutting_down = True
-
-        def send_runtest_some(self, indexes):
-            self.sent.append(indexes)
-
-    ids = ["bench/test_longbench.py::test_longbench[full-qasper]", "bench/test_longbench.py::test_longbench[snapkv-128-qasper]"]
-    scheduler = reference_group_scheduler(Config(), None, {"full-qasper": "kvbench_q", "snapkv-128-qasper": "kvbench_q"})
-    first, second = Node("gw0"), Node("gw1")
-    for node in (first, second):
-        scheduler.add_node(node)
-        scheduler.add_node_collection(node, ids)
-    scheduler.schedule()
-    runner = first if first.sent else second
-    assert runner.sent == [[0, 1]]
-    scheduler.mark_test_complete(runner, 0)
-    assert scheduler.remove_node(runner) == ids[1]  # the worker died inside the second item
-    collecting, refused, replacement = Node("gw2"), Node("gw3"), Node("gw4")
-    scheduler.add_node(collecting)
-    scheduler.schedule()  # another worker's event while gw2 still collects: nothing for it yet, no KeyError
-    assert collecting.sent == [] and not collecting.shutting_down
-    scheduler.add_node(refused)
-    scheduler.add_node_collection(refused, ids[::-1])  # a collection xdist refuses (another order)
-    scheduler.schedule()
-    assert refused.shutting_down and refused.sent == []
-    scheduler.add_node(replacement)
-    scheduler.add_node_collection(replacement, ids)
-    scheduler.schedule()
-    assert [collecting.sent, replacement.sent].count([[1]]) == 1  # the crashed item, once, to a registered worker
 
 
 # ---------------------------------------------------------------------------- parse_shard

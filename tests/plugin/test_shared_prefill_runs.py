@@ -56,6 +56,8 @@ def runs(tmp_path_factory):
         "alone": ["--kvbench-no-share-prefill"],
         "shared -n 2 -k": ["-n", "2", "--dist", "loadgroup", "-k", SUBSET],
         "shared -n 2 load": ["-n", "2", "--dist", "load"],
+        # one group, two workers: cut in two parts (wiring/distributed/group_parts.py)
+        "parts -n 2": ["-n", "2", "--dist", "loadgroup", "-k", f"niah_single_1 and ({SUBSET})"],
     }
     out = {}
     for name, extra in variants.items():
@@ -110,3 +112,18 @@ def test_the_meter_scope_balances_decodes_done_for_and_in_other_items(runs):
         scopes = [r["meter_scope"] for r in runs[name].values()]
         hosted = sum(s["decoded_for_other_items"] for s in scopes)
         assert hosted == sum(s["decoded_in_other_items"] for s in scopes) > 0, name
+
+
+def test_one_group_on_two_workers_runs_in_two_parts_with_the_same_results(runs):
+    """Each part repeats the group's forward on its worker and shares it among its own items only."""
+    parts = runs["parts -n 2"]
+    assert {r["method"]["name"] for r in parts.values()} == {"full", "snapkv", "pyramidkv", "kvzip"}
+    assert {r["task"]["name"] for r in parts.values()} == {"niah_single_1"}
+    for key, record in parts.items():
+        assert outcome(record) == outcome(runs["alone"][key]), key
+    forwards = {}  # one forward per sample and part: the shared_prefill_ms its items got from it
+    for record in parts.values():
+        if record["method"]["name"] not in NOT_SHARING:
+            forwards.setdefault(record["method"]["name"], set()).add(tuple(s["shared_prefill_ms"] for s in record["samples"]))
+    assert all(len(seen) == 1 for seen in forwards.values()), forwards  # a method's budgets share one part
+    assert len(set().union(*forwards.values())) == 2, forwards  # two parts, two forwards per sample

@@ -2,13 +2,14 @@
 
 ``xdist_group_name`` names the ``xdist_group`` mark of a group of items (one model, task, length
 and seed: ``Case.reference_group``); ``reference_group_scheduler`` is xdist's ``loadgroup``
-scheduler told each item's group directly by the controller.
+scheduler told each item's group directly by the controller, from the items the workers collected
+(a group cut into parts for idle workers: group_parts.py).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 _GROUP_UNSAFE = re.compile(r"[^A-Za-z0-9._/+=-]")
 
@@ -37,21 +38,30 @@ def parametrize_id(nodeid: str) -> str | None:
     return nodeid[start + 1 : -1]
 
 
-def reference_group_scheduler(config, log, groups: Mapping[str, str]):
+def reference_group_scheduler(config, log, groups_of: Callable[[Sequence[str], int], Mapping[str, str]]):
     """xdist's ``loadgroup`` scheduler, told each kvbench item's group directly.
 
     xdist passes ``xdist_group`` marks to the controller by appending ``@group`` to node ids in
     the workers; from pytest 9.2 that rename no longer takes effect (pytest-xdist issue #1386),
     and ``--dist loadgroup`` silently spreads a task's items over every worker. The controller
-    knows the grid, so it maps each item's parametrize id to its group (``groups``) instead;
-    items that are not kvbench cases keep xdist's own rule.
+    knows the grid, so once the workers' collections are in it maps each collected item's parametrize
+    id to its group (``groups_of(ids, workers)``: the selected items decide how many groups there are
+    and so whether a group is cut into parts); items that are not kvbench cases keep xdist's own rule.
     """
     # lazy: xdist is optional; only with --dist loadgroup
     from xdist.scheduler import LoadGroupScheduling
 
     class ReferenceGroupScheduling(LoadGroupScheduling):
+        groups: Mapping[str, str] = {}
+
+        def schedule(self) -> None:
+            if self.collection is None and self.collection_is_completed:  # the first, initial distribution
+                collected = next(iter(self.registered_collections.values()), [])
+                self.groups = groups_of([i for i in map(parametrize_id, collected) if i is not None], self.numnodes)
+            super().schedule()
+
         def _split_scope(self, nodeid: str) -> str:
-            group = groups.get(parametrize_id(nodeid) or "")
+            group = self.groups.get(parametrize_id(nodeid) or "")
             return group if group is not None else super()._split_scope(nodeid)
 
         def add_node_collection(self, node, collection) -> None:

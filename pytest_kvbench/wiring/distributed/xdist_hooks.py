@@ -20,6 +20,7 @@ from pytest_kvbench.tasks.registry import SUITES, suite_of
 from pytest_kvbench.wiring.distributed.gpu_slots import DeviceSlots, apply_environment, assign_device, cuda_device_count
 from pytest_kvbench.wiring.items import case_of_nodeid, expect
 from pytest_kvbench.wiring.stash_keys import INTERRUPTED_WORKERS_KEY, SESSION_KEY, SLOTS_KEY
+from pytest_kvbench.wiring.distributed.group_parts import sharing_groups
 from pytest_kvbench.wiring.distributed.xdist_groups import reference_group_scheduler, xdist_group_name
 
 
@@ -75,13 +76,19 @@ def pytest_testnodedown(node, error) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup``: keep the items sharing a full-cache reference on one worker."""
+    """``--dist loadgroup``: keep the items sharing a full-cache reference (or a part of one: group_parts.py) on
+    one worker."""
     if config.getvalue("dist") != "loadgroup":
         return None
     grid = config.stash[SESSION_KEY].grid
-    groups = {case.id: xdist_group_name(case.reference_group)
-              for suite in SUITES for case in grid.cases(suite, suite_of)}
-    return reference_group_scheduler(config, log, groups)
+    cases = {case.id: case for suite in SUITES for case in grid.cases(suite, suite_of)}
+
+    def groups_of(ids, workers: int) -> dict[str, str]:
+        selected = [cases[i] for i in ids if i in cases]
+        parts = sharing_groups(selected, workers)
+        return {case.id: xdist_group_name(parts[case.key]) for case in selected}
+
+    return reference_group_scheduler(config, log, groups_of)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -74,13 +74,16 @@ class SessionProgress:
         self.interval = progress_interval(config) if self.enabled else 0.0  # between plain sample lines
         self.last_plain_line = -math.inf
 
-    def plan(self, cases, shared: bool, shares: Callable[[Any], bool] = lambda case: True) -> None:
-        """The cases this process runs; ``shared``: each reference group shares one prefill per sample, among
-        the cases whose method can (``shares``: engine.runner.shares_prefill); the others prefill alone.
-        ``shares`` builds methods, so it is asked when the first item starts, not at collection."""
+    def plan(self, cases, shared: bool, shares: Callable[[Any], bool] = lambda case: True,
+             groups: dict[str, str] | None = None) -> None:
+        """The cases this process runs; ``shared``: each reference group (or part of one: ``groups``, by case
+        key) shares one prefill per sample, among the cases whose method can (``shares``:
+        engine.runner.shares_prefill); the others prefill alone. ``shares`` builds methods, so it is asked
+        when the first item starts, not at collection."""
         cases = list(cases)
         self.items_total = len(cases)
-        self._planned = lambda: GroupedEstimate([PlannedItem(case.key, case.reference_group
+        groups = groups or {}
+        self._planned = lambda: GroupedEstimate([PlannedItem(case.key, groups.get(case.key, case.reference_group)
                                                              if shared and shares(case) else case.key,
                                                              case.samples, case.context_length)
                                                  for case in cases])

@@ -1,0 +1,50 @@
+"""Cutting reference groups into parts for xdist workers that would otherwise idle.
+
+The items of a reference group (`Case.reference_group`: one model, task, length and seed) share one forward per
+sample, so `--dist loadgroup` keeps them on one worker. A run with fewer groups than workers leaves the others
+idle: the real-model job is one group on a 2-core machine, and `-k "snapkv and qasper" -n 4` on a four-GPU node
+is one group on four GPUs. Then each group is cut into as many parts as it has workers to itself, and each part
+shares its prefills as a group of its own: its worker repeats the group's forward and full-cache reference (the
+same computation on the same inputs, so every record is what one worker would have written) and serves the
+part's items from them. A method's items stay in one part: its budgets share work beyond the forward (kvzip
+scores the context once for all of them). Parts are balanced by item count, largest methods first.
+
+The controller (to schedule: xdist_groups.reference_group_scheduler) and every worker (to plan its prefills,
+engine/shared_prefills.py, and its ETA) compute the same parts from the same facts: the items selected (after -k,
+--lf, shards, resume) and the number of workers. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pytest_kvbench.cases import Case
+
+
+def sharing_groups(cases: Iterable[Case], workers: int) -> dict[str, str]:
+    """Each case's key -> the name of the group whose prefills it shares: its reference group, or a part of it
+    (``<reference group>|part2of3``) when the run has at least twice as many workers as groups."""
+    groups: dict[str, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(case.reference_group, []).append(case)
+    parts = max(1, workers // len(groups)) if groups else 1
+    names: dict[str, str] = {}
+    for group, members in groups.items():
+        cut = _split_by_method(members, parts)
+        for part, part_cases in enumerate(cut):
+            suffix = f"|part{part + 1}of{len(cut)}" if len(cut) > 1 else ""
+            names.update({case.key: group + suffix for case in part_cases})
+    return names
+
+
+def _split_by_method(members: list[Case], parts: int) -> list[list[Case]]:
+    """Whole methods into at most `parts` lists of nearly equal item counts: the largest method first, each to the
+    lightest part (ties: the lower part); methods of one count in name order, so the cut does not depend on the
+    order the items were collected in."""
+    methods: dict[str, list[Case]] = {}
+    for case in members:
+        methods.setdefault(case.method.label, []).append(case)
+    cut: list[list[Case]] = [[] for _ in range(min(parts, len(methods)))]
+    for _, items in sorted(methods.items(), key=lambda entry: (-len(entry[1]), entry[0])):
+        min(cut, key=len).extend(items)
+    return cut
