@@ -43,7 +43,9 @@ def test_one_group_on_two_workers_is_cut_in_two_whole_methods_apart():
     assert sorted(parts) == [f"{reference}|part1of2", f"{reference}|part2of2"]
     for method in {c.method.label for c in cases}:
         assert len({groups[c.key] for c in cases if c.method.label == method}) == 1, method
-    assert sorted(map(len, parts.values())) == [7, 9]  # 16 items: 5 methods of 3, and full
+    # kvzip's scoring pass costs about what the other methods' items do together: it gets a part to itself
+    assert sorted(sorted({c.method.name for c in part}) for part in parts.values()) == [
+        ["full", "h2o", "kivi", "pyramidkv", "snapkv"], ["kvzip"]]
 
 
 def test_each_group_gets_the_workers_it_has_to_itself():
@@ -62,9 +64,9 @@ def test_a_group_is_cut_at_most_into_its_methods():
     assert sharing_groups([case("snapkv", "64")], 8) == {case("snapkv", "64").key: case().reference_group}
 
 
-def test_parts_are_balanced_by_item_count():
-    cases = [case("full", "full")] + [case(m, b) for m, n in (("a", 4), ("b", 3), ("c", 2), ("d", 2), ("e", 1))
-                                      for b in map(str, range(64, 64 + n))]
+def test_parts_are_balanced_by_item_count_without_a_whole_prompt_scorer():
+    cases = [case("full", "full")] + [case(m, b) for m, n in (("snapkv", 4), ("pyramidkv", 3), ("h2o", 2), ("tova", 2),
+                                                              ("streamingllm", 1)) for b in map(str, range(64, 64 + n))]
     for workers in (2, 3, 4):
         sizes = sorted(Counter(sharing_groups(cases, workers).values()).values())
         assert len(sizes) == workers and sizes[-1] - sizes[0] <= 1, (workers, sizes)

@@ -7,7 +7,14 @@ is one group on four GPUs. Then each group is cut into as many parts as it has w
 shares its prefills as a group of its own: its worker repeats the group's forward and full-cache reference (the
 same computation on the same inputs, so every record is what one worker would have written) and serves the
 part's items from them. A method's items stay in one part: its budgets share work beyond the forward (kvzip
-scores the context once for all of them). Parts are balanced by item count, largest methods first.
+scores the context once for all of them). Parts are balanced by cost, the costliest method first, each to the
+cheapest part so far. An item costs 1 (its selection and its share of the batched decode); a method that scores
+the whole prompt (kvzip: `Capability.SCORES_WHOLE_PROMPT`) adds `WHOLE_PROMPT_PASS` for its scoring pass, which
+its budgets share: repeat forwards over the context that attend to twice its keys cost about what the rest of a
+30-member group costs together (SmolLM2-135M, niah_single_1 at 2,048 tokens, one core: kvzip's pass 15 s per
+sample against 13 s for the other 30 members' selections and decodes; docs/performance.md). Item counts alone
+put kvzip beside five other methods, and that worker took 909 s of the job's 15 min while the other idled
+after 673.
 
 The controller (to schedule: xdist_groups.reference_group_scheduler) and every worker (to plan its prefills,
 engine/shared_prefills.py, and its ETA) compute the same parts from the same facts: the items selected (after -k,
@@ -18,7 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kvmethods import Capability, describe_method
 from pytest_kvbench.cases import Case
+
+WHOLE_PROMPT_PASS = 30  # items' worth: a whole-prompt scorer's pass per sample (see above)
 
 
 def sharing_groups(cases: Iterable[Case], workers: int) -> dict[str, str]:
@@ -37,14 +47,25 @@ def sharing_groups(cases: Iterable[Case], workers: int) -> dict[str, str]:
     return names
 
 
+def method_cost(items: list[Case]) -> int:
+    """What one method's items of a group cost a part, in items' worth (see above)."""
+    spec = items[0].method
+    capabilities = describe_method(spec.name, **spec.param_dict).capabilities
+    return len(items) + (WHOLE_PROMPT_PASS if Capability.SCORES_WHOLE_PROMPT in capabilities else 0)
+
+
 def _split_by_method(members: list[Case], parts: int) -> list[list[Case]]:
-    """Whole methods into at most `parts` lists of nearly equal item counts: the largest method first, each to the
-    lightest part (ties: the lower part); methods of one count in name order, so the cut does not depend on the
-    order the items were collected in."""
+    """Whole methods into at most `parts` lists of nearly equal cost: the costliest method first, each to the
+    cheapest part so far (ties: the lower part); methods of one cost in name order, so the cut does not depend
+    on the order the items were collected in."""
     methods: dict[str, list[Case]] = {}
     for case in members:
         methods.setdefault(case.method.label, []).append(case)
-    cut: list[list[Case]] = [[] for _ in range(min(parts, len(methods)))]
-    for _, items in sorted(methods.items(), key=lambda entry: (-len(entry[1]), entry[0])):
-        min(cut, key=len).extend(items)
+    count = min(parts, len(methods))
+    cut: list[list[Case]] = [[] for _ in range(count)]
+    costs = [0] * count
+    for label, items in sorted(methods.items(), key=lambda entry: (-method_cost(entry[1]), entry[0])):
+        part = costs.index(min(costs))
+        cut[part].extend(items)
+        costs[part] += method_cost(items)
     return cut
