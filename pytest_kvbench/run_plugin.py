@@ -31,7 +31,7 @@ from pytest_kvbench.wiring.items import case_of, expect, is_empty_case_item, is_
 from pytest_kvbench.wiring.grid.output_paths import check_run_outputs
 from pytest_kvbench.wiring.progress.live import ProgressPlugin, SessionProgress
 from pytest_kvbench.wiring.progress.lines import FinishedItemLines
-from pytest_kvbench.wiring.runner_settings import RunnerSettings
+from pytest_kvbench.wiring.runner_settings import RunnerSettings, worker_threads
 from pytest_kvbench.wiring.session import RunSession
 from pytest_kvbench.wiring.stash_keys import (ACTIVATED_LATE_KEY, GATE_KEY, PLANNED_CASES_KEY, PROGRESS_KEY, RECORD_KEY,
                                               RUNNER_SETTINGS_KEY, SESSION_KEY, SHARING_GROUPS_KEY, SHIELD_KEY, VERDICT_KEY)
@@ -99,7 +99,8 @@ def pytest_configure(config: pytest.Config) -> None:
     cores = os.cpu_count() or 1
     if threads is not None and threads > cores:
         raise pytest.UsageError(f"--kvbench-torch-threads {threads}: more threads than the {cores} CPU cores here")
-    config.stash[RUNNER_SETTINGS_KEY] = RunnerSettings(grid, run_id, timeout, threads,
+    workers = config.workerinput["workercount"] if is_worker(config) else None
+    config.stash[RUNNER_SETTINGS_KEY] = RunnerSettings(grid, run_id, timeout, worker_threads(threads, workers),
                                                         share_prefill=not config.getoption("kvbench_no_share_prefill"),
                                                         decode_batch=decode_batch)
     if session.resumed and session.is_controller:

@@ -8,6 +8,8 @@ Runner, torch's thread count and the shared-prefill plan come when an item runs.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -21,9 +23,24 @@ class RunnerSettings:
     grid: Grid
     run_id: str
     timeout_s: float | None
-    torch_threads: int | None  # --kvbench-torch-threads (checked at configure)
+    torch_threads: int | None  # --kvbench-torch-threads (checked at configure), or a worker's share: worker_threads
     share_prefill: bool = True
     decode_batch: int | str = 1  # --kvbench-decode-batch (checked at configure): "auto" or members per batch
+
+
+def worker_threads(given: int | None, workers: int | None, environ: Mapping[str, str] = os.environ) -> int | None:
+    """Torch's CPU threads in this process: as given (--kvbench-torch-threads); in one of `workers` xdist workers
+    told nothing (no option, no OMP_NUM_THREADS), its share of the cores this process may run on. Torch's own
+    default is a thread per core in every process: `-n 2` on a 2-core machine ran 4 threads on 2 cores, and
+    threads that wait for each other at every operation lose most of their time when others hold the cores
+    (docs/real-model.md). None: torch's default (a single process, or the environment decides)."""
+    if given is not None or not workers or "OMP_NUM_THREADS" in environ:
+        return given
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores // workers)
 
 
 def runner_of(config: pytest.Config):

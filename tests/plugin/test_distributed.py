@@ -341,3 +341,21 @@ def test_shards_split_what_runs_unsharded(bench, select):
     sizes = [len(part) for part in parts]
     share = len(unsharded) / 3
     assert min(sizes) > 0 and max(sizes) - min(sizes) <= 2 * int(0.1 * share) + 1, sizes  # docs/slurm.md#shards
+
+
+# ---------------------------------------------------------------------------- a worker's CPU threads
+
+
+@pytest.mark.parametrize(("given", "workers", "environ", "cores", "expected"), [
+    (None, None, {}, 2, None),  # a single process: torch's default
+    (None, 2, {}, 2, 1),  # -n 2 on 2 cores: one thread each, not two
+    (None, 4, {}, 16, 4),
+    (None, 8, {}, 2, 1),  # oversubscribed workers still get a thread
+    (3, 2, {}, 16, 3),  # --kvbench-torch-threads wins
+    (None, 2, {"OMP_NUM_THREADS": "6"}, 16, None),  # the environment decides
+])
+def test_an_xdist_worker_takes_its_share_of_the_cores(monkeypatch, given, workers, environ, cores, expected):
+    from pytest_kvbench.wiring.runner_settings import worker_threads
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert worker_threads(given, workers, environ) == expected

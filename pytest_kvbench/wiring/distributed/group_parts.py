@@ -8,13 +8,13 @@ shares its prefills as a group of its own: its worker repeats the group's forwar
 same computation on the same inputs, so every record is what one worker would have written) and serves the
 part's items from them. A method's items stay in one part: its budgets share work beyond the forward (kvzip
 scores the context once for all of them). Parts are balanced by cost, the costliest method first, each to the
-cheapest part so far. An item costs 1 (its selection and its share of the batched decode); a method that scores
-the whole prompt (kvzip: `Capability.SCORES_WHOLE_PROMPT`) adds `WHOLE_PROMPT_PASS` for its scoring pass, which
-its budgets share: repeat forwards over the context that attend to twice its keys cost about what the rest of a
-30-member group costs together (SmolLM2-135M, niah_single_1 at 2,048 tokens, one core: kvzip's pass 15 s per
-sample against 13 s for the other 30 members' selections and decodes; docs/performance.md). Item counts alone
-put kvzip beside five other methods, and that worker took 909 s of the job's 15 min while the other idled
-after 673.
+cheapest part so far. An item costs 1 (its selection and its share of the batched decodes); a method that scores
+the whole prompt (kvzip: `Capability.SCORES_WHOLE_PROMPT`) adds `WHOLE_PROMPT_PASS` for its scoring pass, which its
+budgets share: repeat forwards over the context that attend to twice its keys. Measured on the real-model job
+(SmolLM2-135M, niah_single_1 at 2,048 tokens, `-n 2`, one thread per worker; the records' timers): kvzip's pass
+15.2 s per sample, any other item 0.6-0.8 s, so the pass is worth about 20 items. Cut by item count alone,
+kvzip sat beside five other methods and that worker took 909 s while the other was done after 673; at 30 items'
+worth kvzip had a worker to itself (799 s) and the other 30 items took 859 s (docs/performance.md).
 
 The controller (to schedule: xdist_groups.reference_group_scheduler) and every worker (to plan its prefills,
 engine/shared_prefills.py, and its ETA) compute the same parts from the same facts: the items selected (after -k,
@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from kvmethods import Capability, describe_method
 from pytest_kvbench.cases import Case
 
-WHOLE_PROMPT_PASS = 30  # items' worth: a whole-prompt scorer's pass per sample (see above)
+WHOLE_PROMPT_PASS = 20  # items' worth: a whole-prompt scorer's pass per sample (see above)
 
 
 def sharing_groups(cases: Iterable[Case], workers: int) -> dict[str, str]:

@@ -81,7 +81,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--kvbench-timeout", dest="kvbench_timeout", default=None,
                     help="per-item time limit in seconds")
     group.addoption("--kvbench-torch-threads", dest="kvbench_torch_threads", default=None,
-                    help="torch CPU threads per process (e.g. 1 with -n 2 on a 2-core machine)")
+                    help="torch CPU threads per process (default: torch's; an xdist worker takes its share of "
+                         "the cores unless OMP_NUM_THREADS is set)")
     group.addoption("--kvbench-no-share-prefill", dest="kvbench_no_share_prefill", action="store_true",
                     help="prefill every item on its own instead of once per sample for a reference group "
                          "(to time items in isolation)")
