@@ -72,7 +72,7 @@ def test_quiet_runs_show_no_progress(tmp_path):
 # -- under xdist: the controller shows the workers' progress -------------------------------------
 
 WORKER_LINE = re.compile(r"^\[kvbench\] (gw\d+) (\S+) (\d+)/3 [\d.]+ s/sample ETA \S+(?: \([^)]*\))?; items (\d+)/2", re.M)
-XDIST = ["-p", "xdist", "-n", "2", "--kvbench-torch-threads", "1"]
+XDIST = ["-p", "xdist", "-n", "2", "--dist", "loadgroup", "--kvbench-torch-threads", "1"]
 BOARD_ROW = re.compile("\x1b7\x1bD\r\x1b\\[K(.*?)\x1b8")  # progress_board's drawing: down a row, draw, back
 
 
@@ -100,6 +100,8 @@ def test_under_xdist_a_log_gets_every_workers_samples(xdist_runs):
         assert len({worker for worker, _ in seen}) == 1, item  # one worker ran the item
     finished = ITEM_LINE.findall(out)
     assert sorted(item for item, _, _ in finished) == sorted(by_item)  # a line per finished item, no dots
+    # the sharing groups' ETA (a part of the group per worker): each line has one, nothing left at the end
+    assert all(eta for _, _, eta in finished) and finished[-1][2] == ", session ETA 0s"
     assert out.count("[kvbench]") == len(shown) + len(finished) == 8  # every line on a line of its own
     assert "\r" not in out and "\x1b" not in out
     assert not re.search(r"^\.+", out, re.M)

@@ -6,6 +6,7 @@ import pytest
 from _pytest._io import TerminalWriter
 
 from pytest_kvbench.wiring.progress.board import CLEAR_ROW, RESTORE, SAVE, WorkersBoard
+from pytest_kvbench.wiring.progress.workers_eta import WorkersEstimate
 
 pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
@@ -138,6 +139,25 @@ def test_a_worker_that_went_away_keeps_its_finished_items_but_no_longer_runs():
     shown.update("gw1", snapshot(items_done=1, items_seconds=10.0))
     # 4 done at 10 s each, 6 left, one worker left running them
     assert reporter.out.getvalue().splitlines()[-1].endswith("items 4/10, session ETA 1m00s")
+
+
+def test_with_sharing_groups_the_session_eta_is_the_groups_model_not_the_mean():
+    """Two groups of five, one per worker: gw0's host passed in 600 s and its later items in no time, gw1's
+    host has 10 samples left at 20 s. The mean said 5 items left x 120 s / 2 workers; the groups say 200 s."""
+    shown, reporter, _ = board(interval=0)
+    shown.model(WorkersEstimate({f"{group}{m}": group for group in "ab" for m in range(5)}))
+    shown.item_started("a0")
+    shown.item_started("b0")
+    shown.item_finished("a0", 600.0)
+    for m in range(1, 5):
+        shown.item_started(f"a{m}")
+        shown.item_finished(f"a{m}", 0.0)
+    shown.update("gw0", snapshot(item=None, items_done=5, items_seconds=600.0))
+    shown.update("gw1", snapshot(item="b0", done=20, total=30, per_sample=20.0, items_done=0))
+    assert reporter.out.getvalue().splitlines()[-1].endswith("items 5/10, session ETA 3m20s")
+    shown.model(None)  # no sharing groups (--dist load, sharing off): the mean
+    shown.update("gw1", snapshot(item="b0", done=21, total=30, per_sample=20.0, items_done=0))
+    assert reporter.out.getvalue().splitlines()[-1].endswith("items 5/10, session ETA 5m00s")
 
 
 def test_the_interval_comes_from_the_ini_and_bad_values_are_usage_errors(pytester, monkeypatch):

@@ -13,6 +13,10 @@ does not see): step down a row, draw, step back to where pytest's cursor was. So
 stays whole and pytest's ``[ 50%]`` column stays right. Elsewhere (CI logs): a plain line per
 worker and sample, on a line of its own, at most one per worker every ``interval`` seconds
 (ini ``kvbench_progress_interval``).
+
+The session's ETA: with sharing groups known (``--dist loadgroup`` with shared prefill) the groups' cost
+model of progress/workers_eta.py, fed the workers' snapshots and the controller's item reports
+(``item_started``, ``item_finished``); else the mean of the finished items (text.mean_item_left).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from pytest_kvbench.wiring.progress.text import PREFIX, mean_item_left, session_part, start_own_line, worker_part
+from pytest_kvbench.wiring.progress.workers_eta import Running, WorkersEstimate
 
 
 # VT100: index (down a row, scrolling at the bottom, same column), reverse index (up a row),
@@ -50,6 +55,24 @@ class WorkersBoard:
         self.last_line: dict[str, float] = {}
         self.shown = False  # the row below the cursor holds a progress line
         self.closed = False
+        self.estimate: WorkersEstimate | None = None  # the sharing groups' model, where the run has them
+
+    def model(self, estimate: WorkersEstimate | None) -> None:
+        """The sharing groups' model the session ETA comes from (None: the mean of the finished items)."""
+        with self.lock:
+            self.estimate = estimate
+
+    def item_started(self, item: str) -> None:
+        """The controller's report that a worker started the item (its id)."""
+        with self.lock:
+            if self.estimate is not None:
+                self.estimate.start(item)
+
+    def item_finished(self, item: str, seconds: float) -> None:
+        """The controller's report that the item ended after ``seconds``."""
+        with self.lock:
+            if self.estimate is not None:
+                self.estimate.finish(item, seconds)
 
     def connect(self, worker: str) -> None:
         with self.lock:
@@ -105,6 +128,9 @@ class WorkersBoard:
         """Items done of the session and its ETA, from the workers' latest snapshots."""
         shots = self.snapshots.values()
         done, total = sum(s["items_done"] for s in shots), max(s["items_total"] for s in shots)
+        if self.estimate is not None:
+            running = [r for r in map(Running.of, shots) if r is not None]
+            return session_part(done, total, self.estimate.remaining(running, len(self.connected)))
         return session_part(done, total, mean_item_left(done, total, sum(s["items_seconds"] for s in shots),
                                                         parallel=len(self.connected)))
 

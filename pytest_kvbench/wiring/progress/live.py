@@ -19,7 +19,8 @@ group's first item does the work of the whole group.
 Under xdist (``-n``) the workers' output goes nowhere, so each worker sends a snapshot after every
 sample to the controller, over an execnet channel that the controller opens per worker in
 ``pytest_configure_node`` and hands over in ``workerinput`` (execnet carries channels inside
-messages). The controller shows them (progress/board.py). No report, event or hook call is made
+messages). The controller shows them (progress/board.py), its session ETA from the sharing groups the
+workers run (progress/workers_eta.py, fed here the controller's item reports). No report, event or hook call is made
 up: other plugins, the terminal's counts and junitxml see nothing of it.
 """
 
@@ -34,11 +35,18 @@ from typing import Any
 
 import pytest
 
+from kvmethods import describe_method
+from kvmethods.core.capabilities import prefills_alone
 from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.results.record import Record
+from pytest_kvbench.wiring.distributed.group_parts import sharing_groups
+from pytest_kvbench.wiring.distributed.xdist_groups import parametrize_id
+from pytest_kvbench.wiring.items import case_of_nodeid
 from pytest_kvbench.wiring.progress.board import WorkersBoard
 from pytest_kvbench.wiring.progress.eta import GroupedEstimate, PlannedItem
 from pytest_kvbench.wiring.progress.text import PREFIX, batch_note, duration, session_part, start_own_line
+from pytest_kvbench.wiring.progress.workers_eta import WorkersEstimate
+from pytest_kvbench.wiring.stash_keys import RUNNER_SETTINGS_KEY, SESSION_KEY
 
 CHANNEL_KEY = "kvbench_progress"  # workerinput key of the worker's channel to the controller
 INTERVAL_INI = "kvbench_progress_interval"
@@ -104,9 +112,11 @@ class SessionProgress:
         return session_part(len(self.item_seconds), self.items_total, left)
 
     def snapshot(self, item_id: str | None, done: int = 0, total: int = 0, per_sample: float = 0.0,
-                 batch: str | None = None) -> dict:
-        """What a worker tells the controller (progress_board.WorkersBoard reads these keys)."""
+                 batch: str | None = None, elapsed: float = 0.0) -> dict:
+        """What a worker tells the controller (progress/board.py and workers_eta.Running read these keys);
+        ``elapsed``: the item's seconds so far."""
         return {"item": item_id, "done": done, "total": total, "per_sample": per_sample, "batch": batch,
+                "elapsed": elapsed,
                 "items_done": len(self.item_seconds), "items_total": self.items_total,
                 "items_seconds": sum(self.item_seconds)}
 
@@ -151,7 +161,7 @@ class ItemProgress:
             else elapsed / max(done, 1)
         note = batch_note(decoded)
         if session.channel:
-            session.send(session.snapshot(self.item_id, done, total, per_sample, note))
+            session.send(session.snapshot(self.item_id, done, total, per_sample, note, elapsed))
             return
         if not session.reporter.isatty():  # a log: at each fifth of the item, at most one per interval
             if done not in _checkpoints(total) or now - session.last_plain_line < session.interval:
@@ -198,6 +208,25 @@ def progress_interval(config: pytest.Config) -> float:
     return value
 
 
+def sharing_estimate(config: pytest.Config) -> WorkersEstimate | None:
+    """Controller: the sharing groups its workers run, for the session ETA (progress/workers_eta.py); None where
+    items share no prefill (not --dist loadgroup, --kvbench-no-share-prefill, no benchmark item): the board
+    keeps the mean. The groups are the scheduler's cut (group_parts.sharing_groups over the selected items and
+    the workers); an item whose method prefills alone (the capability, as the workers' plan, without building
+    the method where the catalog describes it) costs its own time on its group's worker."""
+    settings = config.stash.get(RUNNER_SETTINGS_KEY, None)
+    run = config.stash.get(SESSION_KEY, None)
+    if config.getvalue("dist") != "loadgroup" or settings is None or not settings.share_prefill or run is None:
+        return None
+    cases = [case for _, nodeid in run.expected.values() if (case := case_of_nodeid(config, nodeid)) is not None]
+    if not cases:
+        return None
+    groups = sharing_groups(cases, len(config.getvalue("tx") or ()) or 1)
+    alone = {case.id for case in cases if not case.is_reference
+             and prefills_alone(describe_method(case.method.name, **case.method.param_dict).capabilities)}
+    return WorkersEstimate({case.id: groups[case.key] for case in cases}, alone)
+
+
 class ProgressPlugin:
     """The xdist side of live progress, registered by run_plugin.py in every process.
 
@@ -209,6 +238,8 @@ class ProgressPlugin:
         self.config = config
         self.interval = progress_interval(config)  # checked in every process: bad input is a usage error
         self.board = None  # the controller's, made for its first worker
+        self.planned = False  # the board was given its sharing groups (at the first item's start)
+        self.seconds: dict[str, float] = {}  # running items' seconds of the phases reported so far
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -230,14 +261,35 @@ class ProgressPlugin:
         node.workerinput[CHANNEL_KEY] = channel
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_logstart(self):
+    def pytest_runtest_logstart(self, nodeid: str):
+        if self.board is not None:
+            if not self.planned:  # the workers' collections are in (xdist_hooks.py: RunSession.expected)
+                self.planned = True
+                self.board.model(sharing_estimate(self.config))
+            item = parametrize_id(nodeid)
+            if item is not None:
+                self.board.item_started(item)
         with self._terminal_turn():
             return (yield)
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_logreport(self):
+    def pytest_runtest_logreport(self, report: pytest.TestReport):
+        if self.board is not None:  # before the terminal's and the finished-item line's (lines.py) hooks
+            self._count(report)
         with self._terminal_turn():
             return (yield)
+
+    def _count(self, report: pytest.TestReport) -> None:
+        """An item ends at its call report (or a setup that did not pass); its seconds are its phases'."""
+        item = parametrize_id(report.nodeid)
+        if item is None:
+            return
+        if report.when == "teardown":
+            self.seconds.pop(report.nodeid, None)
+            return
+        seconds = self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+        if report.when == "call" or not report.passed:
+            self.board.item_finished(item, seconds)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_logfinish(self):

@@ -40,7 +40,8 @@ def session_part(done: int, total: int, left: float | None) -> str:
 
 def mean_item_left(done: int, total: int, seconds: float, parallel: int = 1) -> float | None:
     """The items left spread over ``parallel`` processes at the mean duration of the ``done`` items,
-    which took ``seconds`` in all (the xdist board's estimate: workers run groups it does not know)."""
+    which took ``seconds`` in all (the xdist board's estimate where the run has no sharing groups:
+    progress/workers_eta.py models them)."""
     return (total - done) * seconds / done / max(parallel, 1) if done else None
 
 
