@@ -166,11 +166,12 @@ class Runner(GroupPrefill):
     # -- the item ------------------------------------------------------------------------------
     def run(self, case: Case, progress: Callable[..., None] | None = None) -> records.Record:
         """The item's record; out of memory raises ItemOutOfMemory after the memory is freed.
-        progress(samples done, samples in all, decoded) is called after each sample; decoded: the `decode_batch`
-        of each (member, sample) this run decoded for the group since the last call (shared_prefills.py)."""
+        progress(samples done, samples in all, decoded, samples_decoded) is called after each sample; decoded: the
+        `decode_batch` of each (member, sample) this run decoded for the group since the last call, samples_decoded:
+        how many samples those were (shared_prefills.py)."""
         try:
             with fail_on_out_of_memory(case.id):
-                return self._run(case, progress or (lambda done, total, decoded=(): None))
+                return self._run(case, progress or (lambda done, total, decoded=(), samples_decoded=0: None))
         finally:
             self.shared.finish(case)  # outcomes left for this item (it failed mid-way) are freed
 
@@ -222,7 +223,7 @@ class Runner(GroupPrefill):
                     "fields": {k: v for k, v in sample.fields.items()
                                if k in ("length", "depth", "context_length") or (k == "all_classes" and v)},
                 } | first_output | group_position(context, turn))
-                progress(len(rows), len(samples), self.shared.decoded_batches(case))
+                progress(len(rows), len(samples), self.shared.decoded_batches(case), self.shared.decoded_samples(case))
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
         aggregate = by_context_and_turn(rows) | aggregate  # a task's own "turns" (SCBench's) win
         return self._record(case, task, method, loaded, loaded_now, rows, aggregate,

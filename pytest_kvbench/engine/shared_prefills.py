@@ -55,6 +55,7 @@ class SharedPrefills:
         self._elsewhere: Counter[str] = Counter()  # an item's own sample decodes run inside another's
         self._alone: set[str] = set()  # items with a sample decoded alone (their own decode speed measured)
         self._batches: dict[str, list[int]] = {}  # by host: decode_batch of each (member, sample) it decoded
+        self._batch_samples: dict[str, set[str]] = {}  # by host: the samples whose members it decoded
 
     def plan(self, cases: Iterable[Case], groups: Mapping[str, str] | None = None) -> None:
         """The items this worker will run, in any order; `groups`: each case key's sharing group when the
@@ -80,12 +81,18 @@ class SharedPrefills:
         if decoded.host != case.key:
             self._hosted[decoded.host] += 1
         self._batches.setdefault(decoded.host, []).append(decoded.timing.get("decode_batch", 1))
+        self._batch_samples.setdefault(decoded.host, set()).add(sample_id)
 
     def decoded_batches(self, host: Case) -> tuple[int, ...]:
         """What `host`'s run decoded since last asked: each (member, sample)'s `decode_batch` (1: alone).
         The progress line says it, and the ETA tells a sample whose members shared a batch from one whose
         members decoded alone (wiring/progress/eta.py)."""
         return tuple(self._batches.pop(host.key, ()))
+
+    def decoded_samples(self, host: Case) -> int:
+        """How many samples' members `host`'s run decoded since last asked: more than one when a batch across
+        samples decoded the members of the samples ahead too, which the ETA then counts as paid for."""
+        return len(self._batch_samples.pop(host.key, ()))
 
     def measured_alone(self, case: Case) -> bool:
         """Whether a sample of the item was decoded alone (batch 1) already: its own decode speed is measured."""
@@ -126,6 +133,7 @@ class SharedPrefills:
         self._finished.add(case.key)
         self._failed.pop(case.key, None)
         self._batches.pop(case.key, None)
+        self._batch_samples.pop(case.key, None)
         for key in [k for k in self._decoded if k[0] == case.key]:
             del self._decoded[key]
 

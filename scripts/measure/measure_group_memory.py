@@ -53,7 +53,7 @@ def main() -> None:
 
     runner._compressed = measured_decode
 
-    def progress(done: int, total: int, decoded: tuple = ()) -> None:
+    def progress(done: int, total: int, decoded: tuple = (), samples_decoded: int = 0) -> None:
         held.append(live_tensor_bytes(tensors_reachable(runner.shared)))
         between.append(beyond_model_and_references())
 

@@ -54,7 +54,7 @@ def measured_run():
 
     runner._compressed = measured_decode
 
-    def progress(done, total, decoded=()):
+    def progress(done, total, decoded=(), samples_decoded=0):
         between.append((live_tensor_bytes(tensors_reachable(runner.shared)), live_bytes_beyond(runner, base)))
 
     records = [runner.run(case, progress) for case in cases]
@@ -176,6 +176,22 @@ def test_shared_prefills_serve_only_planned_unfinished_items_and_free_what_an_it
     shared.finish(snapkv)
     assert shared.waiting_count() == 0 and shared.members(full, "s4") == [full]
     assert SharedPrefills(enabled=False).members(full, "s1") == [full]
+
+
+def test_a_host_says_how_many_samples_its_decodes_since_last_asked_covered():
+    """Batching across samples: the host's run decoded the members of three samples at once; the progress line
+    counts them as three samples paid for (wiring/progress/eta.py), then the next sample's one."""
+    _, (full, snapkv, h2o) = runner_and_cases(["snapkv", "h2o"], samples=1)
+    shared = SharedPrefills()
+    shared.plan([full, snapkv, h2o])
+    for sample in ("s1", "s2", "s3"):
+        for member in (snapkv, h2o):
+            shared.keep(member, sample, DecodedSample(None, 0.0, 1.0, {"decode_batch": 6}, full.key))
+    assert shared.decoded_batches(full) == (6,) * 6
+    assert shared.decoded_samples(full) == 3
+    assert shared.decoded_samples(full) == 0  # asked: nothing new
+    shared.keep(snapkv, "s4", DecodedSample(None, 0.0, 1.0, {"decode_batch": 2}, full.key))
+    assert shared.decoded_samples(full) == 1 and shared.decoded_samples(snapkv) == 0
 
 
 def _busy(iterations: int) -> int:

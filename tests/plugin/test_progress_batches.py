@@ -82,3 +82,17 @@ def test_an_item_whose_run_decoded_no_member_says_nothing_of_batches():
     progress(1, 2)
     assert session.reporter.out.getvalue() == ("[kvbench] full-niah_single_1-ctx2048: 1/2 samples, 0.2 s/sample, "
                                                "item ETA 0s; left 0\n")
+
+
+def test_a_batch_across_samples_is_projected_as_the_samples_it_decoded():
+    """Sample 1 decodes 6 members alone (30 s); sample 2's run decodes the members of samples 2-4 in one batch
+    (30 s: 10 s a sample); sample 5 is left: 10 s, where reading the batch as one sample projected 3 x 30 s."""
+    session = Session([PlannedItem(Case.key, "g", 5, 2048)])
+    progress = ItemProgress(session, Case())
+    session.now = 30.0
+    progress(1, 5, (1,) * 6, 1)
+    session.now += 30.0
+    progress(2, 5, (18,) * 18, 3)
+    assert session.reporter.out.getvalue().splitlines()[-1] == (
+        "[kvbench] full-niah_single_1-ctx2048: 2/5 samples, 3.3 s/sample, item ETA 10s; "
+        "18 members decoded in one batch; left 10")

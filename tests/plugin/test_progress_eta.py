@@ -183,3 +183,23 @@ def test_samples_decoded_ahead_average_into_the_batched_rate():
     for seconds, batched in [(30.0, False), (12.0, True), (0.0, True), (0.0, True)]:
         estimate.sample("a", seconds, batched)
     assert estimate.projected("a", 4, 9, 42.0) == pytest.approx(30.0 + 8 * 4.0)
+
+
+def test_a_batch_across_samples_counts_as_the_samples_it_decoded():
+    """A -n 2 real-model run: a part's host decoded sample 1's members alone (30.7 s), then prefilled 21 samples
+    and decoded their members in one batch (508.4 s), and found the next 20 samples' members decoded. Read as
+    one sample, the batch projected 28 x 508 s (3h57m) with about 4 minutes left."""
+    estimate = GroupedEstimate([PlannedItem("a", "g", 30, 2048), PlannedItem("b", "g", 30, 2048)])
+    estimate.start("a")
+    estimate.sample("a", 30.7, batched=False)
+    estimate.sample("a", 508.4, batched=True, covers=21)
+    steady = 508.4 / 21
+    assert estimate.projected("a", 2, 30, 539.1) == pytest.approx(30.7 + 29 * steady)
+    left_after_2 = estimate.remaining("a", 2, 30, 539.1)
+    assert left_after_2 == pytest.approx(30.7 + 29 * steady - 539.1)  # b: a later item, nothing measured yet
+    assert left_after_2 < 10 * 60
+    for done in range(3, 23):  # samples 3-22: their members were in that batch
+        estimate.sample("a", 0.01, batched=False)
+    assert estimate.projected("a", 22, 30, 539.3) == pytest.approx(30.7 + 29 * steady)
+    estimate.sample("a", 8 * 24.0, batched=True, covers=8)  # the last 8 samples in a second batch
+    assert estimate.batching("a").steady == pytest.approx((508.4 + 8 * 24.0) / 29)

@@ -138,8 +138,9 @@ class SessionProgress:
 
 
 class ItemProgress:
-    """The runner's per-sample callback for one item: progress(done, total, decoded), decoded: the
-    `decode_batch` of each member the item's run decoded for the sample (engine/shared_prefills.py)."""
+    """The runner's per-sample callback for one item: progress(done, total, decoded, samples_decoded), decoded:
+    the `decode_batch` of each member the item's run decoded for the sample, samples_decoded: of how many samples
+    (more than one: a batch across samples; engine/shared_prefills.py)."""
 
     def __init__(self, session: SessionProgress, case) -> None:
         self.session = session
@@ -147,10 +148,11 @@ class ItemProgress:
         self.started = self.last_sample = session.clock()
         session.estimate.start(self.key)
 
-    def __call__(self, done: int, total: int, decoded: tuple[int, ...] = ()) -> None:
+    def __call__(self, done: int, total: int, decoded: tuple[int, ...] = (), samples_decoded: int = 0) -> None:
         session = self.session
         now = session.clock()
-        session.estimate.sample(self.key, now - self.last_sample, any(size > 1 for size in decoded))
+        session.estimate.sample(self.key, now - self.last_sample, any(size > 1 for size in decoded),
+                                covers=max(1, samples_decoded))
         self.last_sample = now
         if not total or not (session.enabled or session.channel):
             return
