@@ -96,3 +96,19 @@ def test_a_batch_across_samples_is_projected_as_the_samples_it_decoded():
     assert session.reporter.out.getvalue().splitlines()[-1] == (
         "[kvbench] full-niah_single_1-ctx2048: 2/5 samples, 3.3 s/sample, item ETA 10s; "
         "18 members decoded in one batch; left 10")
+
+
+def test_samples_counted_ahead_leave_the_samples_not_decoded_at_the_steady_rate():
+    """Samples 2-4's members decoded in sample 2's batch (10 s a sample); samples 3 and 4 still take 6 s each
+    (scoring and records): sample 5 is left at 10 s, not the projection less the time those took (-2 s)."""
+    session = Session([PlannedItem(Case.key, "g", 5, 2048)])
+    progress = ItemProgress(session, Case())
+    session.now = 30.0
+    progress(1, 5, (1,) * 6, 1)
+    session.now += 30.0
+    progress(2, 5, (18,) * 18, 3)
+    for done in (3, 4):
+        session.now += 6.0
+        progress(done, 5)
+    assert session.reporter.out.getvalue().splitlines()[-1].startswith(
+        "[kvbench] full-niah_single_1-ctx2048: 4/5 samples, 10.0 s/sample, item ETA 10s")

@@ -200,6 +200,6 @@ def test_a_batch_across_samples_counts_as_the_samples_it_decoded():
     assert left_after_2 < 10 * 60
     for done in range(3, 23):  # samples 3-22: their members were in that batch
         estimate.sample("a", 0.01, batched=False)
-    assert estimate.projected("a", 22, 30, 539.3) == pytest.approx(30.7 + 29 * steady)
+    assert estimate.projected("a", 22, 30, 539.3) == pytest.approx(539.3 + 8 * steady)
     estimate.sample("a", 8 * 24.0, batched=True, covers=8)  # the last 8 samples in a second batch
     assert estimate.batching("a").steady == pytest.approx((508.4 + 8 * 24.0) / 29)

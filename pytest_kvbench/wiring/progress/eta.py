@@ -152,12 +152,15 @@ class GroupedEstimate:
         return Batching.of(self.samples.get(key, []))
 
     def projected(self, key: str, done: int, total: int, elapsed: float) -> float | None:
-        """The whole item's seconds, projected from its ``done`` samples of ``total`` in ``elapsed``: at the
-        steady rate once a sample decoded a batch, else at the mean rate; None before a sample is done."""
+        """The whole item's seconds, projected from its ``done`` samples of ``total`` in ``elapsed``: once a sample
+        decoded a batch, ``elapsed`` and the samples left at the steady rate, less those a batch across samples
+        already decoded; else at the mean rate; None before a sample is done."""
         if not done or not total:
             return None
         batching = self.batching(key)
-        return batching.total(total) if batching is not None else elapsed / done * total
+        if batching is None:
+            return elapsed / done * total
+        return elapsed + max(0, total - done - self.ahead[key]) * batching.steady
 
     def finish(self, key: str, seconds: float, samples: int = 0, prompt_tokens: float = 0.0) -> None:
         """An item ended after ``seconds``, having run ``samples`` samples of ``prompt_tokens`` tokens on average."""
