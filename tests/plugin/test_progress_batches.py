@@ -84,29 +84,30 @@ def test_an_item_whose_run_decoded_no_member_says_nothing_of_batches():
                                                "item ETA 0s; left 0\n")
 
 
-def test_a_batch_across_samples_is_projected_as_the_samples_it_decoded():
+def batch_across_three_samples() -> tuple[Session, ItemProgress]:
     """Sample 1 decodes 6 members alone (30 s); sample 2's run decodes the members of samples 2-4 in one batch
-    (30 s: 10 s a sample); sample 5 is left: 10 s, where reading the batch as one sample projected 3 x 30 s."""
+    (30 s: 10 s a sample). 5 samples in all."""
     session = Session([PlannedItem(Case.key, "g", 5, 2048)])
     progress = ItemProgress(session, Case())
     session.now = 30.0
     progress(1, 5, (1,) * 6, 1)
     session.now += 30.0
     progress(2, 5, (18,) * 18, 3)
+    return session, progress
+
+
+def test_a_batch_across_samples_is_projected_as_the_samples_it_decoded():
+    """Sample 5 is left after the batch: 10 s, where reading the batch as one sample projected 3 x 30 s."""
+    session, _ = batch_across_three_samples()
     assert session.reporter.out.getvalue().splitlines()[-1] == (
         "[kvbench] full-niah_single_1-ctx2048: 2/5 samples, 3.3 s/sample, item ETA 10s; "
         "18 members decoded in one batch; left 10")
 
 
 def test_samples_counted_ahead_leave_the_samples_not_decoded_at_the_steady_rate():
-    """Samples 2-4's members decoded in sample 2's batch (10 s a sample); samples 3 and 4 still take 6 s each
-    (scoring and records): sample 5 is left at 10 s, not the projection less the time those took (-2 s)."""
-    session = Session([PlannedItem(Case.key, "g", 5, 2048)])
-    progress = ItemProgress(session, Case())
-    session.now = 30.0
-    progress(1, 5, (1,) * 6, 1)
-    session.now += 30.0
-    progress(2, 5, (18,) * 18, 3)
+    """Samples 3 and 4 (decoded in sample 2's batch) still take 6 s each (scoring and records): sample 5 is left
+    at 10 s, not the projection less the time those took (-2 s)."""
+    session, progress = batch_across_three_samples()
     for done in (3, 4):
         session.now += 6.0
         progress(done, 5)
