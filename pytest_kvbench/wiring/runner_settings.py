@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_kvbench.cases import Grid
+from pytest_kvbench.engine.hardware.cpu_count import usable_cpu_count
 from pytest_kvbench.wiring.stash_keys import PLANNED_CASES_KEY, RUNNER_KEY, RUNNER_SETTINGS_KEY, SHARING_GROUPS_KEY
 
 
@@ -36,11 +37,7 @@ def worker_threads(given: int | None, workers: int | None, environ: Mapping[str,
     (docs/real-model.md). None: torch's default (a single process, or the environment decides)."""
     if given is not None or not workers or "OMP_NUM_THREADS" in environ:
         return given
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, cores // workers)
+    return max(1, usable_cpu_count() // workers)
 
 
 def runner_of(config: pytest.Config):

@@ -24,6 +24,7 @@ RUNNER_SETTINGS_KEY = pytest.StashKey[object]()  # what the Runner is built from
 RUNNER_KEY = pytest.StashKey[object]()  # the Runner, built when the first item needs it
 PLANNED_CASES_KEY = pytest.StashKey[list]()  # the cases this process shares prefills among (collection's)
 SHARING_GROUPS_KEY = pytest.StashKey[dict]()  # their sharing groups by case key (wiring/distributed/group_parts.py)
+SCHEDULED_GROUPS_KEY = pytest.StashKey[dict]()  # controller: the scheduler's sharing group of each item id
 GATE_KEY = pytest.StashKey["Gate"]()
 SLOTS_KEY = pytest.StashKey["DeviceSlots"]()
 PROGRESS_KEY = pytest.StashKey["SessionProgress"]()

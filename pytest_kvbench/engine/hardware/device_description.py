@@ -7,6 +7,7 @@ import platform
 
 import torch
 
+from pytest_kvbench.engine.hardware.cpu_count import usable_cpu_count
 from pytest_kvbench.engine.hardware.nvml import nvidia_driver_version
 
 
@@ -21,14 +22,6 @@ def cpu_model(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
-
-
-def usable_cpu_count() -> int:
-    """CPUs this process may run on (container/cgroup affinity), which is what CPU timings use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def cuda_index(device: str) -> int:

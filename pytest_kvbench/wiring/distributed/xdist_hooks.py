@@ -19,7 +19,7 @@ from pytest_kvbench.results import record as records
 from pytest_kvbench.tasks.registry import SUITES, suite_of
 from pytest_kvbench.wiring.distributed.gpu_slots import DeviceSlots, apply_environment, assign_device, cuda_device_count
 from pytest_kvbench.wiring.items import case_of_nodeid, expect
-from pytest_kvbench.wiring.stash_keys import INTERRUPTED_WORKERS_KEY, SESSION_KEY, SLOTS_KEY
+from pytest_kvbench.wiring.stash_keys import INTERRUPTED_WORKERS_KEY, SCHEDULED_GROUPS_KEY, SESSION_KEY, SLOTS_KEY
 from pytest_kvbench.wiring.distributed.group_parts import sharing_groups
 from pytest_kvbench.wiring.distributed.xdist_groups import reference_group_scheduler, xdist_group_name
 
@@ -84,9 +84,11 @@ def pytest_xdist_make_scheduler(config, log):
     cases = {case.id: case for suite in SUITES for case in grid.cases(suite, suite_of)}
 
     def groups_of(ids, workers: int) -> dict[str, str]:
+        """The cut, once: the session ETA's model of the groups (progress/live.py) reads it from the stash."""
         selected = [cases[i] for i in ids if i in cases]
         parts = sharing_groups(selected, workers)
-        return {case.id: xdist_group_name(parts[case.key]) for case in selected}
+        named = config.stash[SCHEDULED_GROUPS_KEY] = {case.id: xdist_group_name(parts[case.key]) for case in selected}
+        return named
 
     return reference_group_scheduler(config, log, groups_of)
 

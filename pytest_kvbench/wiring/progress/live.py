@@ -39,14 +39,13 @@ from kvmethods import describe_method
 from kvmethods.core.capabilities import prefills_alone
 from pytest_kvbench.input_values import ascii_float
 from pytest_kvbench.results.record import Record
-from pytest_kvbench.wiring.distributed.group_parts import sharing_groups
 from pytest_kvbench.wiring.distributed.xdist_groups import parametrize_id
 from pytest_kvbench.wiring.items import case_of_nodeid
 from pytest_kvbench.wiring.progress.board import WorkersBoard
 from pytest_kvbench.wiring.progress.eta import GroupedEstimate, PlannedItem
 from pytest_kvbench.wiring.progress.text import PREFIX, batch_note, duration, session_part, start_own_line
 from pytest_kvbench.wiring.progress.workers_eta import WorkersEstimate
-from pytest_kvbench.wiring.stash_keys import RUNNER_SETTINGS_KEY, SESSION_KEY
+from pytest_kvbench.wiring.stash_keys import RUNNER_SETTINGS_KEY, SCHEDULED_GROUPS_KEY, SESSION_KEY
 
 CHANNEL_KEY = "kvbench_progress"  # workerinput key of the worker's channel to the controller
 INTERVAL_INI = "kvbench_progress_interval"
@@ -214,19 +213,21 @@ def sharing_estimate(config: pytest.Config) -> WorkersEstimate | None:
     """Controller: the sharing groups its workers run, for the session ETA (progress/workers_eta.py); None where
     items share no prefill (not --dist loadgroup, --kvbench-no-share-prefill, no benchmark item): the board
     keeps the mean. The groups are the scheduler's cut (group_parts.sharing_groups over the selected items and
-    the workers); an item whose method prefills alone (the capability, as the workers' plan, without building
+    the workers, stashed by xdist_hooks.py when it scheduled); an item whose method prefills alone (the capability, as the workers' plan, without building
     the method where the catalog describes it) costs its own time on its group's worker."""
     settings = config.stash.get(RUNNER_SETTINGS_KEY, None)
     run = config.stash.get(SESSION_KEY, None)
-    if config.getvalue("dist") != "loadgroup" or settings is None or not settings.share_prefill or run is None:
+    groups = config.stash.get(SCHEDULED_GROUPS_KEY, None)  # the scheduler's cut (xdist_hooks.py), made once
+    if config.getvalue("dist") != "loadgroup" or settings is None or not settings.share_prefill or run is None \
+            or not groups:
         return None
-    cases = [case for _, nodeid in run.expected.values() if (case := case_of_nodeid(config, nodeid)) is not None]
+    cases = [case for _, nodeid in run.expected.values()
+             if (case := case_of_nodeid(config, nodeid)) is not None and case.id in groups]
     if not cases:
         return None
-    groups = sharing_groups(cases, len(config.getvalue("tx") or ()) or 1)
     alone = {case.id for case in cases if not case.is_reference
              and prefills_alone(describe_method(case.method.name, **case.method.param_dict).capabilities)}
-    return WorkersEstimate({case.id: groups[case.key] for case in cases}, alone)
+    return WorkersEstimate({case.id: groups[case.id] for case in cases}, alone)
 
 
 class ProgressPlugin:
