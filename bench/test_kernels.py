@@ -35,7 +35,7 @@ def scoring():
 def layer_inputs(torch):
     """What the compression hook sees for layer 0 at the end of a 4,096-token prefill."""
     # lazy for collection time: transformers and the tiny model are only needed when the benchmark runs
-    from kvmethods.runtime.layer_inputs import LayerInputs
+    from kvmethods.core.layer_inputs import LayerInputs
     from kvmethods.testing import bench_model
     from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
 

@@ -12,7 +12,7 @@ from .core.budget import FULL_CACHE, Budget
 from .core.capabilities import Capability
 from .core.errors import MethodError
 from .core.params import param
-from .core.registry import (
+from .registry import (
     ENTRY_POINT_GROUP,
     available_methods,
     describe_method,

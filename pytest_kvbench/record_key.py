@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 DEFAULT_PROTOCOL = "question_in_window"
 _PROTOCOL_PREFIX = "protocol="
-DEFAULT_SLIDING = "keep"  # sliding-window layers kept as their window (--kvbench-sliding; kvmethods families/layout)
+DEFAULT_SLIDING = "keep"  # sliding-window layers kept as their window (--kvbench-sliding; kvmethods core/layout)
 _SLIDING_PREFIX = "sliding="
 
 

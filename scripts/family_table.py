@@ -1,8 +1,8 @@
-"""Write docs/models.md's family x method table from the family descriptions (kvmethods/families/table.py).
+"""Write docs/models.md's family x method table from the family descriptions (kvmethods/core/family_table.py).
 
-Each row is a family of kvmethods/testing.py's tiny models described from its config alone (families/table.layout_of, the
+Each row is a family of kvmethods/testing.py's tiny models described from its config alone (core/family_table.layout_of, the
 same description the startup check uses, which tests/kvmethods/test_families.py checks against the probe of a
-loaded model), and each built-in method is asked the one rule table (families/layout.refusal). The table sits
+loaded model), and each built-in method is asked the one rule table (core/layout.refusal). The table sits
 between two markers in docs/models.md; `python scripts/family_table.py` rewrites it there, `--check` exits 1
 when it is out of date (tests/kvmethods/test_families.py runs the check).
 """
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from kvmethods.core.catalog import BUILTINS
-from kvmethods.families.layout import COMPRESS, SLIDING, refusal
-from kvmethods.families.table import FAMILIES, layout_of
+from kvmethods.core.layout import COMPRESS, SLIDING, refusal
+from kvmethods.core.family_table import FAMILIES, layout_of
 from kvmethods.testing import FAMILIES as TESTED, family_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -138,7 +138,7 @@ class KVPressMethod(Method):
 
 def _attention_modules(model):
     # lazy: kept with the press code it serves (the module is imported only when a press is named)
-    from ..core.families import decoder_layers
+    from ..attention.families import decoder_layers
 
     return [layer.self_attn for layer in decoder_layers(model)]
 

@@ -66,7 +66,7 @@ def cache_of_layers(like, layers: list) -> DynamicCache:
 
 def has_linear_layers(model) -> bool:
     # lazy: families.probe imports the attention hooks, which import this package
-    from ..families.probe import attention_modules
+    from ..attention.model_probe import attention_modules
 
     return any(module is None for module in attention_modules(model))
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from ..families.layout import PROJECTION, LayerLayout
-from ..families.probe import attention_modules, describe
-from ..runtime.layer_inputs import LayerInputs
+from ..core.layout import PROJECTION, LayerLayout
+from .model_probe import attention_modules, describe
+from ..core.layer_inputs import LayerInputs
 from .query_capture import capturing_queries
 from ..adapters.transformers_compat import attention_implementation
 

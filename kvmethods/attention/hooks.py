@@ -25,12 +25,12 @@ from .attention_hooks import AttentionCall, after_attention, attention_masks, pr
 from ..core.base import Method
 from ..core.capabilities import Capability
 from ..core.errors import MethodError
-from ..core.families import decoder_layers, rotary_embedding
-from ..families.layout import COMPRESS, SLIDING
-from ..runtime.layer_inputs import LayerInputs
+from .families import decoder_layers, rotary_embedding
+from ..core.layout import COMPRESS, SLIDING
+from ..core.layer_inputs import LayerInputs
 from ..storage.ragged import RaggedLayer, visibility_mask
 from .latent import holds_latent, latent_kept_indices
-from .window_layer import WindowLayer, keep_window
+from ..storage.window_layer import WindowLayer, keep_window
 from ..adapters.transformers_compat import DynamicCache
 
 

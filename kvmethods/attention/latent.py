@@ -11,7 +11,7 @@ the queries), the method's per-head scores are averaged over the heads, as a GQA
 for the KV head they share (here every query head shares the latent), and the method's own select() keeps the
 top positions, gathered from the latent and the rotary key alike (hooks.store_selection). A method that picks
 positions without scores (StreamingLLM) must pick the same ones for every head. Head-adaptive budgets and
-storages of their own (quantizers, channel pruning) have no per-head rows to work on: families/layout.refusal
+storages of their own (quantizers, channel pruning) have no per-head rows to work on: core/layout.refusal
 refuses them in one line.
 """
 
@@ -22,7 +22,7 @@ import torch
 from ..core.base import Method
 from ..core.capabilities import Capability
 from ..core.errors import MethodError
-from ..runtime.layer_inputs import LayerInputs
+from ..core.layer_inputs import LayerInputs
 
 
 def holds_latent(layer, keys: torch.Tensor | None) -> bool:

@@ -7,7 +7,7 @@ attention function. While `capturing_queries()` is active the model's attention 
 registered with transformers' public AttentionInterface that keeps the RoPE'd queries and keyword arguments of
 each layer and then calls the implementation that was active before (the family's own eager function for
 "eager"), with the same mask function: the forward's numbers are the same bit for bit. The family probe
-(families/probe.py) uses it once per model to learn what each layer does; the hooks use it only for families
+(attention/model_probe.py) uses it once per model to learn what each layer does; the hooks use it only for families
 whose queries need it. Nothing of a forward is replaced.
 """
 

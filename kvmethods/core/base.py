@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..runtime.layer_inputs import LayerInputs
+from .layer_inputs import LayerInputs
 from .capabilities import Capability
 from .errors import MethodError
-from ..families.layout import SLIDING_POLICIES
+from .layout import SLIDING_POLICIES
 from .params import check_known, checked_values, declared_params, describe_params, param
 
 # param (params.py): what every method module declares its parameters with
@@ -47,7 +47,7 @@ class Method:
     capabilities: ClassVar[Capability] = Capability.COMPRESSES
     # The same algorithm in other harnesses (a built-in's catalog row carries them: exports, comparisons):
     # check() reads the environment (an installed backend), not only the parameters: the catalog cannot vouch for
-    # the defaults without running it (core/registry.describe_method)
+    # the defaults without running it (registry.describe_method)
     environment_check: ClassVar[bool] = False
     kvpress_press: ClassVar[str] = ""  # the kvpress press running it, as `kvpress:` spec tail ("SnapKVPress");
     # a wrapper's press wraps its base's press (`kvpress:AdaKVPress:press=SnapKVPress`)
@@ -56,8 +56,8 @@ class Method:
     kvcache_factory_name: ClassVar[str] = ""  # KVCache-Factory's --method (export --format kvcache-factory)
     query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
     prefill_chunk: ClassVar[int] = 0  # > 0: the prompt is prefilled this many tokens at a time (chunked.py)
-    # What the runtime does with a model's sliding-window layers (families/layout.SLIDING_POLICIES): "keep" them
-    # as their window, or "compress" them with the method's budget too (attention/window_layer.py). A setting of
+    # What the runtime does with a model's sliding-window layers (core/layout.SLIDING_POLICIES): "keep" them
+    # as their window, or "compress" them with the method's budget too (storage/window_layer.py). A setting of
     # the run (--kvbench-sliding), not a parameter of the method: with_sliding_layers sets it per instance.
     sliding_layers: ClassVar[str] = "keep"
 

@@ -25,11 +25,11 @@ from ..attention.attention_hooks import AttentionCall, after_attention
 from ..core.base import Method, param
 from ..core.capabilities import Capability, SCORER, can_cut_back_from_recent_queries
 from ..core.errors import MethodError
-from ..core.families import decoder_layers, rotary_embedding
+from ..attention.families import decoder_layers, rotary_embedding
 from ..attention.hooks import layer_selection, store_selection
-from ..attention.window_layer import WindowLayer
+from ..storage.window_layer import WindowLayer
 from ..adapters.mixed_cache import token_layers
-from ..runtime.layer_inputs import LayerInputs
+from ..core.layer_inputs import LayerInputs
 from ..wrappers.wrapping import WrapperMethod
 
 

@@ -22,7 +22,7 @@ from ..core.base import Method, param
 from ..core.capabilities import Capability, SCORER
 from .decoding_compression import check_decoding_scorer, compressing_decode
 from ..core.errors import MethodError
-from ..runtime.layer_inputs import LayerInputs
+from ..core.layer_inputs import LayerInputs
 from ..scorers.scoring import pool_positions, protect_last, score_dtype, window_attention
 
 

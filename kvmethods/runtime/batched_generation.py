@@ -43,15 +43,15 @@ from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import decodes_alone
 from ..core.errors import MethodError
-from ..families.probe import describe
+from ..attention.model_probe import describe
 from ..attention.gqa_attention import masked_gqa
 from ..attention.attention_hooks import AttentionCall, attention_masks
-from ..attention.window_layer import WindowLayer
+from ..storage.window_layer import WindowLayer
 from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
 from ..adapters.mixed_cache import (cache_of_layers, is_state_layer, keep_state_rows, resumes_stepwise,
                                     stacked_state, token_layers)
 from ..adapters.transformers_compat import DynamicCache, attention_implementation, cache_argument
-from .clock import now
+from ..core.clock import now
 from .generation import GenerationOutput, PrefilledPrompt, byte_allowance, measured_prefill
 from .prompt_forward import cached_forward_kernels
 

@@ -16,7 +16,7 @@ from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import Capability
 from ..core.errors import MethodError
-from ..core.families import decoder_layers, describe
+from ..attention.families import decoder_layers, describe
 from ..core.memory_budget import CacheGeometry, operating_point
 
 

@@ -28,16 +28,16 @@ from ..core.base import Method
 from ..core.budget import Budget
 from ..core.capabilities import Capability
 from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (this contract's names too)
-from ..core.families import check_family, sliding_windows
+from ..attention.families import check_family, sliding_windows
 from ..attention.hooks import capturing_window_queries, compressing_prefill, store_selection
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name
-from ..attention.window_layer import WindowLayer
+from ..storage.window_layer import WindowLayer
 from ..adapters.transformers_compat import DynamicCache
 from ..adapters.mixed_cache import is_state_layer, new_cache, state_bytes, token_layers
 from .budget_plan import plan_budget
 from .prompt_forward import check_request, device_of, forward, is_uneven, layer_masks, store_quantized
-from .clock import now
+from ..core.clock import now
 
 # GROUP_PROTOCOLS (catalog.py): samples sharing a context run as one group (kvmethods/runtime/protocols/); a single
 # prompt under them is compressed as query_agnostic does.

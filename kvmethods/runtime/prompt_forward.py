@@ -20,7 +20,7 @@ from ..core.errors import MethodError
 from ..attention.hooks import per_layer_causal_masks
 from ..storage.ragged import RaggedLayer
 from ..attention.ragged_attention import ragged_attention
-from ..attention.window_layer import WindowLayer, keep_window
+from ..storage.window_layer import WindowLayer, keep_window
 from ..adapters.mixed_cache import is_state_layer, resumes_stepwise, token_layers
 from ..adapters.transformers_compat import DynamicCache, DynamicLayer, cache_argument
 

@@ -33,18 +33,18 @@ from ..core.base import Method
 from ..core.budget import FULL_CACHE, Budget
 from ..core.capabilities import Capability, prefills_alone
 from ..core.errors import MethodError
-from ..core.families import check_family, decoder_layers, rotary_embedding, sliding_windows
+from ..attention.families import check_family, decoder_layers, rotary_embedding, sliding_windows
 from .budget_plan import compressed_length, plan_budget
 from .generation import PrefilledPrompt, prefill
 from .prompt_forward import check_request, forward, is_uneven, store_quantized
 from ..attention.hooks import compress_window, layer_selection, store_selection
-from ..attention.kernel_memo import KernelMemo
+from ..core.kernel_memo import KernelMemo
 from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
-from ..attention.window_layer import keep_window
-from ..families.layout import COMPRESS, SLIDING
+from ..storage.window_layer import keep_window
+from ..core.layout import COMPRESS, SLIDING
 from ..adapters.transformers_compat import DynamicCache, DynamicLayer
 from ..adapters.mixed_cache import is_state_layer, new_cache
-from .clock import now
+from ..core.clock import now
 
 
 def can_share_prefill(method: Method) -> bool:
@@ -219,7 +219,7 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
     """The full-cache prefill of the prompt and, from the same forward, each request's compressed prefill
     (what generation.prefill(model, method, budget, ...) returns for it, bit for bit)."""
     # lazy: the registry's wrappers import the generation modules (KNOWN_CIRCLES in tests/project/test_import_graph.py)
-    from ..core.registry import get_method
+    from ..registry import get_method
 
     input_ids = [int(token) for token in input_ids]
     full_method = get_method("full")

@@ -19,8 +19,8 @@ import torch
 
 from ..core.base import Method, param
 from ..core.capabilities import SCORER, Capability
-from ..attention.kernel_memo import layer_kernel
-from ..runtime.layer_inputs import LayerInputs
+from ..core.kernel_memo import layer_kernel
+from ..core.layer_inputs import LayerInputs
 from .scoring import score_dtype
 
 

@@ -16,7 +16,7 @@ import torch
 
 from ..core.base import Method, param
 from ..core.capabilities import Capability, SCORER
-from ..runtime.layer_inputs import LayerInputs
+from ..core.layer_inputs import LayerInputs
 from .scoring import accumulated_attention, protect_last
 
 

@@ -36,7 +36,7 @@ import torch
 
 from ..core.base import Method, param
 from ..core.capabilities import Capability
-from ..core.families import decoder_layers
+from ..attention.families import decoder_layers
 from ..attention.kvzip_attention import RepeatSpan, scoring_attention
 from .scoring import score_dtype
 from ..adapters.transformers_compat import cache_argument

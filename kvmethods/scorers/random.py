@@ -12,7 +12,7 @@ import torch
 
 from ..core.base import Method, param
 from ..core.capabilities import SCORER
-from ..runtime.layer_inputs import LayerInputs
+from ..core.layer_inputs import LayerInputs
 
 
 @dataclass

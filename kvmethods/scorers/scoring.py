@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..attention.kernel_memo import layer_kernel
-from ..runtime.layer_inputs import LayerInputs
+from ..core.kernel_memo import layer_kernel
+from ..core.layer_inputs import LayerInputs
 
 # Bound on the attention block materialised per chunk in accumulated_attention. On CPU a block that stays
 # in cache is fastest; on accelerators larger blocks amortise kernel launches.

@@ -16,7 +16,7 @@ import torch
 
 from ..core.base import Method, param
 from ..core.capabilities import SCORER
-from ..runtime.layer_inputs import LayerInputs
+from ..core.layer_inputs import LayerInputs
 from .scoring import pool_positions, protect_last, window_attention
 
 POOLINGS = ("avgpool", "maxpool", "none")

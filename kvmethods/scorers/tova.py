@@ -14,7 +14,7 @@ import torch
 
 from ..core.base import Method
 from ..core.capabilities import SCORER
-from ..runtime.layer_inputs import LayerInputs
+from ..core.layer_inputs import LayerInputs
 from .scoring import protect_last, window_attention
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from ..adapters.transformers_compat import DynamicLayer, mask_query_length
-from ..attention.window_layer import WindowLayer
+from .window_layer import WindowLayer
 from .compact_layer import CompactLayer
 from .ragged import RaggedLayer
 

@@ -21,8 +21,8 @@ import torch
 from ..core.base import param
 from ..core.capabilities import Capability, SCORER
 from ..core.errors import MethodError
-from ..attention.kernel_memo import layer_kernel
-from ..runtime.layer_inputs import LayerInputs
+from ..core.kernel_memo import layer_kernel
+from ..core.layer_inputs import LayerInputs
 from ..scorers.scoring import score_dtype
 from .wrapping import WrapperMethod
 

@@ -18,7 +18,7 @@ import torch
 from ..core.base import Method
 from ..core.capabilities import INHERITED_FROM_BASE, Capability
 from ..core.errors import MethodError
-from ..runtime.layer_inputs import LayerInputs
+from ..core.layer_inputs import LayerInputs
 
 
 class WrapperMethod(Method):

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvmethods.runtime.clock import now
+from kvmethods.core.clock import now
 from pytest_kvbench.cases import Case
 from pytest_kvbench.engine.decode_batching import DecodeBatching
 from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_of_memory

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvmethods import FULL_CACHE, get_method
-from kvmethods.runtime.clock import now
+from kvmethods.core.clock import now
 from kvmethods.runtime.generation import GROUP_PROTOCOLS, generate, record_fields
 from kvmethods.runtime.shared_prefill import can_share_prefill
 from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid

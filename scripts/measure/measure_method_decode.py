@@ -91,7 +91,7 @@ def child(args) -> None:
     """Decode every saved state with the code on PYTHONPATH; one JSON line of {method: [wall, cpu]}."""
     import torch
 
-    from kvmethods.runtime.clock import now
+    from kvmethods.core.clock import now
     from kvmethods.runtime.generation import PrefilledPrompt, decode_greedy
 
     model = load_model(args)

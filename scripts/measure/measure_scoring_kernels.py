@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def h2o_call(args, torch):
     from types import SimpleNamespace
 
-    from kvmethods.runtime.layer_inputs import LayerInputs
+    from kvmethods.core.layer_inputs import LayerInputs
     from kvmethods.scorers.scoring import accumulated_attention
 
     q_heads, kv_heads, dim = SHAPES[args.shape]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kvmethods import Budget, get_method
-from kvmethods.runtime import clock
+from kvmethods.core import clock
 from kvmethods.runtime.generation import generate
 from kvmethods.runtime.shared_prefill import shared_prefill
 from model_helpers import one_thread  # noqa: F401 (a module-scoped autouse fixture: applies here)

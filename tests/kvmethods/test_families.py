@@ -9,8 +9,8 @@ import torch
 from kvmethods import MethodError, get_method
 from kvmethods.core.capabilities import Capability
 from kvmethods.core.catalog import BUILTINS
-from kvmethods.families.layout import CAPTURED, GLOBAL, LINEAR, PROJECTION, SLIDING, refusal
-from kvmethods.families.probe import describe
+from kvmethods.core.layout import CAPTURED, GLOBAL, LINEAR, PROJECTION, SLIDING, refusal
+from kvmethods.attention.model_probe import describe
 from kvmethods.runtime.generation import generate
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from kvmethods.testing import FAMILIES, WINDOW, family_model
@@ -181,9 +181,9 @@ def test_learned_sinks_enter_the_scoring_softmax():
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_family_table_says_before_loading_what_the_probe_finds(family):
-    """families/table.py's layout from the config alone (the startup check, docs/models.md) equals the probe's
+    """core/family_table.py's layout from the config alone (the startup check, docs/models.md) equals the probe's
     on every point the rules read, so both refuse the same methods."""
-    from kvmethods.families.table import layout_of
+    from kvmethods.core.family_table import layout_of
 
     model = model_of(family)
     probed, table = describe(model), layout_of(model.config)

@@ -22,7 +22,7 @@ from kvmethods import (
     register_method,
 )
 from kvmethods.attention.hooks import per_layer_causal_masks
-from kvmethods.core.families import decoder_layers
+from kvmethods.attention.families import decoder_layers
 from kvmethods.runtime import generation, prompt_forward
 from kvmethods.runtime.generation import PROTOCOLS, generate, prefill, teacher_force
 from kvmethods.testing import tiny_model
@@ -262,7 +262,7 @@ def test_unsupported_families_and_sliding_windows_are_named():
     with pytest.raises(MethodError, match="snapkv cannot compress model family 'gpt2': it has no decoder `layers`"):
         generate(gpt2, get_method("snapkv"), "16", PROMPT, len(PROMPT), 2, set(), "question_in_window")
     # every layer of a mistral with a window is a sliding layer: kept as its window (window - 1 tokens), not
-    # compressed further (kvmethods/families/layout.py)
+    # compressed further (kvmethods/core/layout.py)
     mistral = tiny_model("mistral", sliding_window=32)
     out = generate(mistral, get_method("h2o"), "16", PROMPT, len(PROMPT), 2, set(), "question_in_window")
     assert out.kept_tokens_per_layer == [31] * mistral.config.num_hidden_layers

@@ -1,4 +1,4 @@
-"""kvmethods.attention.kernel_memo: in a shared prefill, a layer's budget-independent scoring runs once for all the
+"""kvmethods.core.kernel_memo: in a shared prefill, a layer's budget-independent scoring runs once for all the
 selections that need it, each gets its own copy, and its time is split among them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from kvmethods import Budget, get_method
-from kvmethods.attention import kernel_memo
-from kvmethods.attention.kernel_memo import KernelMemo, layer_kernel
+from kvmethods.core import kernel_memo
+from kvmethods.core.kernel_memo import KernelMemo, layer_kernel
 from kvmethods.runtime.shared_prefill import shared_prefill
 from kvmethods.testing import tiny_model
 
@@ -44,7 +44,7 @@ def test_a_kernel_is_computed_once_and_every_caller_gets_its_own_copy():
 
 def test_the_seconds_of_an_entry_are_split_among_its_users(monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(kernel_memo, "now", clock)  # the runtime clock (kvmethods/runtime/clock.py)
+    monkeypatch.setattr(kernel_memo, "now", clock)  # the runtime clock (kvmethods/core/clock.py)
     memo = KernelMemo()
 
     def costing(seconds):

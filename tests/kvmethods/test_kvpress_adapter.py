@@ -12,7 +12,7 @@ import torch
 kvpress = pytest.importorskip("kvpress")
 
 from kvmethods import Budget, MethodError, get_method  # noqa: E402
-from kvmethods.core.families import decoder_layers  # noqa: E402
+from kvmethods.attention.families import decoder_layers  # noqa: E402
 from kvmethods.runtime.generation import generate, prefill  # noqa: E402
 from kvmethods.testing import tiny_model  # noqa: E402
 from model_helpers import FAMILIES, one_thread  # noqa: E402, F401 (one_thread applies here)

@@ -9,8 +9,8 @@ import torch
 kvpress = pytest.importorskip("kvpress")
 
 from kvmethods import get_method  # noqa: E402
-from kvmethods.families.layout import GLOBAL  # noqa: E402
-from kvmethods.families.probe import describe  # noqa: E402
+from kvmethods.core.layout import GLOBAL  # noqa: E402
+from kvmethods.attention.model_probe import describe  # noqa: E402
 from kvmethods.testing import family_model  # noqa: E402
 from test_kvpress_adapter import native_kept, press_kept, prompt  # noqa: E402
 from model_helpers import one_thread  # noqa: E402, F401 (one_thread applies here)

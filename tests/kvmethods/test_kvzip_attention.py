@@ -161,7 +161,7 @@ def test_the_attention_implementation_is_restored_when_the_forward_raises(family
 def test_kvzip_refuses_a_model_whose_attention_bypasses_the_interface(family, monkeypatch):
     model = model_in(family, torch.float32)
     monkeypatch.setattr(model, "set_attn_implementation", lambda implementation: None)  # sdpa stays in place
-    # the family probe (kvmethods/families/probe.py) sees the bypass before kvzip's own per-layer check does
+    # the family probe (kvmethods/attention/model_probe.py) sees the bypass before kvzip's own per-layer check does
     with pytest.raises(MethodError, match=r"kvzip cannot compress model family .*layer \(0\) whose attention does not "
                                           r"go through transformers' attention interface"):
         prefill(model, get_method("kvzip", chunk_size=40), "30", CONTEXT, len(CONTEXT), "question_in_window")

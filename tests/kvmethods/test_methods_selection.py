@@ -11,7 +11,7 @@ import torch
 
 from kvmethods import Budget, get_method
 from kvmethods.runtime.generation import prefill
-from kvmethods.runtime.layer_inputs import LayerInputs
+from kvmethods.core.layer_inputs import LayerInputs
 from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
 from kvmethods.scorers import scoring
 from kvmethods.scorers.scoring import accumulated_attention

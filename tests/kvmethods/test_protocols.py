@@ -233,7 +233,7 @@ def test_the_cut_back_after_a_turn_is_booked_in_that_turns_decode_time(model, mo
         return cut(*args, **kwargs)
 
     for module in (multi_turn, shared_context):
-        monkeypatch.setattr(module, "now", lambda: clock[0])  # the runtime clock (kvmethods/runtime/clock.py)
+        monkeypatch.setattr(module, "now", lambda: clock[0])  # the runtime clock (kvmethods/core/clock.py)
     monkeypatch.setattr(decoding_compression, "store_selection", slow_cut)
     turns = run_turns(model, get_method("snapkv", per_turn=True), "24", CONTEXT, QUESTIONS, 7, set())
     layers = len(turns[0].kept_tokens_per_layer)

@@ -10,8 +10,8 @@ import torch
 from kvmethods import MethodError, get_method
 from kvmethods.core.capabilities import Capability
 from kvmethods.core.catalog import BUILTINS
-from kvmethods.families.layout import COMPRESS, KEEP, SLIDING, refusal
-from kvmethods.families.probe import describe
+from kvmethods.core.layout import COMPRESS, KEEP, SLIDING, refusal
+from kvmethods.attention.model_probe import describe
 from kvmethods.runtime.generation import generate
 from kvmethods.runtime.shared_prefill import can_share_prefill, shared_prefill
 from kvmethods.testing import WINDOW, family_model
@@ -101,7 +101,7 @@ def test_compressed_windows_mask_each_head_by_its_own_positions():
     """After compression the heads of a sliding layer hold different positions; decoding past the window drops
     every kept prompt token (none is within a query's window any more) and the layer holds window - 1 tokens."""
     from kvmethods.runtime.generation import prefill, decode_greedy
-    from kvmethods.attention.window_layer import WindowLayer
+    from kvmethods.storage.window_layer import WindowLayer
 
     model = model_of("gemma2")
     state = prefill(model, method_of("snapkv"), "4", PROMPT, len(PROMPT), "question_in_window")
@@ -132,7 +132,7 @@ def test_quantizers_keep_a_sliding_layer_as_its_window_in_full_precision(name, b
     """KIVI (alone or composed) and ThinK store the global layers their own way and a sliding layer as its window,
     in full precision (docs/models.md says why), whose bytes the memory figures count in full: kv_bytes_window is
     window - 1 tokens at the model's dtype, inside kv_bytes_after."""
-    from kvmethods.attention.window_layer import WindowLayer
+    from kvmethods.storage.window_layer import WindowLayer
     from kvmethods.runtime.generation import prefill
 
     model = model_of("gemma2")

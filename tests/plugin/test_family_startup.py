@@ -11,8 +11,8 @@ import pytest
 
 from test_bad_input import assert_one_line_usage_error
 from kvmethods.core.catalog import BUILTINS
-from kvmethods.families.layout import refusal
-from kvmethods.families.table import layout_of
+from kvmethods.core.layout import refusal
+from kvmethods.core.family_table import layout_of
 from kvmethods.testing import FAMILIES, family_config, family_model
 from pytest_kvbench.cases import GridError
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR

@@ -293,7 +293,7 @@ def test_layers_put_a_module_under_its_longest_prefix():
         "pytest_kvbench.results.run.writer") < layer_of("pytest_kvbench.results.report.html_report")
     assert layer_of("pytest_kvbench.wiring.grid.options") < layer_of("pytest_kvbench.wiring.session") < layer_of(
         "pytest_kvbench.wiring.progress.live")
-    assert layer_of("kvmethods.core.registry") == 0
+    assert layer_of("kvmethods.registry") == 0
     assert layer_of("elsewhere") is None
 
 

@@ -32,7 +32,7 @@ from ...decoding.decoding_compression import compressing_decode
 from ..generation import GenerationOutput, PrefilledPrompt, teacher_force_prefilled, measured_prefill, prefill
 from ..prompt_forward import is_uneven
 from .shared_context import ask, decode_answer
-from ..clock import now
+from ...core.clock import now
 
 
 @torch.inference_mode()

@@ -20,7 +20,7 @@ from ..generation import (GenerationOutput, PrefilledPrompt, decode_greedy, meas
                           teacher_force_copy)
 from ..prompt_forward import forward
 from .cache_snapshot import CacheSnapshot
-from ..clock import now
+from ...core.clock import now
 
 
 def ask(model, context: PrefilledPrompt, question: list[int]) -> PrefilledPrompt:

@@ -4,9 +4,9 @@ Two mistakes used to surface only inside the first item, once per item: a grid n
 compress the model's family (a traceback or a MethodError in every item, the full-cache reference's included),
 and a folder whose config.json does not describe its weights (a 600-line load error). Both are one line at
 configure time (exit 4) here:
-- the family's description before it loads (kvmethods/families/table.py: the layer kinds from the config, the
+- the family's description before it loads (kvmethods/core/family_table.py: the layer kinds from the config, the
   rest from the family's row) is asked, for every compressing method of the grid, the same rule the runtime
-  asks (families/layout.refusal): the line names the family, the method and the reason. A family without a row
+  asks (core/layout.refusal): the line names the family, the method and the reason. A family without a row
   is described once loaded (the probe), so it is not refused here;
 - the safetensors headers (JSON, read without torch) must hold the embedding the config describes
   ([vocab_size, hidden_size]) and at least its num_hidden_layers decoder layers.
@@ -19,8 +19,8 @@ import re
 import struct
 from pathlib import Path
 
-from kvmethods.families.layout import KEEP, refusal
-from kvmethods.families.table import layout_of
+from kvmethods.core.layout import KEEP, refusal
+from kvmethods.core.family_table import layout_of
 from pytest_kvbench.cases import GridError
 
 _EMBEDDING = re.compile(r"(^|\.)(embed_tokens|wte|word_embeddings)\.weight$")

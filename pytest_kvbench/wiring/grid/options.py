@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from kvmethods import MethodError
-from kvmethods.families.layout import SLIDING_POLICIES
+from kvmethods.core.layout import SLIDING_POLICIES
 from pytest_kvbench import user_paths
 from pytest_kvbench.cases import DEFAULT_MODEL, Grid, GridError, MethodSpec, parse_positive_int, parse_seed
 from pytest_kvbench.record_key import DEFAULT_SLIDING

@@ -1,7 +1,7 @@
 """A sliding-window layer's cache once the rest of the cache is compressed: its window, by positions.
 
 A sliding-window layer (gemma2/3, gpt-oss, cohere2, mistral with a window) attends over its last `window`
-tokens only, so by default no method compresses it: it is kept as its window (families/layout.py, sliding
+tokens only, so by default no method compresses it: it is kept as its window (core/layout.py, sliding
 "keep"). The model's own masks find a token's position from its cache index, which holds while no layer is
 compressed; once others are, every forward gets per-layer masks (hooks.per_layer_causal_masks), and this
 layer's mask comes from here: the layer knows the position of every token it holds, per KV head, so a new token

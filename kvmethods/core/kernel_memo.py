@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import torch
-from ..runtime.clock import now
+from .clock import now
 
 
 @dataclass

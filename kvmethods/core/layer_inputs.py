@@ -5,7 +5,7 @@ kwargs (hidden_states, position_embeddings) and the DynamicCache layer (keys/val
 per KV head). Queries are not kept by the model, so methods that need attention recompute the few they
 need with the module's own q_proj (and q_norm, as in Qwen3) and the standard rotate-half RoPE; during
 the compressed prefill a forward hook on q_proj hands over its output, so only norm and RoPE are redone.
-Where the family's description (kvmethods/families/layout.py) says the layer's queries cannot be redone that
+Where the family's description (kvmethods/core/layout.py) says the layer's queries cannot be redone that
 way, they are the ones the attention call received (`captured_queries`, RoPE'd); where it says the layer
 has no RoPE, queries are never rotated, and `rope_at` is the identity. Learned sink logits (gpt-oss) are
 read from the module attribute the description names.
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..attention.kernel_memo import KernelMemo
-from ..core.errors import MethodError
-from ..families.layout import LayerLayout
+from .kernel_memo import KernelMemo
+from .errors import MethodError
+from .layout import LayerLayout
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

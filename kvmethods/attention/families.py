@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from torch import nn
 
-from .capabilities import SCORER
-from .errors import MethodError
-from ..families.layout import KEEP, refusal
-from ..families.probe import decoder_layers, describe, model_family, rotary_embedding, sliding_windows  # noqa: F401 (re-exported)
+from ..core.capabilities import SCORER
+from ..core.errors import MethodError
+from ..core.layout import KEEP, refusal
+from .model_probe import decoder_layers, describe, model_family, rotary_embedding, sliding_windows  # noqa: F401 (re-exported)
 
 
 def check_family(model: nn.Module, method, total_tokens: int) -> None:

@@ -17,7 +17,7 @@ A `FamilyLayout` says, per decoder layer, what kind of layer it is and how its a
 `refusal(layout, capabilities, sliding)` is the one rule table: which kinds of layer and which query
 sources a method's capabilities can work with, and the one-line reason when not. `sliding` is what a run does
 with sliding-window layers (SLIDING_POLICIES): KEEP them as their window (the default) or COMPRESS them with the
-method's budget too (attention/window_layer.py). It imports nothing heavy:
+method's budget too (storage/window_layer.py). It imports nothing heavy:
 the startup check (pytest_kvbench/wiring/) and the docs table use it too.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.capabilities import Capability
+from .capabilities import Capability
 
 GLOBAL, SLIDING, CHUNKED, LINEAR = "global", "sliding", "chunked", "linear"
 PROJECTION, CAPTURED = "projection", "captured"

@@ -26,10 +26,10 @@ import torch
 from torch import nn
 
 from ..core.errors import MethodError
-from ..attention.query_capture import capturing_queries
+from .query_capture import capturing_queries
 from ..adapters.transformers_compat import attention_implementation
-from ..runtime.layer_inputs import rotate_half
-from .layout import CAPTURED, CHUNKED, GLOBAL, LINEAR, PROJECTION, SLIDING, FamilyLayout, LayerLayout
+from ..core.layer_inputs import rotate_half
+from ..core.layout import CAPTURED, CHUNKED, GLOBAL, LINEAR, PROJECTION, SLIDING, FamilyLayout, LayerLayout
 
 ATTENTION_ATTR = "self_attn"
 PROBE_TOKENS = 8

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from .capabilities import Capability
-from .catalog import BUILTINS, PER_TURN, PREFILL_CHUNK
-from .errors import MethodError
-from .params import declared_params, validated
-from ..spec import BASE, MethodSpec
+from .core.capabilities import Capability
+from .core.catalog import BUILTINS, PER_TURN, PREFILL_CHUNK
+from .core.errors import MethodError
+from .core.params import declared_params, validated
+from .spec import BASE, MethodSpec
 
 if TYPE_CHECKING:
-    from .base import Method
+    from .core.base import Method
 
 ENTRY_POINT_GROUP = "kvbench.methods"
 _registered: dict[str, type[Method]] = {}
@@ -37,7 +37,7 @@ _registered: dict[str, type[Method]] = {}
 
 def _check_method_class(cls: Any, origin: str) -> type[Method]:
     # lazy for startup time: base imports torch; only a registered or loaded class is checked
-    from .base import Method, capability_mismatch
+    from .core.base import Method, capability_mismatch
 
     if not (isinstance(cls, type) and issubclass(cls, Method)):
         raise MethodError(f"{origin}: {cls!r} is not a subclass of kvmethods.Method")
@@ -118,10 +118,10 @@ def build(spec: MethodSpec) -> Method:
     """The method a spec names: per_turn and prefill_chunk around any evicting method, a composition's parts,
     a kvpress press, or one method; a wrapper gets its base built here from the spec's base part."""
     # lazy for startup time: these build on base.py, which imports torch; listing and validating must not
-    from ..wrappers.chunked import chunked
-    from ..wrappers.composition import compose
-    from ..wrappers.per_turn import per_turn
-    from ..wrappers.wrapping import WrapperMethod
+    from .wrappers.chunked import chunked
+    from .wrappers.composition import compose
+    from .wrappers.per_turn import per_turn
+    from .wrappers.wrapping import WrapperMethod
 
     if PER_TURN in spec:  # any evicting method: snapkv:per_turn=true re-compresses after each turn (per_turn.py)
         return per_turn(build(spec.without(PER_TURN)), spec[PER_TURN])
@@ -130,7 +130,7 @@ def build(spec: MethodSpec) -> Method:
     if spec.is_composition:  # snapkv+kivi, snapkv+think+kivi: eviction, ThinK and/or a quantizer
         return compose(spec, _load, build)
     if spec.is_kvpress:
-        from ..adapters.kvpress_adapter import kvpress_method  # lazy: kvpress, an optional extra, only when a press is named
+        from .adapters.kvpress_adapter import kvpress_method  # lazy: kvpress, an optional extra, only when a press is named
 
         return kvpress_method(spec.name, spec.param_dict)
     cls = _load(spec.name)
