@@ -27,6 +27,7 @@ from ..core.base import Method
 from ..core.capabilities import Capability
 from ..core.errors import MethodError
 from ..core.params import coerce
+from .decoder_parts import decoder_layers
 
 EXTRA_HINT = "pip install 'pytest-kvbench[kvpress]'"
 _SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
@@ -137,9 +138,6 @@ class KVPressMethod(Method):
 
 
 def _attention_modules(model):
-    # lazy: kept with the press code it serves (the module is imported only when a press is named)
-    from ..attention.families import decoder_layers
-
     return [layer.self_attn for layer in decoder_layers(model)]
 
 

@@ -19,6 +19,7 @@ import copy
 
 import torch
 
+from .decoder_parts import attention_modules
 from .transformers_compat import DynamicCache, DynamicLayer
 
 
@@ -65,9 +66,6 @@ def cache_of_layers(like, layers: list) -> DynamicCache:
 
 
 def has_linear_layers(model) -> bool:
-    # lazy: families.probe imports the attention hooks, which import this package
-    from ..attention.model_probe import attention_modules
-
     return any(module is None for module in attention_modules(model))
 
 

@@ -20,7 +20,8 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from ..core.layout import PROJECTION, LayerLayout
-from .model_probe import attention_modules, describe
+from ..adapters.decoder_parts import attention_modules
+from .model_probe import describe
 from ..core.layer_inputs import LayerInputs
 from .query_capture import capturing_queries
 from ..adapters.transformers_compat import attention_implementation

@@ -13,7 +13,8 @@ from torch import nn
 from ..core.capabilities import SCORER
 from ..core.errors import MethodError
 from ..core.layout import KEEP, refusal
-from .model_probe import decoder_layers, describe, model_family, rotary_embedding, sliding_windows  # noqa: F401 (re-exported)
+from ..adapters.decoder_parts import decoder_layers, model_family, rotary_embedding  # noqa: F401 (re-exported)
+from .model_probe import describe, sliding_windows  # noqa: F401 (re-exported)
 
 
 def check_family(model: nn.Module, method, total_tokens: int) -> None:

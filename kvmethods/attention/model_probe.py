@@ -27,39 +27,14 @@ from torch import nn
 
 from ..core.errors import MethodError
 from .query_capture import capturing_queries
+from ..adapters.decoder_parts import ATTENTION_ATTR, attention_modules, model_family, rotary_embedding
 from ..adapters.transformers_compat import attention_implementation
 from ..core.layer_inputs import rotate_half
 from ..core.layout import CAPTURED, CHUNKED, GLOBAL, LINEAR, PROJECTION, SLIDING, FamilyLayout, LayerLayout
 
-ATTENTION_ATTR = "self_attn"
 PROBE_TOKENS = 8
 
 _layouts: "weakref.WeakKeyDictionary[nn.Module, FamilyLayout]" = weakref.WeakKeyDictionary()
-
-
-def model_family(model: nn.Module) -> str:
-    return getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
-
-
-def decoder(model: nn.Module) -> nn.Module:
-    return model.get_decoder() if hasattr(model, "get_decoder") else model
-
-
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    layers = getattr(decoder(model), "layers", None)
-    if layers is None:
-        raise MethodError(f"model family {model_family(model)!r} has no decoder `layers` list kvmethods can hook")
-    return layers
-
-
-def attention_modules(model: nn.Module) -> list[nn.Module | None]:
-    """Each decoder layer's softmax attention module, None for a layer without one (linear attention)."""
-    return [getattr(layer, ATTENTION_ATTR, None) for layer in decoder_layers(model)]
-
-
-def rotary_embedding(model: nn.Module) -> nn.Module | None:
-    """The decoder's shared rotary-embedding module (`rotary_emb`), used to rotate to future positions."""
-    return getattr(decoder(model), "rotary_emb", None)
 
 
 def _close(a: torch.Tensor | None, b: torch.Tensor) -> bool:
