@@ -33,6 +33,7 @@ from ..core.base import Method
 from ..core.budget import FULL_CACHE, Budget
 from ..core.capabilities import Capability, prefills_alone
 from ..core.errors import MethodError
+from ..core.full import Full
 from ..attention.families import check_family, decoder_layers, rotary_embedding, sliding_windows
 from .budget_plan import compressed_length, plan_budget
 from .generation import PrefilledPrompt, prefill
@@ -218,11 +219,8 @@ def shared_prefill(model, requests: list[tuple[Method, Budget]], input_ids: list
                    protocol: str, total_tokens: int | None = None) -> SharedPrefill:
     """The full-cache prefill of the prompt and, from the same forward, each request's compressed prefill
     (what generation.prefill(model, method, budget, ...) returns for it, bit for bit)."""
-    # lazy: the registry's wrappers import the generation modules (KNOWN_CIRCLES in tests/project/test_import_graph.py)
-    from ..registry import get_method
-
     input_ids = [int(token) for token in input_ids]
-    full_method = get_method("full")
+    full_method = Full.from_params()
     for method, _ in requests:
         check_request(method, input_ids, context_len, protocol)
         if not can_share_prefill(method):
