@@ -21,7 +21,7 @@ tokens after the block's last row are never computed) and the subset is that pre
 The mask transformers builds is not needed: the layout says what each row sees (one sequence, no padding).
 On an accelerator the query-key and probability-value products run in the model's dtype (tensor cores for
 bf16; the reference computes its scores in the model's dtype too, snu-mllab/KVzip attention/score.py), on a
-CPU in float32 (scoring.product_dtype); the softmax, the scores and the output's sums in float32 (float64
+CPU in float32 (core/precision.product_dtype); the softmax, the scores and the output's sums in float32 (float64
 for float64 models): float32 models compute as before.
 Blocks of query rows are sized by `RepeatSpan.scratch` (kvzip.block_scratch: by the device, and at least
 kvzip.MIN_BLOCK_ROWS rows, so memory grows linearly with the context and the number of blocks stays small).
@@ -40,7 +40,7 @@ import torch
 
 from .attention_hooks import attention_function
 from ..core.errors import MethodError
-from ..scorers.scoring import product_dtype, score_dtype
+from ..core.precision import product_dtype, score_dtype
 from ..adapters.transformers_compat import register_attention
 
 ATTENTION_NAME = "kvbench_kvzip_repeat"  # the name registered with transformers' AttentionInterface

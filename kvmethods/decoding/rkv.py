@@ -23,7 +23,8 @@ from ..core.capabilities import Capability, SCORER
 from .decoding_compression import check_decoding_scorer, compressing_decode
 from ..core.errors import MethodError
 from ..core.layer_inputs import LayerInputs
-from ..scorers.scoring import pool_positions, protect_last, score_dtype, window_attention
+from ..core.precision import score_dtype
+from ..scorers.scoring import pool_positions, protect_last, window_attention
 
 
 def key_redundancy(keys: torch.Tensor, threshold: float) -> torch.Tensor:

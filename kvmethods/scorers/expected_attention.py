@@ -21,7 +21,7 @@ from ..core.base import Method, param
 from ..core.capabilities import SCORER, Capability
 from ..core.kernel_memo import layer_kernel
 from ..core.layer_inputs import LayerInputs
-from .scoring import score_dtype
+from ..core.precision import score_dtype
 
 
 def averaged_rope_rotation(layer: LayerInputs, start: int, count: int, dtype: torch.dtype) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch
 from ..core.base import Method
 from ..core.capabilities import SCORER
 from ..core.layer_inputs import LayerInputs
-from .scoring import score_dtype
+from ..core.precision import score_dtype
 
 
 @dataclass

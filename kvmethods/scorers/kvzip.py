@@ -38,7 +38,7 @@ from ..core.base import Method, param
 from ..core.capabilities import Capability
 from ..attention.families import decoder_layers
 from ..attention.kvzip_attention import RepeatSpan, scoring_attention
-from .scoring import score_dtype
+from ..core.precision import score_dtype
 from ..adapters.transformers_compat import cache_argument
 
 FIRST_INSTRUCTION = "\n\nRepeat the previous context exactly."

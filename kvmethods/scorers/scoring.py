@@ -18,23 +18,11 @@ import torch.nn.functional as F
 
 from ..core.kernel_memo import layer_kernel
 from ..core.layer_inputs import LayerInputs
+from ..core.precision import product_dtype, score_dtype
 
 # Bound on the attention block materialised per chunk in accumulated_attention. On CPU a block that stays
 # in cache is fastest; on accelerators larger blocks amortise kernel launches.
 SCRATCH_BYTES = {"cpu": 4 * 2**20, "default": 256 * 2**20}
-
-
-def score_dtype(tensor: torch.Tensor) -> torch.dtype:
-    """float32 for half/bfloat16/float32 models, float64 for float64 ones."""
-    return torch.promote_types(tensor.dtype, torch.float32)
-
-
-def product_dtype(tensor: torch.Tensor) -> torch.dtype:
-    """The dtype of the big attention products of H2O's and KVzip's scoring: the model's on an accelerator
-    (tensor cores and half the memory traffic for bf16; both references compute in it), score_dtype on a
-    CPU, whose bf16 products into strided blocks and bf16 softmax are slower than float32 (H2O at 8k tokens
-    on a Qwen2.5-0.5B layer: 4.75x the CPU time, docs/performance.md)."""
-    return tensor.dtype if tensor.device.type != "cpu" else score_dtype(tensor)
 
 
 def _grouped_queries(layer: LayerInputs, last: int | None) -> torch.Tensor:

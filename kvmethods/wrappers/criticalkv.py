@@ -23,7 +23,7 @@ from ..core.capabilities import Capability, SCORER
 from ..core.errors import MethodError
 from ..core.kernel_memo import layer_kernel
 from ..core.layer_inputs import LayerInputs
-from ..scorers.scoring import score_dtype
+from ..core.precision import score_dtype
 from .wrapping import WrapperMethod
 
 
