@@ -7,17 +7,26 @@ pytest sessions in one process (pytester) never share them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-# The keys' value types only: distributed/ and progress/ sit above the run's modules and read these keys.
+# The keys' value types only (the run's own modules, beside this one). distributed/ and progress/ sit above and
+# read these keys, so their types are not imported here: the xdist slots' key lives with DeviceSlots
+# (distributed/gpu_slots.py), and the progress key names what the run's modules need of it (RunProgress).
 if TYPE_CHECKING:
-    from pytest_kvbench.wiring.distributed.gpu_slots import DeviceSlots
     from pytest_kvbench.wiring.gate import Gate
     from pytest_kvbench.wiring.interrupts import InterruptShield
-    from pytest_kvbench.wiring.progress.live import SessionProgress
     from pytest_kvbench.wiring.session import RunSession
+
+
+class RunProgress(Protocol):
+    """What the run's modules ask of the live progress (progress/live.py's SessionProgress is the one)."""
+
+    items_total: int
+
+    def item(self, case: Any) -> Any:
+        """The progress of one running item (handed to the runner; `finish(record)` when it ends)."""
 
 SESSION_KEY = pytest.StashKey["RunSession"]()
 RUNNER_SETTINGS_KEY = pytest.StashKey[object]()  # what the Runner is built from, at configure (runner_settings.py)
@@ -26,8 +35,7 @@ PLANNED_CASES_KEY = pytest.StashKey[list]()  # the cases this process shares pre
 SHARING_GROUPS_KEY = pytest.StashKey[dict]()  # their sharing groups by case key (wiring/distributed/group_parts.py)
 SCHEDULED_GROUPS_KEY = pytest.StashKey[dict]()  # controller: the scheduler's sharing group of each item id
 GATE_KEY = pytest.StashKey["Gate"]()
-SLOTS_KEY = pytest.StashKey["DeviceSlots"]()
-PROGRESS_KEY = pytest.StashKey["SessionProgress"]()
+PROGRESS_KEY = pytest.StashKey[RunProgress]()
 RECORD_KEY = pytest.StashKey[dict]()  # item stash: the item's measured record
 VERDICT_KEY = pytest.StashKey[dict]()  # item stash: the gate's verdict on it
 SHIELD_KEY = pytest.StashKey["InterruptShield"]()  # holds a Ctrl-C off while the controller writes the run

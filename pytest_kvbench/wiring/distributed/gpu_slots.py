@@ -13,6 +13,8 @@ import re
 import sys
 from collections.abc import Mapping, MutableMapping
 
+import pytest
+
 OVERSUBSCRIBE_OPTION = "--kvbench-allow-oversubscribe"
 # Where a GPU driver shows itself (NVIDIA, AMD ROCm, WSL): without any of them torch would count no GPU.
 GPU_DRIVER_PATHS = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
@@ -136,3 +138,6 @@ class DeviceSlots:
 
     def release(self, worker_id: str) -> None:
         self._held.pop(worker_id, None)
+
+
+SLOTS_KEY = pytest.StashKey[DeviceSlots]()  # config stash: the xdist controller's slots (xdist_hooks.py)

@@ -17,9 +17,10 @@ import pytest
 
 from pytest_kvbench.results import record as records
 from pytest_kvbench.tasks.registry import SUITES, suite_of
-from pytest_kvbench.wiring.distributed.gpu_slots import DeviceSlots, apply_environment, assign_device, cuda_device_count
+from pytest_kvbench.wiring.distributed.gpu_slots import (SLOTS_KEY, DeviceSlots, apply_environment, assign_device,
+                                                         cuda_device_count)
 from pytest_kvbench.wiring.items import case_of_nodeid, expect
-from pytest_kvbench.wiring.stash_keys import INTERRUPTED_WORKERS_KEY, SCHEDULED_GROUPS_KEY, SESSION_KEY, SLOTS_KEY
+from pytest_kvbench.wiring.stash_keys import INTERRUPTED_WORKERS_KEY, SCHEDULED_GROUPS_KEY, SESSION_KEY
 from pytest_kvbench.wiring.distributed.group_parts import sharing_groups
 from pytest_kvbench.wiring.distributed.xdist_groups import reference_group_scheduler, xdist_group_name
 
