@@ -2,7 +2,7 @@
 
 Shared by the tests, the kernel benchmarks (bench/test_kernels.py) and the measurement scripts
 (scripts/measure/) so that all of them exercise the same four families with grouped-query attention, and
-one tiny model of every decoder family kvmethods/families/ describes (family_model, at the end); a
+one tiny model of every decoder family kvmethods/core/family_table.py lists (family_model, at the end); a
 third-party method's own tests can build the same models. Imports torch and transformers: nothing of the
 package imports it.
 """
@@ -100,7 +100,7 @@ def live_tensor_bytes(tensors=None) -> int:
     return sum(storages.values())
 
 
-# -- one tiny model per decoder family the project describes (kvmethods/families/) -------------------------
+# -- one tiny model per decoder family the project describes (core/family_table.py)----------------
 # float32, 2 layers, hidden 64, vocabulary 128, from transformers' own config classes; every family here exists in
 # transformers 5.2 and 5.24 (both ends of the supported range). The family tests, the startup check's tests and
 # scripts/family_table.py (docs/models.md) use them.

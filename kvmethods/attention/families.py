@@ -1,7 +1,7 @@
 """Which models the compressing methods can handle, checked before any work is done.
 
-What a model is made of is described once, as data (kvmethods/families/: layout.py says what a layer kind means,
-probe.py reads it off a loaded model); this module is what the runtime calls: where the layers are, and
+What a model is made of is described once, as data (core/layout.py says what a layer kind means,
+model_probe.py reads it off a loaded model); this module is what the runtime calls: where the layers are, and
 `check_family`, which refuses with one line a method the description says cannot work on this model
 (layout.refusal), instead of silently wrong numbers. It never compares a family's name.
 """

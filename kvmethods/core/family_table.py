@@ -1,7 +1,7 @@
 """The families the project tests, each described once, next to the others: what the startup check and
 docs/models.md know of a model before it loads.
 
-A loaded model is described by probing it (probe.py); before any weights load, only its config.json is at hand.
+A loaded model is described by probing it (attention/model_probe.py); before any weights load, only its config.json is at hand.
 Each row here holds what a config does not say: where the softmax layers' queries come from (PROJECTION: the
 hooks recompute them from `q_proj`; CAPTURED: from the attention call), which layers rotate by RoPE, learned
 sinks, latent attention. The layer kinds come from the config itself (`layer_types`, `sliding_window`). So

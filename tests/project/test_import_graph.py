@@ -3,9 +3,10 @@ no import inside a function unless it says why it is deliberately lazy.
 
 Circles and upward arrows make a part impossible to read, test or move without the parts above it, and an
 import moved into a function to dodge a circle hides the circle from every reader. The graph is read from
-the source with `ast` (every import statement, those inside functions included; `if TYPE_CHECKING:`
-imports never run and are left out), by walking the two packages, so moving files between subpackages
-needs no change here. DEVELOPERS.md (*Layers*) explains the order below.
+the source with `ast` (every import statement, those inside functions and under `if TYPE_CHECKING:` included:
+a type-only import is an arrow a reader follows too, and a circle through one is a circle to read), by walking the
+two packages, so moving files between subpackages needs no change here. DEVELOPERS.md (*Layers*) explains the
+order below.
 """
 
 from __future__ import annotations
@@ -25,7 +26,17 @@ PACKAGES = ("kvmethods", "pytest_kvbench")
 # Bottom to top: a module may import from its own layer and the layers below it, never from one above.
 # Each entry names packages or modules by dotted prefix; a module belongs to the layer of its longest prefix.
 LAYERS = (
-    ("kvmethods",),  # compression methods and generation: know nothing of the benchmark
+    # kvmethods/, by room: compression methods and generation, knowing nothing of the benchmark. The contract every
+    # method and the runtime share (Method, budgets, parameters, LayerInputs, the clock, the kernel memo, the layout
+    # data) and the spec grammar; transformers' calling conventions and kvpress; how kept tokens are stored; the
+    # attention hooks with the model probe; the methods; the runtime that runs them; the registry at the top
+    ("kvmethods.core", "kvmethods.spec"),
+    ("kvmethods.adapters",),
+    ("kvmethods.storage",),
+    ("kvmethods.attention",),
+    ("kvmethods.scorers", "kvmethods.wrappers", "kvmethods.decoding"),
+    ("kvmethods.runtime",),
+    ("kvmethods", "kvmethods.registry", "kvmethods.testing"),
     ("pytest_kvbench", "pytest_kvbench.input_values", "pytest_kvbench.user_paths",  # leaf helpers
      "pytest_kvbench.atomic_files", "pytest_kvbench.stats", "pytest_kvbench.hookspecs"),
     ("pytest_kvbench.model_sources", "pytest_kvbench.tasks"),  # what a model reference and a task are
@@ -80,11 +91,6 @@ MODULES = module_files()
 TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
 
 
-def _type_checking_only(tree: ast.Module) -> set[ast.AST]:
-    return {node for block in tree.body if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-            for node in ast.walk(block)}
-
-
 def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     """The project modules an import statement loads (a `from package import submodule` names the submodule)."""
     if isinstance(node, ast.Import):
@@ -103,9 +109,8 @@ def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> list[str]:
 def imports() -> list[Import]:
     found = []
     for name, tree in TREES.items():
-        skipped = _type_checking_only(tree)
         for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in skipped:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
                 found += [Import(name, target, node.lineno) for target in _targets(name, node)]
     return found
 
@@ -206,6 +211,7 @@ def test_the_graph_is_read():
     assert "pytest_kvbench.cases" in edges["pytest_kvbench.engine.runner"]
     assert any(module.startswith("kvmethods") for module in edges["pytest_kvbench.engine.runner"])
     assert any(group[2] for group in lazy_import_groups())  # the plugin's deliberately lazy imports
+    assert "pytest_kvbench.wiring.session" in edges["pytest_kvbench.wiring.stash_keys"]  # type-only, read too
 
 
 def test_no_import_circles():
@@ -256,10 +262,12 @@ def arrows_back_up(package: str) -> list[str]:
     return sorted(found[(a, b)] for circle in circles for a in circle for b in circle if (a, b) in found)
 
 
-def test_no_folder_imports_a_higher_one():
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_folder_imports_a_higher_one(package):
     """Not only between the layers above: inside them too (wiring/grid, wiring/progress, results/run, tasks/ruler,
-    ...), no folder imports one that imports it back, so every folder can be read and tested without those above."""
-    upward = arrows_back_up("pytest_kvbench")
+    kvmethods/scorers, ...), no folder imports one that imports it back, so every folder can be read and tested
+    without those above."""
+    upward = arrows_back_up(package)
     assert upward == [], "imports on a circle of folders:\n" + "\n".join(upward)
 
 
@@ -277,6 +285,8 @@ def test_a_folder_is_one_unit_unless_it_has_subfolders():
     assert unit_of("pytest_kvbench.wiring.session") == "pytest_kvbench.wiring.session"
     assert unit_of("pytest_kvbench.tasks.registry") == "pytest_kvbench.tasks.registry"
     assert unit_of("pytest_kvbench.cases") == "pytest_kvbench.cases"
+    assert unit_of("kvmethods.scorers.snapkv") == "kvmethods.scorers"
+    assert unit_of("kvmethods.runtime.generation") == "kvmethods.runtime.generation"  # runtime/ has protocols/
 
 
 def test_tarjan_finds_circles_and_only_them():
@@ -293,7 +303,12 @@ def test_layers_put_a_module_under_its_longest_prefix():
         "pytest_kvbench.results.run.writer") < layer_of("pytest_kvbench.results.report.html_report")
     assert layer_of("pytest_kvbench.wiring.grid.options") < layer_of("pytest_kvbench.wiring.session") < layer_of(
         "pytest_kvbench.wiring.progress.live")
-    assert layer_of("kvmethods.registry") == 0
+    assert layer_of("kvmethods.core.layer_inputs") == layer_of("kvmethods.spec") == 0
+    assert layer_of("kvmethods.core.budget") < layer_of("kvmethods.adapters.transformers_compat") < layer_of(
+        "kvmethods.storage.ragged") < layer_of("kvmethods.attention.model_probe") < layer_of(
+        "kvmethods.scorers.snapkv") == layer_of("kvmethods.wrappers.adakv") == layer_of(
+        "kvmethods.decoding.rkv") < layer_of("kvmethods.runtime.protocols.multi_turn") < layer_of(
+        "kvmethods.registry") == layer_of("kvmethods") < layer_of("pytest_kvbench")
     assert layer_of("elsewhere") is None
 
 
