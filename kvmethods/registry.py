@@ -5,7 +5,7 @@ Third-party methods appear in the grid like built-in ones, either by an entry po
 `register_method` (usable as a decorator) from a conftest. A spec (kvmethods/spec.py) is built here:
 `a+b` / `a+b+c` composes an eviction method with ThinK and/or a quantizer (composition.py),
 `kvpress:<PressName>` names any press of the optional kvpress package (kvpress_adapter.py), and a
-wrapper's base is built from the spec's base part and handed to the wrapper (wrapping.py). Entry points
+wrapper's base is built from the spec's base part and handed to the wrapper (score_wrapper.py). Entry points
 are read on every lookup, so a package installed into the running environment is visible without
 restarting anything.
 
@@ -121,7 +121,7 @@ def build(spec: MethodSpec) -> Method:
     from .wrappers.chunked import chunked
     from .wrappers.composition import compose
     from .wrappers.per_turn import per_turn
-    from .wrappers.wrapping import WrapperMethod
+    from .wrappers.score_wrapper import WrapperMethod
 
     if PER_TURN in spec:  # any evicting method: snapkv:per_turn=true re-compresses after each turn (per_turn.py)
         return per_turn(build(spec.without(PER_TURN)), spec[PER_TURN])

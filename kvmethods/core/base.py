@@ -1,10 +1,10 @@
 """The Method base class: typed, validated parameters plus the selection contract.
 
 A method decides which prompt positions each KV head of a layer keeps. During the compressed prefill
-(see hooks.py) it is handed one layer at a time as a `LayerInputs` and answers with kept indices; it never
-touches the model or the cache itself. Parameters are dataclass fields with documented defaults; values
-from the CLI grid arrive as strings and are coerced by the field's annotated type, so `window="32"` works
-and `window="wide"` is a MethodError naming the valid parameters.
+(attention/prefill_compression.py) it is handed one layer at a time as a `LayerInputs` and answers with kept
+indices; it never touches the model or the cache itself. Parameters are dataclass fields with documented
+defaults; values from the CLI grid arrive as strings and are coerced by the field's annotated type, so
+`window="32"` works and `window="wide"` is a MethodError naming the valid parameters.
 """
 
 from __future__ import annotations

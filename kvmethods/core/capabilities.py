@@ -9,7 +9,7 @@ it does not implement is refused when it is registered: base.capability_mismatch
 Every method declares `capabilities = Capability.X | Capability.Y` on its class (kvmethods/README.md, "Adding
 your own method"); a built-in's catalog row (catalog_rows.py, generated from the class, read without torch)
 carries a copy for validation without imports. Wrappers and compositions refine them per instance
-from the methods they wrap (wrapping.py, delegation.py). This module imports nothing (the plugin reads it
+from the methods they wrap (score_wrapper.py, delegating_wrapper.py). This module imports nothing (the plugin reads it
 at configure time).
 """
 
@@ -35,7 +35,7 @@ class Capability(Flag):
     TAKES_CHANNELS = auto()  # a quantizer whose storage_layer() takes thin keys (KIVI)
     COMPRESSES_WHILE_DECODING = auto()  # while_decoding(): cuts the cache back while generating (decoding, rkv)
     RECOMPRESSES_PER_TURN = auto()  # cut back to its budget after each multi-turn turn (per_turn=true)
-    WRAPS = auto()  # builds on a base method named by its `base` parameter (wrapping.py)
+    WRAPS = auto()  # builds on a base method named by its `base` parameter (score_wrapper.py)
     PRE_ROPE_QUERIES = auto()  # its scores need pre-RoPE queries and RoPE at future positions (expected_attention)
     DECODES_ALONE = auto()  # its decoding cannot join a batch of other members' caches (a third party's own cache)
 

@@ -27,7 +27,7 @@ SEPARATOR = "+"  # snapkv+kivi: a composition (composition.py)
 PER_TURN = "per_turn"  # snapkv:per_turn=true: re-compression after each turn (per_turn.py)
 PREFILL_CHUNK = "prefill_chunk"  # snapkv:prefill_chunk=512: chunked prefill (chunked.py)
 KVPRESS_PREFIX = "kvpress:"  # kvpress:SnapKVPress: a kvpress press (kvpress_adapter.py)
-BASE = "base"  # adakv:base=snapkv: a wrapper's parameter naming the method it wraps (wrapping.py)
+BASE = "base"  # adakv:base=snapkv: a wrapper's parameter naming the method it wraps (score_wrapper.py)
 # How a prompt is compressed (generation.py); the group protocols serve several questions from one context.
 PROTOCOLS = ("question_in_window", "query_agnostic", "shared_context", "multi_turn")
 GROUP_PROTOCOLS = ("shared_context", "multi_turn")

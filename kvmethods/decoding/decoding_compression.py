@@ -26,11 +26,11 @@ from ..core.base import Method, param
 from ..core.capabilities import Capability, SCORER, can_cut_back_from_recent_queries
 from ..core.errors import MethodError
 from ..attention.families import decoder_layers, rotary_embedding
-from ..attention.hooks import layer_selection, store_selection
+from ..attention.prefill_compression import layer_selection, store_selection
 from ..storage.window_layer import WindowLayer
 from ..adapters.mixed_cache import token_layers
 from ..core.layer_inputs import LayerInputs
-from ..wrappers.wrapping import WrapperMethod
+from ..wrappers.score_wrapper import WrapperMethod
 
 
 @contextmanager

@@ -29,7 +29,7 @@ from ..core.budget import Budget
 from ..core.capabilities import Capability
 from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (this contract's names too)
 from ..attention.families import check_family, sliding_windows
-from ..attention.hooks import capturing_window_queries, compressing_prefill, store_selection
+from ..attention.prefill_compression import capturing_window_queries, compressing_prefill, store_selection
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name
 from ..storage.window_layer import WindowLayer

@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ..core.base import Method
 from ..core.catalog import PROTOCOLS
 from ..core.errors import MethodError
-from ..attention.hooks import per_layer_causal_masks
+from ..attention.prefill_compression import per_layer_causal_masks
 from ..storage.ragged import RaggedLayer
 from ..attention.ragged_attention import ragged_attention
 from ..storage.window_layer import WindowLayer, keep_window

@@ -38,7 +38,7 @@ from ..attention.families import check_family, decoder_layers, rotary_embedding,
 from .budget_plan import compressed_length, plan_budget
 from .generation import PrefilledPrompt, prefill
 from .prompt_forward import check_request, forward, is_uneven, store_quantized
-from ..attention.hooks import compress_window, layer_selection, store_selection
+from ..attention.prefill_compression import compress_window, layer_selection, store_selection
 from ..core.kernel_memo import KernelMemo
 from ..attention.attention_hooks import AttentionCall, after_attention, projected_queries
 from ..storage.window_layer import keep_window

@@ -30,7 +30,7 @@ import torch
 from ..core.base import Method, param, top_positions
 from ..core.capabilities import Capability
 from ..core.errors import MethodError
-from .wrapping import WrapperMethod
+from .score_wrapper import WrapperMethod
 
 
 def head_adaptive_mask(scores: torch.Tensor, n_keep: int, alpha: float) -> torch.Tensor:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..core.base import Method
 from ..core.capabilities import Capability, can_prefill_in_chunks
 from ..core.catalog import PREFILL_CHUNK as PARAMETER
-from .delegation import Delegating
+from .delegating_wrapper import Delegating
 from ..core.errors import MethodError
 from ..core.params import coerce
 

@@ -24,7 +24,7 @@ import torch
 from ..core.base import Method
 from ..core.capabilities import Capability
 from ..core.catalog import SEPARATOR
-from .delegation import Delegating
+from .delegating_wrapper import Delegating
 from ..core.errors import MethodError
 from ..core.params import declared_params
 from ..spec import MethodSpec

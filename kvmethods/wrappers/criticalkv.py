@@ -24,7 +24,7 @@ from ..core.errors import MethodError
 from ..core.kernel_memo import layer_kernel
 from ..core.layer_inputs import LayerInputs
 from ..core.precision import score_dtype
-from .wrapping import WrapperMethod
+from .score_wrapper import WrapperMethod
 
 
 @layer_kernel

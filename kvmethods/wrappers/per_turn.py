@@ -22,7 +22,7 @@ import dataclasses
 from ..core.base import Method
 from ..core.capabilities import Capability, can_cut_back_from_recent_queries
 from ..core.catalog import PER_TURN as PARAMETER
-from .delegation import Delegating
+from .delegating_wrapper import Delegating
 from ..core.errors import MethodError
 from ..core.params import coerce
 

@@ -160,7 +160,7 @@ def test_learned_sinks_enter_the_scoring_softmax():
     and equals the model's own attention probabilities (eager, with sinks) on the window rows."""
     model = model_of("gpt_oss")
     captured = {}
-    from kvmethods.attention.hooks import compressing_prefill
+    from kvmethods.attention.prefill_compression import compressing_prefill
     from kvmethods.scorers.scoring import window_attention
     from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
 

@@ -21,7 +21,7 @@ from kvmethods import (
     get_method,
     register_method,
 )
-from kvmethods.attention.hooks import per_layer_causal_masks
+from kvmethods.attention.prefill_compression import per_layer_causal_masks
 from kvmethods.attention.families import decoder_layers
 from kvmethods.runtime import generation, prompt_forward
 from kvmethods.runtime.generation import PROTOCOLS, generate, prefill, teacher_force

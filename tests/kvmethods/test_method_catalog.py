@@ -19,7 +19,7 @@ from kvmethods.core.base import Method, capability_mismatch
 from kvmethods.core import catalog_gen
 from kvmethods.core.catalog import BUILTINS, kvpress_spec
 from kvmethods.core.params import declared_params
-from kvmethods.wrappers.wrapping import WrapperMethod
+from kvmethods.wrappers.score_wrapper import WrapperMethod
 
 
 def validates_in_code(cls: type[Method]) -> bool:
