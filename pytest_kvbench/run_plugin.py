@@ -210,7 +210,7 @@ def _shares_prefill(case) -> bool:
 
 def _plan_items(session: pytest.Session) -> None:
     """The items this process runs: the progress line counts them, and they share their prefills
-    (engine/shared_prefills.py, planned when the Runner is built). Under xdist only --dist loadgroup keeps a
+    (engine/sample_outcomes.py, planned when the Runner is built). Under xdist only --dist loadgroup keeps a
     reference group on one worker (or each part of one, with more workers than groups: group_parts.py, the same
     cut as the controller's); other schedules plan no sharing."""
     config = session.config

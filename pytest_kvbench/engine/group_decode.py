@@ -36,7 +36,7 @@ from kvmethods.core.clock import now
 from pytest_kvbench.cases import Case
 from pytest_kvbench.engine.decode_batching import DecodeBatching
 from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_of_memory
-from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
+from pytest_kvbench.engine.sample_outcomes import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 
 # decode(member, prefilled state) -> (GenerationOutput without log-probs, kl, agreement, decode_kl)

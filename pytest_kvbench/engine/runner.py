@@ -4,8 +4,8 @@ Everything expensive that does not depend on the method is shared between items 
 that live for the whole worker process: the model (models.py), the task's samples and tokenized
 prompts, the full-cache reference pass used for fidelity (fidelity.py), and the prefill itself:
 one forward per sample gives the reference's cache and the compressed cache of every planned item
-of the reference group (group_prefill.py: of the next samples too when batching across samples), each
-decoded right away (group_decode.py); an item then takes its samples' outcomes (shared_prefills.py) and
+of the reference group (sample_prefills.py: of the next samples too when batching across samples), each
+decoded right away (group_decode.py); an item then takes its samples' outcomes (sample_outcomes.py) and
 scores them.
 """
 
@@ -22,14 +22,14 @@ from kvmethods.runtime.shared_prefill import can_share_prefill
 from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid
 from pytest_kvbench.engine.fidelity import ReferenceCache, fidelity_of, reference_of
 from pytest_kvbench.engine.decode_batching import DecodeBatching
-from pytest_kvbench.engine.group_prefill import GroupPrefill
+from pytest_kvbench.engine.sample_prefills import GroupPrefill
 from pytest_kvbench.engine.hardware.device_description import describe_device
 from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
 from pytest_kvbench.engine.hardware.item_meter import ItemMeter
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
 from pytest_kvbench.engine.out_of_memory import fail_on_out_of_memory
 from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn, generations, group_position
-from pytest_kvbench.engine.shared_prefills import SharedPrefills
+from pytest_kvbench.engine.sample_outcomes import SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.record.serializer import from_json
@@ -168,7 +168,7 @@ class Runner(GroupPrefill):
         """The item's record; out of memory raises ItemOutOfMemory after the memory is freed.
         progress(samples done, samples in all, decoded, samples_decoded) is called after each sample; decoded: the
         `decode_batch` of each (member, sample) this run decoded for the group since the last call, samples_decoded:
-        how many samples those were (shared_prefills.py)."""
+        how many samples those were (sample_outcomes.py)."""
         try:
             with fail_on_out_of_memory(case.id):
                 return self._run(case, progress or (lambda done, total, decoded=(), samples_decoded=0: None))

@@ -13,7 +13,7 @@ from kvmethods import Budget
 from pytest_kvbench.cases import Grid, MethodSpec
 from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
 from pytest_kvbench.engine.runner import Runner
-from pytest_kvbench.engine.shared_prefills import DecodedSample, SharedPrefills
+from pytest_kvbench.engine.sample_outcomes import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
 from pytest_kvbench.results.record import MeterScope
 from model_helpers import one_thread  # noqa: F401 - module-scoped autouse fixture

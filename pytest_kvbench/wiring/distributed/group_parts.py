@@ -17,7 +17,7 @@ kvzip sat beside five other methods and that worker took 909 s while the other w
 worth kvzip had a worker to itself (799 s) and the other 30 items took 859 s (docs/performance.md).
 
 The controller (to schedule: xdist_groups.reference_group_scheduler) and every worker (to plan its prefills,
-engine/shared_prefills.py, and its ETA) compute the same parts from the same facts: the items selected (after -k,
+engine/sample_outcomes.py, and its ETA) compute the same parts from the same facts: the items selected (after -k,
 --lf, shards, resume) and the number of workers. Nothing here imports torch.
 """
 

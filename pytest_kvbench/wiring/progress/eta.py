@@ -1,6 +1,6 @@
 """The session's remaining time when items share their prefill: a cost model of reference groups.
 
-With shared prefill (engine/shared_prefills.py) the first item of a reference group to run computes one
+With shared prefill (engine/sample_outcomes.py) the first item of a reference group to run computes one
 prefill per sample for every item of its group and decodes them all; the group's later items only take
 their outcomes and score. So items cost very different amounts: in the default job a niah group's first
 item runs ~100 s and each of its 14 others well under a second, and groups differ by their prompts (2,048

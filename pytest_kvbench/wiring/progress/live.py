@@ -139,7 +139,7 @@ class SessionProgress:
 class ItemProgress:
     """The runner's per-sample callback for one item: progress(done, total, decoded, samples_decoded), decoded:
     the `decode_batch` of each member the item's run decoded for the sample, samples_decoded: of how many samples
-    (more than one: a batch across samples; engine/shared_prefills.py)."""
+    (more than one: a batch across samples; engine/sample_outcomes.py)."""
 
     def __init__(self, session: SessionProgress, case) -> None:
         self.session = session
