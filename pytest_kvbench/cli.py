@@ -27,7 +27,7 @@ from pytest_kvbench.comparison.seed_variance import VarianceError
 from pytest_kvbench.results.exports.directory import DIRECTORY_FORMATS
 from pytest_kvbench.results.report.html_report import ReportError
 from pytest_kvbench.results.run.directories import RunError
-from pytest_kvbench.results.views.export import FORMATS, ExportError
+from pytest_kvbench.results.views.table_formats import FORMATS, ExportError
 
 __all__ = ["EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "build_parser", "main"]  # the verbs: commands/
 

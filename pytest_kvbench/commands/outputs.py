@@ -8,7 +8,7 @@ import sys
 from pytest_kvbench.commands.common import EXIT_OK, load, write_output
 from pytest_kvbench.results.exports.directory import DIRECTORY_FORMATS
 from pytest_kvbench.results.exports.formats import export_directory
-from pytest_kvbench.results.views.export import export_records
+from pytest_kvbench.results.views.table_formats import export_records
 
 
 def cmd_export(args) -> int:

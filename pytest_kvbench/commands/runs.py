@@ -16,7 +16,7 @@ from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.run.directories import Run, RunError, list_runs, load_run
 from pytest_kvbench.results.run.merge import merge_runs
 from pytest_kvbench.results.run.reproduction import reproduction_text
-from pytest_kvbench.results.views.export import to_markdown
+from pytest_kvbench.results.views.table_formats import to_markdown
 from pytest_kvbench.tasks import TaskError
 from pytest_kvbench.tasks.registry import task_listing
 

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from pytest_kvbench.input_values import ascii_float
-from pytest_kvbench.results.views.export import config_key
+from pytest_kvbench.results.views.table_formats import config_key
 from pytest_kvbench.results.run.directories import Run
 from pytest_kvbench.stats import VariationCurve
 

@@ -18,7 +18,7 @@ from test_cli_support import (
     write_run,
 )
 
-from pytest_kvbench.results.views.export import score_tables, to_latex, to_markdown
+from pytest_kvbench.results.views.table_formats import score_tables, to_latex, to_markdown
 
 pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 

@@ -11,7 +11,7 @@ import pytest
 from helpers import HOOK_CONFTEST, hook_records, run_bench
 
 from pytest_kvbench.engine.hardware.device_description import cpu_model
-from pytest_kvbench.results.views.export import to_markdown
+from pytest_kvbench.results.views.table_formats import to_markdown
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.record.schema import SCHEMA_VERSION
 from pytest_kvbench.results.views.table_model import score_tables

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_kvbench.results.views.export import to_latex
+from pytest_kvbench.results.views.table_formats import to_latex
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.views.tables import results_markdown
 from pytest_kvbench.results.views.suite_summaries import suite_summaries

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_kvbench import atomic_files, user_paths
-from pytest_kvbench.results.views.export import ExportError
+from pytest_kvbench.results.views.table_formats import ExportError
 
 
 DIRECTORY_FORMATS = ("kvpress", "kvcache-factory")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from pytest_kvbench.results.exports.directory import write_export
-from pytest_kvbench.results.views.export import ExportError
+from pytest_kvbench.results.views.table_formats import ExportError
 from pytest_kvbench.results.exports.kvcache_factory_layout import kvcache_factory_export
 from pytest_kvbench.results.exports.kvpress_layout import kvpress_export
 from pytest_kvbench.results.record import Record
