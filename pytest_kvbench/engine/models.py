@@ -22,7 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from kvmethods.adapters.transformers_compat import attention_implementation, supported_attention
 
 from pytest_kvbench.engine.gguf_conversion import converted_model
-from pytest_kvbench.engine.hardware.figures import model_size_on_disk
+from pytest_kvbench.engine.hardware.costs import model_size_on_disk
 from pytest_kvbench.engine.model_revision import hub_revision
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
 from pytest_kvbench.model_sources.reference import model_source

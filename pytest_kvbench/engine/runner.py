@@ -24,7 +24,7 @@ from pytest_kvbench.engine.fidelity import ReferenceCache, fidelity_of, referenc
 from pytest_kvbench.engine.decode_batching import DecodeBatching
 from pytest_kvbench.engine.sample_prefills import GroupPrefill
 from pytest_kvbench.engine.hardware.device_description import describe_device
-from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures
+from pytest_kvbench.engine.hardware.costs import kv_cache_figures, latency_figures
 from pytest_kvbench.engine.hardware.item_meter import ItemMeter
 from pytest_kvbench.engine.models import LoadedModel, ModelCache
 from pytest_kvbench.engine.out_of_memory import fail_on_out_of_memory

@@ -17,7 +17,7 @@ import torch
 
 from pytest_kvbench.engine.hardware import cpu_peak_memory, device_description
 from pytest_kvbench.engine.hardware.device_description import describe_device
-from pytest_kvbench.engine.hardware.figures import kv_cache_figures, latency_figures, model_size_on_disk
+from pytest_kvbench.engine.hardware.costs import kv_cache_figures, latency_figures, model_size_on_disk
 from pytest_kvbench.engine.hardware.gpu_energy import integrate_energy_j
 from pytest_kvbench.engine.hardware.item_meter import ItemMeter
 from pytest_kvbench.engine.hardware.nvml import nvml_device_ref
