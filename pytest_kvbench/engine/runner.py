@@ -32,13 +32,9 @@ from pytest_kvbench.engine.protocol_runs import Generation, by_context_and_turn,
 from pytest_kvbench.engine.sample_outcomes import SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
+from pytest_kvbench.results.record import mean_of_present
 from pytest_kvbench.results.record.serializer import from_json
 from pytest_kvbench.tasks import get_task
-
-
-def _mean(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
 
 
 def _token_layers_kept(result) -> list[int]:
@@ -205,7 +201,7 @@ class Runner(GroupPrefill):
                     "references": list(sample.answers),
                     "score": score,
                     "prompt_tokens": result.prompt_tokens,
-                    "kept_tokens": _mean(_token_layers_kept(result)),
+                    "kept_tokens": mean_of_present(_token_layers_kept(result)),
                     "kept_tokens_per_layer": list(result.kept_tokens_per_layer),
                     "prefill_ms": result.prefill_s * 1000.0,
                     **timing,
@@ -299,8 +295,9 @@ class Runner(GroupPrefill):
             memory=records.Memory(peak_bytes=meter.get("peak_bytes"), kind=meter.get("memory_kind"),
                                   peak_method=meter.get("peak_method"),
                                   peak_reserved_bytes=meter.get("peak_reserved_bytes"), **kv),
-            fidelity=records.Fidelity(kl=_mean([r["kl"] for r in rows]), agreement=_mean([r["agreement"] for r in rows]),
-                                      decode_kl=_mean([r["decode_kl"] for r in rows])),
+            fidelity=records.Fidelity(kl=mean_of_present(r["kl"] for r in rows),
+                                      agreement=mean_of_present(r["agreement"] for r in rows),
+                                      decode_kl=mean_of_present(r["decode_kl"] for r in rows)),
             energy_j=meter.get("energy_j"),
             energy_source=meter.get("energy_source"),
             meter_scope=from_json(records.MeterScope, self.shared.meter_scope(case), "meter_scope"),

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_cli_support import assert_usage_error, run_cli
 
 from kvmethods import Budget
-from pytest_kvbench.results.record import Device, Latency, MeterScope, Record, RecordError
+from pytest_kvbench.results.record import Device, Latency, MeterScope, Record, RecordError, mean_of_present
 from pytest_kvbench.results.record.serializer import from_json, to_json
 from pytest_kvbench.record_key import ItemKey
 from pytest_kvbench.results.record.schema import SCHEMA_VERSION, RecordVersionError, migrate
@@ -234,3 +234,14 @@ def test_merge_writes_current_records_that_read_back(capsys, results):
     for line in lines:  # a merged record is its source record, renamed into the merged run
         source = by_key[line["key"]]
         assert line == source | {"schema_version": 2, "run_id": merged.run_id, "merged_from_run": line["merged_from_run"]}
+
+
+def test_the_mean_of_record_figures_leaves_missing_values_out():
+    """One treatment of a missing value for every mean of measurements (the runner's fidelity and kept tokens, the
+    KV-cache and latency figures, the tables' cells): left out, neither 0 nor a NaN that spreads."""
+    assert mean_of_present([1, None, 2, float("nan"), float("inf"), True, "3"]) == 1.5
+    assert mean_of_present(value for value in [0.25, 0.5]) == 0.375  # any iterable, read once
+    assert mean_of_present([None, float("nan")]) is None and mean_of_present([]) is None
+    values = [0.1] * 10  # summed left to right, as records always were (fsum would give exactly 0.1)
+    assert mean_of_present(values) == sum(values) / 10 != 0.1
+

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
+
+from pytest_kvbench.results.record import mean_of_present
 
 
 def _weight_files(directory: Path) -> list[Path]:
@@ -48,10 +50,6 @@ def model_size_on_disk(path_or_dir: str | os.PathLike) -> int | None:
     return sum(p.stat().st_size for p in _weight_files(path))
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def kv_cache_figures(kv_bytes_before: Iterable[int], kv_bytes_after: Iterable[int]) -> dict:
     """Per-item KV-cache figures from per-sample cache sizes (``generate()``'s out.kv_bytes_*).
 
@@ -63,7 +61,7 @@ def kv_cache_figures(kv_bytes_before: Iterable[int], kv_bytes_after: Iterable[in
     after = [int(a) for a in kv_bytes_after]
     if len(before) != len(after):
         raise ValueError(f"{len(before)} kv_bytes_before values but {len(after)} kv_bytes_after values")
-    mean_before, mean_after = _mean(before), _mean(after)
+    mean_before, mean_after = mean_of_present(before), mean_of_present(after)
     ratio = round(sum(before) / sum(after), 4) if before and sum(after) > 0 else None
     return {
         "kv_bytes_before": round(mean_before) if mean_before is not None else None,
@@ -86,7 +84,7 @@ def latency_figures(prefill_s: Iterable[float], decode_s: Iterable[float],
     tokens = [int(t) for t in decode_tokens]
     if len(decode) != len(tokens):
         raise ValueError(f"{len(decode)} decode times but {len(tokens)} decode token counts")
-    mean_prefill = _mean(prefill)
+    mean_prefill = mean_of_present(prefill)
     decode_time = sum(decode)
     return {
         "prefill_ms": round(mean_prefill * 1000.0, 3) if mean_prefill is not None else None,

@@ -14,6 +14,7 @@ Every view labels a record from its key (``record.labels``, record_key.py), neve
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -290,6 +291,15 @@ class RecordError(ValueError):
 def is_number(value: object) -> bool:
     """A finite int or float (not a bool): what JSON may hold where a measurement goes."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def mean_of_present(values: Iterable[object]) -> float | None:
+    """The mean of the measurements among `values`, the one mean of record figures (the runner's per-item means of
+    its samples, the KV-cache and latency figures, the views' cells): a missing value (None, and anything that is
+    not is_number: NaN, inf, a bool, text) is left out, never counted as 0 and never poisoning the mean; None when
+    no value is present. Summed left to right, as records have always been."""
+    present = [value for value in values if is_number(value)]
+    return sum(present) / len(present) if present else None
 
 
 def superseded(earlier: Record) -> dict:

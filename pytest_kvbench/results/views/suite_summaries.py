@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import TYPE_CHECKING
 
+from pytest_kvbench.results.record import mean_of_present
 from pytest_kvbench.tasks.infinitebench.specs import PAPER_NAMES
 from pytest_kvbench.tasks.longbench_v2.task import DIFFICULTIES, LENGTHS
 
@@ -36,11 +37,6 @@ class Summary:
     columns: list[str]
     values: dict[str, dict[str, float | None]]  # method -> column -> value (None: not run)
     by_turn: bool = False  # a score-by-turn table (the HTML report shows these under the score table)
-
-
-def _mean(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return fmean(values) if values else None
 
 
 def _records_of(cells: Cells, method: str, task: str) -> list[Record]:
@@ -73,7 +69,7 @@ def longbench_v2_summaries(cells: Cells) -> list[Summary]:
         for method in cells:
             records = _records_of(cells, method, task)
             if records:
-                values[method] = {column: _mean(r.aggregate.get("splits", {}).get(column)
+                values[method] = {column: mean_of_present(r.aggregate.get("splits", {}).get(column)
                                                 for r in records) for column in columns}
         summaries.append(Summary(f"LongBench v2 ({task})", [c.capitalize() for c in columns],
                                  {m: {c.capitalize(): v[c] for c in columns} for m, v in values.items()}))
@@ -87,7 +83,7 @@ def infinitebench_summary(cells: Cells) -> list[Summary]:
         return []
     values = {}
     for method in cells:
-        scores = {PAPER_NAMES[task]: _mean(r.score for r in _records_of(cells, method, task)) for task in present}
+        scores = {PAPER_NAMES[task]: mean_of_present(r.score for r in _records_of(cells, method, task)) for task in present}
         complete = all(v is not None for v in scores.values())
         values[method] = scores | {"Avg": fmean(scores.values()) if complete else None}
     return [Summary("InfiniteBench", [PAPER_NAMES[t] for t in present] + ["Avg"], values)]
@@ -101,8 +97,8 @@ def scbench_summaries(cells: Cells) -> list[Summary]:
         by_method = {method: records for method, records in by_method.items() if records}
         turns = {method: _scores_by_turn(records) for method, records in by_method.items()}
         columns = _turn_columns({column: [] for by_turn in turns.values() for column in by_turn})
-        values = {method: {c: _mean(turns[method].get(c, [])) for c in columns}
-                  | {"Pooled": _mean(r.score for r in records)} for method, records in by_method.items()}
+        values = {method: {c: mean_of_present(turns[method].get(c, [])) for c in columns}
+                  | {"Pooled": mean_of_present(r.score for r in records)} for method, records in by_method.items()}
         histories = sorted({r.task.history or "model" for records in by_method.values() for r in records})
         summaries.append(Summary(f"SCBench {task} by turn ({', '.join(histories)} history)", columns + ["Pooled"],
                                  values, by_turn=True))
@@ -122,7 +118,7 @@ def turn_summary(cells: Cells) -> list[Summary]:
     columns = _turn_columns({column: [] for turns in by_method.values() for column in turns})
     if not columns:
         return []
-    values = {m: {c: _mean(turns.get(c, [])) for c in columns} for m, turns in by_method.items()}
+    values = {m: {c: mean_of_present(turns.get(c, [])) for c in columns} for m, turns in by_method.items()}
     return [Summary("score by turn", columns, values, by_turn=True)]
 
 

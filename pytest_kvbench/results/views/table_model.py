@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 
 from kvmethods import FULL_CACHE
-from pytest_kvbench.results.record import Record, budget_sort_key, is_number
+from pytest_kvbench.results.record import Record, budget_sort_key, mean_of_present
 from pytest_kvbench.record_key import DEFAULT_PROTOCOL
 from pytest_kvbench.results.views.suite_summaries import suite_summaries
 
@@ -56,11 +56,6 @@ class Cell:
 
         _, low, high = bootstrap_mean(self.sample_scores, n_resamples=TABLE_RESAMPLES)
         return (high - low) / 2 if math.isfinite(low) and math.isfinite(high) else None
-
-
-def _mean_of(values: Iterable[object]) -> float | None:
-    present = [float(v) for v in values if is_number(v)]
-    return fmean(present) if present else None
 
 
 @dataclass
@@ -106,19 +101,19 @@ class ScoreTable:
 
     def mean_kl(self, method: str) -> float | None:
         """Mean KL(full || method) over the row's records (nats)."""
-        return _mean_of(r.fidelity.kl for r in self.records[method])
+        return mean_of_present(r.fidelity.kl for r in self.records[method])
 
     def mean_agreement(self, method: str) -> float | None:
-        return _mean_of(r.fidelity.agreement for r in self.records[method])
+        return mean_of_present(r.fidelity.agreement for r in self.records[method])
 
     def mean_kv_mib(self, method: str) -> float | None:
         """Mean KV cache kept after compression, MiB; None when not measured (or zero)."""
-        kv = _mean_of(r.memory.kv_bytes_after for r in self.records[method])
+        kv = mean_of_present(r.memory.kv_bytes_after for r in self.records[method])
         return kv / MiB if kv else None
 
     def mean_window_mib(self, method: str) -> float | None:
         """Of the KV MiB, the mean the sliding-window layers hold (sample field kv_bytes_window); None without."""
-        window = _mean_of(s["kv_bytes_window"] for r in self.records[method] for s in r.samples
+        window = mean_of_present(s["kv_bytes_window"] for r in self.records[method] for s in r.samples
                           if s.get("kv_bytes_window") is not None)
         return window / MiB if window is not None else None
 
@@ -129,12 +124,12 @@ class ScoreTable:
     def decode_tokens_per_s(self, method: str) -> float | None:
         """The method's own decode speed: tokens per second of its samples decoded alone (batch 1), mean over the
         row's records; records from before batched decoding give their decode_tokens_per_s (all alone then)."""
-        return _mean_of(r.latency.decode_tokens_per_s_alone if r.latency.decode_tokens_per_s_alone is not None
+        return mean_of_present(r.latency.decode_tokens_per_s_alone if r.latency.decode_tokens_per_s_alone is not None
                         else r.latency.decode_tokens_per_s for r in self.records[method])
 
     def mean_peak_mib(self, method: str) -> float | None:
         """Mean peak memory of the row's items (CPU resident or CUDA allocated, reset per item), MiB."""
-        peak = _mean_of(r.memory.peak_bytes for r in self.records[method])
+        peak = mean_of_present(r.memory.peak_bytes for r in self.records[method])
         return peak / MiB if peak else None
 
     @property
@@ -143,7 +138,7 @@ class ScoreTable:
 
     def budget_use(self, method: str) -> float | None:
         """Mean over samples of the bytes stored / the bytes a byte budget allows (above 1: over budget)."""
-        return _mean_of(s["kv_bytes_physical"] / s["kv_bytes_budget"] for r in self.records[method]
+        return mean_of_present(s["kv_bytes_physical"] / s["kv_bytes_budget"] for r in self.records[method]
                         for s in r.samples if s.get("kv_bytes_budget") and s.get("kv_bytes_physical"))
 
     def records_by_task(self) -> dict[str, dict[str, list[Record]]]:
