@@ -35,28 +35,13 @@ def scoring():
 def layer_inputs(torch):
     """What the compression hook sees for layer 0 at the end of a 4,096-token prefill."""
     # lazy for collection time: transformers and the tiny model are only needed when the benchmark runs
-    from kvmethods.core.layer_inputs import LayerInputs
-    from kvmethods.testing import bench_model
-    from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
+    from kvmethods.testing import bench_model, first_layer_inputs
 
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     model = bench_model()
     ids = torch.randint(3, 32000, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(0))
-    captured = {}
-    cache = DynamicCache()  # passed by us and read after the forward: no reliance on the hook's kwarg names
-
-    def capture(module, args, kwargs, output):
-        captured["call"] = (module, kwargs["hidden_states"], *kwargs["position_embeddings"])
-
-    attention = model.model.layers[0].self_attn
-    handle = attention.register_forward_hook(capture, with_kwargs=True)
-    with torch.inference_mode():
-        model(ids, use_cache=True, logits_to_keep=1, **cache_argument(model, cache))
-    handle.remove()
-    module, hidden, cos, sin = captured["call"]
-    layer = cache.layers[0]
-    yield model, LayerInputs(module, 0, model.config.num_hidden_layers, hidden, cos, sin, layer.keys, layer.values)
+    yield model, first_layer_inputs(model, ids, grad_mode=torch.inference_mode, logits_to_keep=1)
     torch.set_num_threads(previous)
 
 

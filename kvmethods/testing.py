@@ -2,7 +2,8 @@
 
 Shared by the tests, the kernel benchmarks (bench/test_kernels.py) and the measurement scripts
 (scripts/measure/) so that all of them exercise the same four families with grouped-query attention, and
-one tiny model of every decoder family kvmethods/core/family_table.py lists (family_model, at the end); a
+one tiny model of every decoder family kvmethods/core/family_table.py lists (family_model, at the end), and
+what layer 0's compression hook sees after a forward (first_layer_inputs); a
 third-party method's own tests can build the same models. Imports torch and transformers: nothing of the
 package imports it.
 """
@@ -20,6 +21,9 @@ from transformers import (
     Qwen2Config,
     Qwen3Config,
 )
+
+from .adapters.transformers_compat import DynamicCache, cache_argument
+from .core.layer_inputs import LayerInputs
 
 FAMILY_CONFIGS = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
 
@@ -72,6 +76,30 @@ BENCH_MODEL = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, 
 
 def bench_model():
     return tiny_model("llama", seed=0, **BENCH_MODEL)
+
+
+def first_layer_inputs(model, input_ids: torch.Tensor, *, num_layers: int | None = None, grad_mode=torch.no_grad,
+                       **forward_kwargs) -> LayerInputs:
+    """What the compression hook would hand a method for layer 0 after one forward of `input_ids` ([1, T]): the
+    attention module's input, RoPE cos/sin and the layer's cached keys and values (the kernel benchmarks and the
+    scoring tests start from it). `num_layers`: the LayerInputs' layer count (default: the model's); `grad_mode`:
+    the context the forward runs in (torch.inference_mode for a benchmark)."""
+    captured = {}
+    cache = DynamicCache()  # passed by us and read after the forward: no reliance on the hook's kwarg names
+
+    def capture(module, args, kwargs, output):
+        captured["call"] = (module, kwargs["hidden_states"], *kwargs["position_embeddings"])
+
+    handle = model.model.layers[0].self_attn.register_forward_hook(capture, with_kwargs=True)
+    try:
+        with grad_mode():
+            model(input_ids, use_cache=True, **forward_kwargs, **cache_argument(model, cache))
+    finally:
+        handle.remove()
+    module, hidden, cos, sin = captured["call"]
+    layer = cache.layers[0]
+    layers = model.config.num_hidden_layers if num_layers is None else num_layers
+    return LayerInputs(module, 0, layers, hidden, cos, sin, layer.keys, layer.values)
 
 
 def tensors_reachable(root) -> list[torch.Tensor]:

@@ -6,16 +6,16 @@ recomputes what it needs inside the hooks. Eager softmax runs in float32 even fo
 models get peaked attention (qk_scale) to keep top-k boundaries well above that rounding.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from kvmethods import Budget, get_method
 from kvmethods.runtime.generation import prefill
-from kvmethods.core.layer_inputs import LayerInputs
-from kvmethods.adapters.transformers_compat import DynamicCache, cache_argument
 from kvmethods.scorers import scoring
 from kvmethods.scorers.scoring import accumulated_attention
-from kvmethods.testing import tiny_model
+from kvmethods.testing import first_layer_inputs, tiny_model
 from model_helpers import MatmulDtypes, one_thread  # noqa: F401 (one_thread: a module-scoped autouse fixture)
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
@@ -148,26 +148,13 @@ def test_random_is_reproducible_per_seed(models):
 
 def test_accumulated_attention_is_independent_of_chunking(models):
     model, attentions, ids = models
-    captured = {}
-    cache = DynamicCache()  # passed by us and read after the forward: no reliance on the hook's kwarg names
-
-    def capture(module, args, kwargs, output):
-        captured["call"] = (module, kwargs["hidden_states"], *kwargs["position_embeddings"])
-
-    attention = model.model.layers[0].self_attn
-    handle = attention.register_forward_hook(capture, with_kwargs=True)
-    with torch.no_grad():
-        model(torch.tensor([ids]), use_cache=True, **cache_argument(model, cache))
-    handle.remove()
-    module, hidden, cos, sin = captured["call"]
-    layer = cache.layers[0]
-    captured["inputs"] = LayerInputs(module, 0, 1, hidden, cos, sin, layer.keys, layer.values)
+    inputs = first_layer_inputs(model, torch.tensor([ids]), num_layers=1)
     groups = model.config.num_attention_heads // model.config.num_key_value_heads
     expected = group_mean(attentions[0].sum(1), groups)
-    whole = accumulated_attention(captured["inputs"], scratch_bytes=2**30)[0]  # everything in one block
+    whole = accumulated_attention(inputs, scratch_bytes=2**30)[0]  # everything in one block
     torch.testing.assert_close(whole, expected, rtol=1e-6, atol=1e-8)  # eager softmax is float32
     for scratch in (1, 4096):  # one query row per chunk, a few rows per chunk
-        chunked = accumulated_attention(captured["inputs"], scratch_bytes=scratch)[0]
+        chunked = accumulated_attention(inputs, scratch_bytes=scratch)[0]
         torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-14)
 
 
@@ -176,20 +163,10 @@ def test_accumulated_attention_of_a_half_precision_model_sums_in_float32(models,
     # logits and probabilities are bf16 (H2O's reference) and the column sums float32, so the scores stay
     # within bf16's rounding of the float64 ones however many query rows are summed
     model, attentions, ids = models
-    cache = DynamicCache()
-    captured = {}
-    attention = model.model.layers[0].self_attn
-    handle = attention.register_forward_hook(
-        lambda module, args, kwargs, output: captured.update(call=(module, kwargs["hidden_states"],
-                                                                   *kwargs["position_embeddings"])), with_kwargs=True)
-    with torch.no_grad():
-        model(torch.tensor([ids]), use_cache=True, **cache_argument(model, cache))
-    handle.remove()
-    module, hidden, cos, sin = captured["call"]
-    keys, values = cache.layers[0].keys, cache.layers[0].values
-    exact = accumulated_attention(LayerInputs(module, 0, 1, hidden, cos, sin, keys, values), scratch_bytes=2**30)
-    half = LayerInputs(module, 0, 1, hidden, cos, sin, keys.bfloat16(), values.bfloat16(),
-                       projected_queries=module.q_proj(hidden).bfloat16())
+    full = first_layer_inputs(model, torch.tensor([ids]), num_layers=1)
+    exact = accumulated_attention(full, scratch_bytes=2**30)
+    half = replace(full, keys=full.keys.bfloat16(), values=full.values.bfloat16(),
+                   projected_queries=full.module.q_proj(full.hidden_states).bfloat16())
     with MatmulDtypes() as matmuls:
         on_cpu = accumulated_attention(half, scratch_bytes=2**30)
     assert matmuls.dtypes == {torch.float32}
