@@ -9,8 +9,8 @@ A latent row serves every head, so a layer keeps one set of positions for all he
 attention really uses: the per-head keys and values the attention call received (query_capture keeps them with
 the queries), the method's per-head scores are averaged over the heads, as a GQA group's query heads are averaged
 for the KV head they share (here every query head shares the latent), and the method's own select() keeps the
-top positions, gathered from the latent and the rotary key alike (hooks.store_selection). A method that picks
-positions without scores (StreamingLLM) must pick the same ones for every head. Head-adaptive budgets and
+top positions, gathered from the latent and the rotary key alike (prefill_compression.store_selection). A method
+that picks positions without scores (StreamingLLM) must pick the same ones for every head. Head-adaptive budgets and
 storages of their own (quantizers, channel pruning) have no per-head rows to work on: core/layout.refusal
 refuses them in one line.
 """

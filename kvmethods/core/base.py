@@ -133,7 +133,7 @@ class Method:
         """What to keep given [batch, num_kv_heads, T] scores: the top n_keep of each KV head (ties go to
         the earlier position). Head-adaptive methods (adakv) instead return a bool mask [batch,
         num_kv_heads, T] keeping num_kv_heads * n_keep positions per layer, shared unevenly among heads
-        (they declare HEAD_ADAPTIVE; hooks.store_selection refuses such a mask from any other)."""
+        (they declare HEAD_ADAPTIVE; prefill_compression.store_selection refuses such a mask from any other)."""
         return top_positions(scores, n_keep)
 
     def select_layers(self, scores: list[torch.Tensor], layer_budgets: list[int]) -> list[torch.Tensor]:

@@ -44,7 +44,8 @@ class LayerInputs:
     captured_queries: torch.Tensor | None = None  # [batch, q_heads, T, head_dim] RoPE'd, from the attention call
     layout: LayerLayout | None = None  # what the family's description says of this layer (None: plain)
     # The position of the token after the keys (where future queries start); None: seq_len, the keys being the
-    # prompt's positions 0..T-1. A compressed sliding window's keys sit at the prompt's end (hooks.window_inputs).
+    # prompt's positions 0..T-1. A compressed sliding window's keys sit at the prompt's end
+    # (attention/prefill_compression.window_inputs).
     next_position: int | None = None
 
     @property

@@ -11,7 +11,7 @@ A head-adaptive method's cache is stored ragged (ragged.py) and reported per hea
 alone or composed: `snapkv+kivi`) then stores each compressed layer its own way (method.storage_layer), and
 a byte budget ("m0.25") becomes each method's token count through memory_budget.operating_point.
 After compression, later tokens keep their original RoPE positions (position_ids = true positions),
-while the causal mask follows the actual cache lengths (hooks.per_layer_causal_masks when layers
+while the causal mask follows the actual cache lengths (prefill_compression.per_layer_causal_masks when layers
 differ). The model is only called through its public forward with a DynamicCache.
 """
 

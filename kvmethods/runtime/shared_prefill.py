@@ -6,7 +6,7 @@ layers kept: the M x B compressed prefills of a sweep are the same forward. This
 forward once, with the full cache (the reference's), and a forward hook per attention module hands
 each selection the layer's inputs (its own copy of the layer's keys and values, freed once its kept
 positions are gathered, so a method that writes into them harms only itself) and stores its
-selection in the selection's own cache (hooks.store_selection). The scoring that does not depend on the
+selection in the selection's own cache (prefill_compression.store_selection). The scoring that does not depend on the
 budget (SnapKV's window attention at four budgets, H2O's accumulated attention) is computed once per layer
 and shared by the selections that read it (kernel_memo.py). What a selection's method raises is
 handed back with it (`errors`); the others go on.

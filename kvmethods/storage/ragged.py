@@ -9,7 +9,7 @@ query-agnostic protocol, decoded tokens) are the same for every head and go to a
 
 Attention never changes: `update()` hands the model a padded view (each head's prompt tokens, zero-padded
 to the longest head, then the tail), and `attention_mask()` gives the per-head additive mask that hides the
-padding; `hooks.per_layer_causal_masks` installs it. That is exactly attention per head over its own kept
+padding; `prefill_compression.per_layer_causal_masks` installs it. That is exactly attention per head over its own kept
 tokens (the padded columns get weight 0). This is the portable path (`KERNEL` in the records); on CUDA with
 flash-attn installed, `ragged_attention.py` attends with its variable-length kernel instead and the layer
 hands out only the tail (`packed_reads`).

@@ -3,7 +3,7 @@
 A sliding-window layer (gemma2/3, gpt-oss, cohere2, mistral with a window) attends over its last `window`
 tokens only, so by default no method compresses it: it is kept as its window (core/layout.py, sliding
 "keep"). The model's own masks find a token's position from its cache index, which holds while no layer is
-compressed; once others are, every forward gets per-layer masks (hooks.per_layer_causal_masks), and this
+compressed; once others are, every forward gets per-layer masks (prefill_compression.per_layer_causal_masks), and this
 layer's mask comes from here: the layer knows the position of every token it holds, per KV head, so a new token
 at position p sees the held and new tokens at positions p - window + 1 .. p. After each update it drops the
 tokens no later query can see (what transformers' own sliding-window cache does: `window - 1` tokens stay), so
@@ -12,7 +12,7 @@ kv_bytes_after includes it, and `kv_bytes_window` (a sample field, generation.re
 the window layers hold.
 
 With sliding "compress" (`Method.sliding_layers`) the method also compresses the window to its budget
-(hooks.compress_window): it scores the window's tokens like a short prompt and each KV head keeps its own
+(prefill_compression.compress_window): it scores the window's tokens like a short prompt and each KV head keeps its own
 positions, so the positions are per head ([batch, kv_heads, n]); masks then differ per head (repeated over the
 query heads of a group, as transformers' repeat_kv does) and a kept token leaves once it is out of every head's
 window. A window already within the budget stays the window.
