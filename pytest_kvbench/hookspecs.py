@@ -8,6 +8,19 @@ import pytest
 
 
 @pytest.hookspec
+def pytest_kvbench_record_fields(record: dict, item: pytest.Item) -> dict | None:
+    """Fields of your own for an item's record, before it is written and passed on; return a dict (or None).
+
+    Called once per finished benchmark item, in the process that ran it, before ``pytest_kvbench_record``.
+    ``record`` is the record's JSON object as it stands (read it, do not change it). The returned keys join
+    the record's ``extra``: written at the record's top level in records.jsonl and run.json, kept by every
+    reader (merge, resume, ``kvbench export --format json``), typed back as ``Record.from_json(...).extra``. A
+    key the record itself declares (``score``, ``model``, ...) is refused: name yours otherwise. Example and
+    rules: docs/results.md, *Fields of your own*.
+    """
+
+
+@pytest.hookspec
 def pytest_kvbench_record(record: dict, item: pytest.Item) -> None:
     """Called once per finished benchmark item, in the process that ran it.
 

@@ -250,6 +250,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         measured = records.Record.identity(case, session.run_id, case.protocol)
     record = measured.finished(status=status, nodeid=item.nodeid, message=None if report.passed else _one_line(report),
                                verdict=item.stash.get(VERDICT_KEY, None))
+    for fields in item.config.hook.pytest_kvbench_record_fields(record=record.to_json(), item=item):
+        record = record.with_fields(fields or {})
     item.config.hook.pytest_kvbench_record(record=record.to_json(), item=item)
 
 

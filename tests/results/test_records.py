@@ -245,3 +245,14 @@ def test_the_mean_of_record_figures_leaves_missing_values_out():
     values = [0.1] * 10  # summed left to right, as records always were (fsum would give exactly 0.1)
     assert mean_of_present(values) == sum(values) / 10 != 0.1
 
+
+def test_fields_of_a_users_own_join_extra_and_survive_a_write_and_a_read():
+    """What the pytest_kvbench_record_fields hook returns: top-level keys on disk, `extra` when typed again."""
+    case = _case()
+    record = Record.identity(case, "run", case.protocol).with_fields({"tracker": "nightly", "ticket": 48})
+    data = record.to_json()
+    assert data["tracker"] == "nightly" and data["ticket"] == 48
+    assert Record.from_json(json.loads(json.dumps(data))).extra == {"tracker": "nightly", "ticket": 48}
+    with pytest.raises(RecordError, match="'score'.*a field every record declares"):
+        record.with_fields({"score": 1.0, "mine": 2})
+

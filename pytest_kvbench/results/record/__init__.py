@@ -13,6 +13,7 @@ Every view labels a record from its key (``record.labels``, record_key.py), neve
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -244,6 +245,15 @@ class Record:
             raise ValueError(f"record status must be one of {', '.join(STATUSES)}, got {status!r}")
         return replace(self, nodeid=nodeid, status=status, message=message or self.message,
                        verdict=verdict if verdict is not None else self.verdict)
+
+    def with_fields(self, fields: dict) -> Record:
+        """This record with fields of a user's own in its ``extra`` (the pytest_kvbench_record_fields hook);
+        RecordError (one line) for a key the record declares."""
+        declared = sorted(set(fields) & {f.name for f in dataclasses.fields(self)})
+        if declared:
+            raise RecordError(f"pytest_kvbench_record_fields returned {', '.join(map(repr, declared))}: a field "
+                              f"every record declares; name yours otherwise")
+        return replace(self, extra={**self.extra, **fields}) if fields else self
 
     # -- what readers ask ------------------------------------------------------------------------
     @property

@@ -1,0 +1,40 @@
+"""pytest_kvbench_record_fields: a conftest adds fields of its own to every record before it is written.
+
+A user tags results for a tracker (a campaign name, a ticket) without patching the harness: the hook's fields
+reach records.jsonl, run.json and the pytest_kvbench_record listeners, and read back typed in `extra`.
+"""
+
+import json
+
+import pytest
+from helpers import add_bench_files
+
+from pytest_kvbench.results.record import Record
+
+CONFTEST = '''
+import json
+
+def pytest_kvbench_record_fields(record, item):
+    return {"campaign": "nightly", "method_seen": record["method"]["name"]}
+
+def pytest_kvbench_record(record, item):
+    with open("hook_calls.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\\n")
+'''
+GRID = ["--kvbench-methods", "full,streamingllm", "--kvbench-budgets", "32", "--kvbench-tasks", "niah_single_1",
+        "--kvbench-context-lengths", "256", "--kvbench-samples", "1", "--kvbench-max-prompt-tokens", "320",
+        "-p", "no:cacheprovider", "-q"]
+
+
+def test_the_hooks_fields_reach_every_record_on_disk_and_in_the_listeners(pytester):
+    add_bench_files(pytester)
+    pytester.makeconftest(CONFTEST)
+    result = pytester.runpytest_subprocess(*GRID, "--kvbench-results", "res", timeout=900)
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    (run,) = (pytester.path / "res" / "runs").iterdir()
+    written = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    heard = [json.loads(line) for line in (pytester.path / "hook_calls.jsonl").read_text().splitlines()]
+    assert len(written) == len(heard) == 2
+    for record in written + heard + json.loads((run / "run.json").read_text())["records"]:
+        assert record["campaign"] == "nightly" and record["method_seen"] == record["method"]["name"]
+        assert Record.from_json(record).extra == {"campaign": "nightly", "method_seen": record["method"]["name"]}
