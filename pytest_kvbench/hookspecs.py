@@ -8,6 +8,17 @@ import pytest
 
 
 @pytest.hookspec
+def pytest_kvbench_environment(environment: dict, config: pytest.Config) -> dict | None:
+    """Fields of your own for the run's environment block; return a dict (or None).
+
+    Called once per run, in the controller, when the run's environment is captured (git commit, versions,
+    command line, host: ``environment``, to read, not change). The returned keys join that block in run.json
+    (``environment``) and in every export that carries it (``kvbench export --format json``). A key the block
+    already has is refused: name yours otherwise. Example: docs/results.md, *Fields of your own*.
+    """
+
+
+@pytest.hookspec
 def pytest_kvbench_record_fields(record: dict, item: pytest.Item) -> dict | None:
     """Fields of your own for an item's record, before it is written and passed on; return a dict (or None).
 

@@ -87,7 +87,9 @@ def pytest_configure(config: pytest.Config) -> None:
         check_worker_count(config)
     session = RunSession(grid, results, run_id, is_controller=not is_worker(config),
                          invocation_args=config.invocation_params.args,
-                         resumed=config.getoption("kvbench_resume") is not None)
+                         resumed=config.getoption("kvbench_resume") is not None,
+                         environment_fields=lambda environment: config.hook.pytest_kvbench_environment(
+                             environment=environment, config=config))
     config.stash[SESSION_KEY] = session
     config.stash[SHIELD_KEY] = InterruptShield()
     config.stash[GATE_KEY] = gate

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pytest_kvbench.cases import Grid
 from pytest_kvbench.results.run import storage
-from pytest_kvbench.results.run.environment import capture_environment, installed_packages
+from pytest_kvbench.results.run.environment import capture_environment, installed_packages, with_fields
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.run.directories import parse_records
 from pytest_kvbench.results.run.state import crashed_then_run, expected_items, unfinished_of
@@ -29,7 +29,8 @@ _UNREAD = object()
 
 class RunSession:
     def __init__(self, grid: Grid, results_dir: Path, run_id: str, *, is_controller: bool,
-                 environment: dict | None = None, invocation_args: Sequence[str] = (), resumed: bool = False) -> None:
+                 environment: dict | None = None, invocation_args: Sequence[str] = (), resumed: bool = False,
+                 environment_fields: Callable[[dict], list] | None = None) -> None:
         self.grid = grid
         self.results_dir = results_dir
         self.run_id = run_id
@@ -38,6 +39,7 @@ class RunSession:
         self.is_controller = is_controller
         self._environment = environment
         self._invocation_args = list(invocation_args)
+        self._environment_fields = environment_fields  # the pytest_kvbench_environment hooks' answers
         self.resumed = resumed
         self.start = time.time()
         self.final_records: list[Record] | None = None  # what finish() wrote, for the terminal summary
@@ -57,11 +59,14 @@ class RunSession:
         return self.capture_environment()
 
     def capture_environment(self) -> dict:
-        """Git commit, package versions, command line (results/run/environment.py), captured once: when the
+        """Git commit, package versions, command line (results/run/environment.py) and the fields the
+        pytest_kvbench_environment hooks add, captured once: when the
         controller's collection found items (run_plugin.py), or when first read; not at configure, which runs
         in every pytest run of a user (git is a subprocess)."""
         if self._environment is None:
-            self._environment = capture_environment(self._invocation_args)
+            captured = capture_environment(self._invocation_args)
+            added = self._environment_fields(dict(captured)) if self._environment_fields else []
+            self._environment = with_fields(captured, added)
         return self._environment
 
     # -- the run directory's lock ----------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""pytest_kvbench_record_fields: a conftest adds fields of its own to every record before it is written.
+"""pytest_kvbench_record_fields and pytest_kvbench_environment: a conftest adds fields of its own to every record
+before it is written, and to the run's environment block.
 
-A user tags results for a tracker (a campaign name, a ticket) without patching the harness: the hook's fields
-reach records.jsonl, run.json and the pytest_kvbench_record listeners, and read back typed in `extra`.
+A user tags results for a tracker (a campaign name, a ticket, the cluster) without patching the harness: the
+record hook's fields reach records.jsonl, run.json and the pytest_kvbench_record listeners, and read back typed in
+`extra`; the environment hook's reach run.json's environment. One small run serves both.
 """
 
 import json
@@ -13,6 +15,9 @@ from pytest_kvbench.results.record import Record
 
 CONFTEST = '''
 import json
+
+def pytest_kvbench_environment(environment, config):
+    return {"cluster": "lab-a", "commit_seen": environment["git_commit"]}
 
 def pytest_kvbench_record_fields(record, item):
     return {"campaign": "nightly", "method_seen": record["method"]["name"]}
@@ -26,7 +31,7 @@ GRID = ["--kvbench-methods", "full,streamingllm", "--kvbench-budgets", "32", "--
         "-p", "no:cacheprovider", "-q"]
 
 
-def test_the_hooks_fields_reach_every_record_on_disk_and_in_the_listeners(pytester):
+def test_the_hooks_fields_reach_every_record_and_the_environment_on_disk_and_in_the_listeners(pytester):
     add_bench_files(pytester)
     pytester.makeconftest(CONFTEST)
     result = pytester.runpytest_subprocess(*GRID, "--kvbench-results", "res", timeout=900)
@@ -35,6 +40,9 @@ def test_the_hooks_fields_reach_every_record_on_disk_and_in_the_listeners(pytest
     written = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
     heard = [json.loads(line) for line in (pytester.path / "hook_calls.jsonl").read_text().splitlines()]
     assert len(written) == len(heard) == 2
-    for record in written + heard + json.loads((run / "run.json").read_text())["records"]:
+    run_json = json.loads((run / "run.json").read_text())
+    environment = run_json["environment"]
+    assert environment["cluster"] == "lab-a" and environment["commit_seen"] == environment["git_commit"]
+    for record in written + heard + run_json["records"]:
         assert record["campaign"] == "nightly" and record["method_seen"] == record["method"]["name"]
         assert Record.from_json(record).extra == {"campaign": "nightly", "method_seen": record["method"]["name"]}

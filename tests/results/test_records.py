@@ -19,6 +19,7 @@ from test_cli_support import assert_usage_error, run_cli
 
 from kvmethods import Budget
 from pytest_kvbench.results.record import Device, Latency, MeterScope, Record, RecordError, mean_of_present
+from pytest_kvbench.results.run.environment import with_fields
 from pytest_kvbench.results.record.serializer import from_json, to_json
 from pytest_kvbench.record_key import ItemKey
 from pytest_kvbench.results.record.schema import SCHEMA_VERSION, RecordVersionError, migrate
@@ -255,4 +256,11 @@ def test_fields_of_a_users_own_join_extra_and_survive_a_write_and_a_read():
     assert Record.from_json(json.loads(json.dumps(data))).extra == {"tracker": "nightly", "ticket": 48}
     with pytest.raises(RecordError, match="'score'.*a field every record declares"):
         record.with_fields({"score": 1.0, "mine": 2})
+
+
+def test_the_environment_takes_fields_of_a_users_own_but_never_over_its_own():
+    captured = {"git_commit": "abc", "host": "h"}
+    assert with_fields(captured, [{"cluster": "lab-a"}, None]) == {"git_commit": "abc", "host": "h", "cluster": "lab-a"}
+    with pytest.raises(ValueError, match="'host'.*already has it"):
+        with_fields(captured, [{"host": "mine"}])
 

@@ -55,6 +55,19 @@ def capture_environment(invocation_args: list[str] | None = None) -> dict:
     }
 
 
+def with_fields(environment: dict, added: list[dict | None]) -> dict:
+    """The environment block with the fields the pytest_kvbench_environment hooks returned; ValueError (one
+    line) for a key the block already has."""
+    merged = dict(environment)
+    for fields in added:
+        taken = sorted(set(fields or {}) & set(merged))
+        if taken:
+            raise ValueError(f"pytest_kvbench_environment returned {', '.join(map(repr, taken))}: the run's "
+                             f"environment already has it; name yours otherwise")
+        merged.update(fields or {})
+    return merged
+
+
 def environment_differences(baseline_env: dict, current_env: dict) -> list[str]:
     """What changed in the environment since the baseline: context for reading a verdict."""
     notes = []
