@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gguf_helpers import install_fake_distribution
+from helpers import install_fake_distribution
 from pytest_kvbench.model_sources import gguf_cache
 from pytest_kvbench.model_sources.gguf_file import sha256_of, undequantizable_types
 from pytest_kvbench.model_sources.named_models import BASE, NamedModel, NamedModelError, named_models, resolve
