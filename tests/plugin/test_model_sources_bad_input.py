@@ -64,6 +64,26 @@ def test_a_tensor_type_the_loader_cannot_dequantize_is_named(workdir):
     assert "GGUF tensor type Q8_K cannot be dequantized by gguf" in message and "token_embd.weight" in message
 
 
+def test_a_converted_file_s_layers_are_checked_like_a_folder_s(workdir, tiny):
+    # what a conversion of a file with sliding layers leaves in the cache entry (the tiny file is a llama)
+    from pytest_kvbench.model_sources.gguf_index import gguf_info
+
+    entry = gguf_cache.entry_dir(gguf_info(tiny).sha256)
+    entry.mkdir(parents=True)
+    (entry / "config.json").write_text(json.dumps({
+        "model_type": "gemma3_text", "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"],
+        "sliding_window": 8, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
+        "vocab_size": 300}))
+    (entry / gguf_cache.MANIFEST).write_text(json.dumps({
+        "format": gguf_cache.MANIFEST_FORMAT, "source_sha256": gguf_info(tiny).sha256,
+        "files": {"config.json": {"size": 0, "xxh3_128": "-"}}}))
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(tiny), "--kvbench-methods", "kvzip")
+    assert "family 'gemma3_text' cannot be compressed by kvzip: sliding-window layers" in message
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(tiny), "--kvbench-methods", "adakv",
+                                          "--kvbench-sliding", "compress")
+    assert "cannot be compressed by adakv" in message
+
+
 def test_a_context_length_past_the_file_s_positions(workdir, tmp_path):
     short = write_tiny_gguf(tmp_path / "short.gguf", context_length=1024)
     message = assert_one_line_usage_error(workdir, "--kvbench-model", str(short), "--kvbench-tasks", "niah_single_1",
