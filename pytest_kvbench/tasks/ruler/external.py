@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +106,28 @@ HUB_SOURCES = {
     "squad": ("rajpurkar/squad_v2", None, "validation"),
     "hotpotqa": ("hotpotqa/hotpot_qa", "distractor", "validation"),
 }
+
+
+def _offline() -> bool:
+    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def _hub_dataset_cached(repo: str) -> bool:
+    """Some copy of the hub dataset is on this machine: the hub's file cache or datasets' own (no import of either)."""
+    org, name = repo.split("/")
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser()
+    hub_cache = Path(os.environ.get("HF_HUB_CACHE") or home / "hub").expanduser()
+    datasets_cache = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets").expanduser()
+    return (hub_cache / f"datasets--{org}--{name}").is_dir() or (datasets_cache / f"{org}___{name}").is_dir()
+
+
+def qa_corpus_reachable(dataset: str, data_dir) -> bool:
+    """Without loading it: the QA file is in ``data_dir``, or the hub may be asked, or its copy is cached. False means
+    the task can only skip here (offline, nothing cached: RULER's qa_1 / qa_2 on a fresh machine)."""
+    if data_dir is not None and not is_fixtures(data_dir) and (Path(data_dir) / QA_FILES[dataset]).is_file():
+        return True
+    return not _offline() or _hub_dataset_cached(HUB_SOURCES[dataset][0])
 
 
 def load_qa_corpus(dataset: str, data_dir) -> QaCorpus:

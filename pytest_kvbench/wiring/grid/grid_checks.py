@@ -60,7 +60,8 @@ def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, s
     grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
     if not tasks_named:  # -k qasper / -m infinitebench select from every task the registry knows
         on_fixtures = is_fixture_dir(grid.data_dir) or (grid.data_dir is None and set(grid.models) == {DEFAULT_MODEL})
-        grid.tasks_added, grid.tasks_unavailable = named_tasks.added_tasks(*selection, grid.tasks, on_fixtures)
+        grid.tasks_added, grid.tasks_unavailable = named_tasks.added_tasks(*selection, grid.tasks, on_fixtures,
+                                                                           grid.data_dir)
         grid.tasks = grid.tasks + grid.tasks_added
     try:
         grid.tasks = canonical.unique(task_registry.get_task(task).name for task in grid.tasks)
