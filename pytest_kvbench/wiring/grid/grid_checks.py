@@ -1,8 +1,8 @@
 """The resolved grid checked against the registries, still without loading a model.
 
 Method names and parameters (kvmethods.describe_method), budgets, tasks (the task registry; -k / -m names join
-a default grid, named_tasks.py), protocols, models and their context lengths, the data directory and the essays an essay task will read. Repeated
-values are reduced to one canonical spelling (canonical.py).
+a default grid, named_tasks.py), protocols, models and their context lengths, the data directory and the essays
+an essay task will read. Repeated values are reduced to one canonical spelling (canonical.py).
 """
 
 from __future__ import annotations

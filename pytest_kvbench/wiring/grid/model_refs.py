@@ -7,9 +7,10 @@ item), a hub id must be one the hub accepts and, with ``HF_HUB_OFFLINE=1``, be i
 cache, and the attention implementation must be one transformers knows. Only ``config.json`` is
 ever read; nothing is downloaded. A ``.gguf`` file must be whole, of an architecture transformers
 maps and the benchmark can run (not ``mamba``: no KV cache), of a family the grid's compressing methods
-hook (kvmethods' SUPPORTED_FAMILIES; once converted, its config.json's layers as a folder's), with the ``gguf`` and ``accelerate`` packages installed, and its
-conversion cache (``KVBENCH_GGUF_CACHE``) a writable directory with room for the float weights; a named
-model (model_sources/) must have a source here. Neither check imports torch or transformers.
+hook (kvmethods' SUPPORTED_FAMILIES; once converted, its config.json's layers as a folder's), with the ``gguf``
+and ``accelerate`` packages installed, and its conversion cache (``KVBENCH_GGUF_CACHE``) a writable directory with
+room for the float weights; a named model (model_sources/) must have a source here. Neither check imports torch;
+transformers only to read a config.json.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ Identifiers naming no task (``snapkv``, ``smoke``) add nothing, so ``-m smoke`` 
 ran before. Only tasks that can run are added: their suite's optional dependency installed, and, on the
 packaged fixtures (the embedded model's data), data in the package (tasks/packaged.py); RULER's qa tasks
 and LongBench's unpackaged files need ``--kvbench-data`` or the hub (offline with nothing cached, the qa tasks are
-not added: they could only skip, and ``pytest bench/ -m ruler`` selects the 11 RULER tasks that run offline). A task list (``--kvbench-tasks``) is
-the grid as given: nothing is added to it.
+not added: they could only skip, and ``pytest bench/ -m ruler`` selects the 11 RULER tasks that run offline).
+A task list (``--kvbench-tasks``) is the grid as given: nothing is added to it.
 """
 
 from __future__ import annotations
