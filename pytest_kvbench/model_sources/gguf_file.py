@@ -101,8 +101,43 @@ def _quantization(reader) -> str:
         return GGMLQuantizationType(weights.most_common(1)[0][0]).name if weights else "unknown"
 
 
+def undequantizable_types(reader) -> dict[str, list[str]]:
+    """The file's tensor types that the installed ``gguf`` cannot dequantize (transformers' GGUF loader calls its
+    ``dequantize`` on every tensor), each with the tensors of that type; asked of ``gguf`` itself on one zero block,
+    so a newer gguf that learns a type is believed."""
+    # lazy for startup time: gguf and numpy; only when a GGUF file is read
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    by_type: dict[int, list[str]] = {}
+    for tensor in reader.tensors:
+        by_type.setdefault(int(tensor.tensor_type), []).append(tensor.name)
+    refused = {}
+    for code, names in by_type.items():
+        qtype = GGMLQuantizationType(code)
+        try:
+            dequantize(np.zeros((1, GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8), qtype)
+        except Exception:  # noqa: BLE001 - NotImplementedError for an unknown type; anything else is as fatal
+            refused[qtype.name] = names
+    return refused
+
+
+def check_tensor_types(reader, path: Path) -> None:
+    """GgufError naming the first tensor type the loader cannot dequantize, its tensors and the fix."""
+    refused = undequantizable_types(reader)
+    if refused:
+        version = importlib.metadata.version("gguf")
+        name, tensors = next(iter(sorted(refused.items())))
+        others = f" (also {', '.join(sorted(refused)[1:])})" if len(refused) > 1 else ""
+        raise GgufError(f"{path}: GGUF tensor type {name}{others} cannot be dequantized by gguf {version}, which "
+                        f"transformers' GGUF loader uses ({len(tensors)} tensors, e.g. {tensors[0]}); use a file "
+                        f"of other quantization types (Q4_K, Q5_0, Q6_K, Q8_0, F16, ...) or a newer gguf")
+
+
 def read_info(path: Path, sha256: str) -> GgufInfo:
-    """The file's header, checked whole: every tensor's bytes lie inside the file."""
+    """The file's header, checked whole (every tensor's bytes lie inside the file) and loadable (every tensor type
+    can be dequantized)."""
     # lazy for startup time: gguf imports numpy
     from gguf import GGUFReader
 
@@ -116,6 +151,7 @@ def read_info(path: Path, sha256: str) -> GgufInfo:
     end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
     if end > size:
         raise GgufError(f"{path}: truncated GGUF file ({size} bytes, its tensors need {end}); {fix}")
+    check_tensor_types(reader, path)
     architecture = str(_field(reader, "general.architecture") or "")
     if not architecture:
         raise GgufError(f"{path}: GGUF file without general.architecture; {fix}")

@@ -21,6 +21,7 @@ class ModelSource:
     name: str  # as the grid spells it
     location: str  # what from_pretrained reads (a folder or a hub id), or the GGUF file's path
     gguf: Path | None = None  # set for a GGUF file: converted once, then loaded from the cache
+    template: str = named_models.CHAT  # "base": prompts without a chat template (a named base model)
 
 
 def _exists(reference: str) -> bool:
@@ -40,9 +41,10 @@ def model_source(reference: str) -> ModelSource:
         return ModelSource(reference, str(DEFAULT_MODEL_DIR))
     if is_named(reference):
         resolved = named_models.resolve(reference)
+        template = named_models.named_models()[reference].template
         if resolved.kind == named_models.GGUF:
-            return ModelSource(reference, resolved.reference, Path(resolved.reference))
-        return ModelSource(reference, resolved.reference)
+            return ModelSource(reference, resolved.reference, Path(resolved.reference), template)
+        return ModelSource(reference, resolved.reference, template=template)
     if looks_like_gguf(reference):
         return ModelSource(reference, reference, Path(reference).expanduser())
     return ModelSource(reference, reference)

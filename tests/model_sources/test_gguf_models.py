@@ -110,6 +110,19 @@ def test_an_architecture_transformers_does_not_map_is_refused(tmp_path):
     check_architecture(read_info(llama, "0" * 64), llama)  # no error
 
 
+@pytest.mark.parametrize("template, has_chat", [("base", False), ("chat", True)])
+def test_a_named_base_model_is_prompted_without_its_chat_template(tiny, cache, monkeypatch, template, has_chat):
+    from pytest_kvbench.engine.models import ModelCache
+    from pytest_kvbench.model_sources import named_models as names
+
+    model = names.NamedModel(name="tiny-named", description="", gguf_distribution="none", gguf_file="x.gguf",
+                             install="-", template=template)
+    monkeypatch.setattr(names, "named_models", lambda: {"tiny-named": model})
+    monkeypatch.setattr(names.NamedModel, "installed_gguf", lambda self: tiny)  # the file has a chat template
+    loaded, _ = ModelCache().get("tiny-named")
+    assert bool(loaded.tokenizer.chat_template) is has_chat
+
+
 # -- the conversion cache ---------------------------------------------------------------------
 
 

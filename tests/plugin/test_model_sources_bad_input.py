@@ -1,8 +1,9 @@
 """Bad GGUF files and model names are one line at configure, exit 4, before any work.
 
-A missing or truncated GGUF file, one of an architecture transformers does not map, missing
-``gguf`` / ``accelerate`` packages, an unknown name and a named model with no source here: each
-names the problem and the fix, and nothing is written (no results, no conversion cache entry).
+A missing or truncated GGUF file, one with a tensor type the loader cannot dequantize, one of an architecture
+transformers does not map, a context length past the file's positions, missing ``gguf`` / ``accelerate`` packages,
+an unknown name and a named model with no source here: each names the problem and the fix, and nothing is written
+(no results, no conversion cache entry).
 Also ``kvbench models`` (plain and --json).
 """
 
@@ -15,7 +16,7 @@ import sys
 import gguf  # noqa: F401 - imported outside pytester's runs, which drop the modules they import
 import pytest
 
-from gguf_helpers import truncated_copy, write_tiny_gguf
+from gguf_helpers import truncated_copy, write_gguf_with_tensor_type, write_tiny_gguf
 from test_bad_input import assert_one_line_usage_error
 from pytest_kvbench import cli
 from pytest_kvbench.model_sources import gguf_cache, hub
@@ -55,6 +56,39 @@ def test_a_gguf_file_in_the_toml_grid_is_checked_the_same(workdir, tiny):
     (workdir.path / "grid.toml").write_text(f'[kvbench]\nmodels = ["{cut}"]\n')
     message = assert_one_line_usage_error(workdir, "--kvbench-config", "grid.toml")
     assert "cut.gguf" in message and "download or copy it again" in message
+
+
+def test_a_tensor_type_the_loader_cannot_dequantize_is_named(workdir):
+    odd = write_gguf_with_tensor_type(workdir.path / "odd.gguf", "Q8_K")  # gguf 0.19 has no dequantizer for it
+    message = refused(workdir, str(odd))
+    assert "GGUF tensor type Q8_K cannot be dequantized by gguf" in message and "token_embd.weight" in message
+
+
+def test_a_converted_file_s_layers_are_checked_like_a_folder_s(workdir, tiny):
+    # what a conversion of a file with sliding layers leaves in the cache entry (the tiny file is a llama)
+    from pytest_kvbench.model_sources.gguf_index import gguf_info
+
+    entry = gguf_cache.entry_dir(gguf_info(tiny).sha256)
+    entry.mkdir(parents=True)
+    (entry / "config.json").write_text(json.dumps({
+        "model_type": "gemma3_text", "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"],
+        "sliding_window": 8, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
+        "vocab_size": 300}))
+    (entry / gguf_cache.MANIFEST).write_text(json.dumps({
+        "format": gguf_cache.MANIFEST_FORMAT, "source_sha256": gguf_info(tiny).sha256,
+        "files": {"config.json": {"size": 0, "xxh3_128": "-"}}}))
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(tiny), "--kvbench-methods", "kvzip")
+    assert "family 'gemma3_text' cannot be compressed by kvzip: sliding-window layers" in message
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(tiny), "--kvbench-methods", "adakv",
+                                          "--kvbench-sliding", "compress")
+    assert "cannot be compressed by adakv" in message
+
+
+def test_a_context_length_past_the_file_s_positions(workdir, tmp_path):
+    short = write_tiny_gguf(tmp_path / "short.gguf", context_length=1024)
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(short), "--kvbench-tasks", "niah_single_1",
+                                          "--kvbench-context-lengths", "2048")
+    assert "--kvbench-context-lengths" in message and "exceeds the model's maximum of 1024 tokens" in message
 
 
 def test_a_file_that_is_not_gguf(workdir):

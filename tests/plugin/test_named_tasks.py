@@ -49,14 +49,28 @@ def test_a_suite_marker_collects_every_packaged_task_of_the_suite(bench):
     assert sorted(ids) == sorted(f"{method}-{task}" for task in tasks for method in ("full", "snapkv-128"))
 
 
-def test_tasks_without_packaged_data_join_only_where_data_can_come_from(bench, tmp_path):
-    """RULER's qa_1 reads SQuAD from the hub: not added on the packaged fixtures, added for a model on the hub."""
+def test_tasks_without_packaged_data_join_only_where_data_can_come_from(bench, tmp_path, monkeypatch):
+    """RULER's qa_1 reads SQuAD from the hub: not added on the packaged fixtures; for another model added where the
+    hub can be asked or the data directory holds squad.json, and not offline with no copy cached (it could only
+    skip: `pytest bench/ -m ruler` then selects the 11 RULER tasks that run offline)."""
     result = bench.runpytest("--collect-only", "-q", *ONE_METHOD, "-k", "qa_1")
     assert collected_ids(result) == []
     assert "cannot run here, not added: qa_1" in bench.runpytest("--collect-only", *ONE_METHOD, "-k", "qa_1").stdout.str()
     model_dir = tmp_path / "other"
     shutil.copytree(DEFAULT_MODEL_DIR, model_dir)  # another model: its data would come from the hub
-    result = bench.runpytest("--collect-only", "-q", *ONE_METHOD, "-k", "qa_1", "--kvbench-model", str(model_dir))
+    other = [*ONE_METHOD, "-k", "qa_1", "--kvbench-model", str(model_dir)]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    assert sorted(collected_ids(bench.runpytest("--collect-only", "-q", *other))) == [
+        "full-qa_1-ctx2048", "snapkv-128-qa_1-ctx2048"]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("HF_HUB_CACHE", "HF_DATASETS_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_hf_home"))  # nothing cached
+    assert "cannot run here, not added: qa_1" in bench.runpytest("--collect-only", *other).stdout.str()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "squad.json").write_text("{}")
+    result = bench.runpytest("--collect-only", "-q", *other, "--kvbench-data", str(tmp_path / "data"))
     assert sorted(collected_ids(result)) == ["full-qa_1-ctx2048", "snapkv-128-qa_1-ctx2048"]
 
 

