@@ -37,7 +37,7 @@ LAYERS = (
     ("pytest_kvbench.results", "pytest_kvbench.results.record"),
     ("pytest_kvbench.results.views",),
     ("pytest_kvbench.results.run",),
-    ("pytest_kvbench.results.report", "pytest_kvbench.results.exports"),
+    ("pytest_kvbench.results.report", "pytest_kvbench.results.exports", "pytest_kvbench.results.query"),
     ("pytest_kvbench.comparison",),  # baselines and verdicts over records
     ("pytest_kvbench.engine",),  # one item's work: makes a record
     # wiring/, by room: the grid read at configure, the run's own modules (wiring/*.py), then what rides on
