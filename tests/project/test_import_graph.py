@@ -44,7 +44,7 @@ LAYERS = (
     # the run (xdist and shards, live progress), reading its stash keys and items
     ("pytest_kvbench.wiring.grid", "pytest_kvbench.model_listing"),
     ("pytest_kvbench.wiring",),
-    ("pytest_kvbench.wiring.distributed", "pytest_kvbench.wiring.progress"),
+    ("pytest_kvbench.wiring.distributed", "pytest_kvbench.wiring.progress", "pytest_kvbench.wiring.trackers"),
     ("pytest_kvbench.plugin", "pytest_kvbench.run_plugin", "pytest_kvbench.cli", "pytest_kvbench.cli_checks",  # entry points
      "pytest_kvbench.commands"),
 )
