@@ -200,3 +200,19 @@ def test_file_store_logs_the_run(tmp_path):
     assert found.info.status == "FINISHED"
     check_items_logged(client, found, run)
 
+
+
+def test_under_xdist_the_controller_logs_every_item_once(tmp_path):
+    store = tmp_path / "mlruns"
+    proc = run_bench(tmp_path / "work", *GRID, "-n", "2", "--dist", "loadgroup", "--kvbench-results",
+                     str(tmp_path / "res"), "--kvbench-mlflow", store.as_uri())
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    (run_dir,) = (tmp_path / "res" / "runs").iterdir()
+    run = load_run(run_dir)
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client, found = mlflow_run(store.as_uri(), run.run_id)  # one MLflow run: the workers made none
+    assert found.info.status == "FINISHED"
+    check_items_logged(client, found, run)  # each metric once
+    steps = sorted(m.step for r in run.records for m in client.get_metric_history(
+        found.info.run_id, f"{item_name(r)}/score"))
+    assert steps == list(range(1, len(run.records) + 1))
