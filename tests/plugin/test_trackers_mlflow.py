@@ -92,11 +92,11 @@ def mlflow_run(uri: str, run_id: str):
 
 
 def check_items_logged(client, found, run) -> None:
-    """Every record's metrics, as the items view computes them, are the MLflow run's."""
+    """Every record's metrics, as the items view computes them, are the MLflow run's (a crashed item has none)."""
     assert run.records
     for record in run.records:
         expected = item_metrics(record, run.run_id)
-        assert expected, record.key
+        assert bool(expected) == record.is_scored, record.key
         for name, value in expected.items():
             history = client.get_metric_history(found.info.run_id, name)
             assert [m.value for m in history] == pytest.approx([value]), name
@@ -216,3 +216,22 @@ def test_under_xdist_the_controller_logs_every_item_once(tmp_path):
     steps = sorted(m.step for r in run.records for m in client.get_metric_history(
         found.info.run_id, f"{item_name(r)}/score"))
     assert steps == list(range(1, len(run.records) + 1))
+
+
+def test_a_run_whose_worker_crashed_ends_failed(tmp_path):
+    store, work = tmp_path / "mlruns", tmp_path / "work"
+    work.mkdir()
+    killed = "snapkv-32-niah_single_1-ctx256"
+    (work / "conftest.py").write_text(  # the worker dies inside one item, as under the OOM killer
+        "import os, signal\n\n\ndef pytest_runtest_call(item):\n"
+        f"    if item.nodeid.endswith('[{killed}]'):\n        os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = run_bench(work, *GRID, "-n", "2", "--dist", "loadgroup", "--kvbench-results", str(tmp_path / "res"),
+                     "--kvbench-mlflow", store.as_uri())
+    assert proc.returncode != 0
+    (run_dir,) = (tmp_path / "res" / "runs").iterdir()
+    run = load_run(run_dir)
+    assert [u["item_id"] for u in run.state.unfinished_items] == [killed]
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client, found = mlflow_run(store.as_uri(), run.run_id)
+    assert found.info.status == "FAILED"
+    check_items_logged(client, found, run)  # the items that finished are there
