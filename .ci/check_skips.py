@@ -9,7 +9,7 @@ version can change (``-m "not transformers_independent"``); there a deselected t
 on the tests that environment exists for would pass unseen: each module of MUST_RUN must have a test that ran and
 was not skipped. CI scripts call this after ``pytest tests/ --junitxml=FILE``:
 
-    python .ci/check_skips.py FILE --env main|kvpress [--no-browser REASON]
+    python .ci/check_skips.py FILE --env main|kvpress|trackers [--no-browser REASON]
 
 ``--no-browser REASON``: the CI script could not install chromium (not root, no apt-get) and says why; only
 then may the headless-browser tests skip. A failed install, where one was possible, fails the CI script itself.
@@ -22,7 +22,7 @@ import sys
 import xml.etree.ElementTree as ElementTree
 from typing import NamedTuple
 
-ENVIRONMENTS = ("main", "kvpress")  # .ci/run's environment and .ci/kvpress-env.sh's
+ENVIRONMENTS = ("main", "kvpress", "trackers")  # .ci/run's environment, .ci/kvpress-env.sh's, .ci/trackers-env.sh's
 
 
 class Allowed(NamedTuple):
@@ -33,11 +33,14 @@ class Allowed(NamedTuple):
 
 
 KVPRESS_ELSEWHERE = "kvpress is the second environment's extra: .ci/kvpress-env.sh runs these"
+TRACKERS_ELSEWHERE = "the [mlflow] and [wandb] extras (and the mlflow server) are .ci/trackers-env.sh's: it runs these"
 ALLOWED = (
     Allowed(("main",), "tests.kvmethods.test_kvpress_adapter", "No module named 'kvpress'", KVPRESS_ELSEWHERE),
     Allowed(("main",), "tests.scripts.test_compare_kvpress", "No module named 'kvpress'", KVPRESS_ELSEWHERE),
     Allowed(("main",), "tests.plugin.test_methods_grid_specs", "needs kvpress", KVPRESS_ELSEWHERE),
     Allowed(("main",), "tests.kvmethods.test_kvpress_families", "No module named 'kvpress'", KVPRESS_ELSEWHERE),
+    Allowed(("main",), "tests.plugin.test_trackers_mlflow", "the [mlflow] extra is not installed", TRACKERS_ELSEWHERE),
+    Allowed(("main",), "tests.plugin.test_trackers_wandb", "the [wandb] extra is not installed", TRACKERS_ELSEWHERE),
     Allowed(("kvpress",), "tests.plugin.test_methods_grid_specs", "kvpress is installed",
             "the message for a missing kvpress is checked in the main environment"),
     Allowed(ENVIRONMENTS, "tests.kvmethods.test_hf_quantized", "needs optimum-quanto",
@@ -65,6 +68,9 @@ MUST_RUN = {
                 "tests.scripts.test_compare_kvpress", "tests.kvmethods.test_transformers_compat",
                 "tests.plugin.test_transformers_range", "tests.kvmethods.test_families",
                 "tests.plugin.test_shared_prefill_runs", "tests.model_sources.test_gguf_models"),
+    # .ci/trackers-env.sh runs these only, with the extras installed: no skip of theirs is allowed there
+    "trackers": ("tests.plugin.test_trackers_mlflow", "tests.plugin.test_trackers_wandb",
+                 "tests.plugin.test_trackers_options"),
 }
 
 

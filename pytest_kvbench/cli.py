@@ -15,12 +15,12 @@ import sys
 from collections.abc import Sequence
 
 from pytest_kvbench import model_listing, user_paths
-from pytest_kvbench.commands import clean
+from pytest_kvbench.commands import clean, query
 from pytest_kvbench.cli_checks import (UsageError, check_no_blank_arguments, check_output_paths,
                                       check_results_dir)
 from pytest_kvbench.commands.common import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from pytest_kvbench.commands.gates import cmd_compare, cmd_coverage, cmd_variance
-from pytest_kvbench.commands.outputs import cmd_export, cmd_report
+from pytest_kvbench.commands.outputs import PARQUET, cmd_export, cmd_report
 from pytest_kvbench.commands.runs import cmd_env, cmd_list, cmd_merge, cmd_show, cmd_tasks
 from pytest_kvbench.comparison.baseline_file import BaselineError
 from pytest_kvbench.comparison.seed_variance import VarianceError
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tasks)
     model_listing.add_parser(sub, common)
     clean.add_parser(sub, common)
+    query.add_parser(sub, common)
 
     p = sub.add_parser("show", parents=[common], help="tables and environment of a run")
     p.add_argument("run", metavar="RUN")
@@ -92,12 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("baseline_file", metavar="BASELINE", help="the baseline file it was gated on (--kvbench-compare)")
     p.set_defaults(func=cmd_coverage)
 
-    p = sub.add_parser("export", parents=[common], help="export a run's tables: md, csv, latex or json; or its "
-                                                        "results in kvpress's or KVCache-Factory's layout")
+    p = sub.add_parser("export", parents=[common], help="export a run's tables: md, csv, latex or json; its "
+                                                        "results in kvpress's or KVCache-Factory's layout; or its "
+                                                        "query tables as Parquet files")
     p.add_argument("run", metavar="RUN")
-    p.add_argument("--format", required=True, choices=FORMATS + DIRECTORY_FORMATS)
+    p.add_argument("--format", required=True, choices=FORMATS + DIRECTORY_FORMATS + (PARQUET,))
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of standard output (kvpress, "
-                                                          "kvcache-factory: the directory to write into)")
+                                                          "kvcache-factory, parquet: the directory to write into)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("report", parents=[common], help="self-contained HTML report with plots")

@@ -18,7 +18,8 @@ class UsageError(ValueError):
     """Bad command-line input that argparse cannot see (a threshold out of range, ...)."""
 
 
-_POSITIONALS = {"run": "RUN", "runs": "RUN", "baseline": "A", "current": "B", "baseline_file": "BASELINE"}  # dest -> metavar in messages
+_POSITIONALS = {"run": "RUN", "runs": "RUN", "baseline": "A", "current": "B", "baseline_file": "BASELINE",
+               "sql": "SQL"}  # dest -> metavar in messages
 
 
 def check_no_blank_arguments(args: argparse.Namespace) -> None:
@@ -48,7 +49,7 @@ def _output_targets(args: argparse.Namespace) -> list[tuple[str, str, str]]:
         # lazy for startup time: the export layouts import numpy and scipy; only `export` needs them
         from pytest_kvbench.results.exports.directory import DIRECTORY_FORMATS
 
-        return [("--output", args.output, "dir" if args.format in DIRECTORY_FORMATS else "file")]
+        return [("--output", args.output, "dir" if args.format in DIRECTORY_FORMATS + ("parquet",) else "file")]
     if command == "report":
         return [("--output", args.output, "file")]
     if command == "variance" and args.plot.lower() != "none":

@@ -23,7 +23,7 @@ from pytest_kvbench.results import record as records
 from pytest_kvbench.results.run.storage import new_run_id
 from pytest_kvbench.tasks.registry import SUITE_DESCRIPTIONS, SUITES, suite_of
 from pytest_kvbench.wiring import default_selection, fixture
-from pytest_kvbench.wiring.grid import command_line, decode_batch_option, options
+from pytest_kvbench.wiring.grid import command_line, decode_batch_option, options, tracker_options
 from pytest_kvbench.wiring.distributed import xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.interrupts import InterruptShield, honour_sigint
@@ -105,6 +105,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RUNNER_SETTINGS_KEY] = RunnerSettings(grid, run_id, timeout, worker_threads(threads, workers),
                                                         share_prefill=not config.getoption("kvbench_no_share_prefill"),
                                                         decode_batch=decode_batch)
+    if session.is_controller and tracker_options.requested(config):
+        from pytest_kvbench.wiring.trackers.tracking import register  # lazy: MLflow / W&B, for a run asking for one
+
+        register(config)
     if session.resumed and session.is_controller:
         lock_run(config, f"--kvbench-resume {run_id}: ")  # a second resume of the same run is refused here
         from pytest_kvbench.wiring.grid.resume import repair_before_running  # lazy for startup time: resumes only

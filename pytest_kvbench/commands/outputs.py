@@ -6,12 +6,20 @@ from __future__ import annotations
 import sys
 
 from pytest_kvbench.commands.common import EXIT_OK, load, write_output
+from pytest_kvbench.commands.query import export_parquet
 from pytest_kvbench.results.exports.directory import DIRECTORY_FORMATS
 from pytest_kvbench.results.exports.formats import export_directory
 from pytest_kvbench.results.views.table_formats import export_records
 
 
+PARQUET = "parquet"  # the query tables (commands/query.py, docs/query.md)
+
+
 def cmd_export(args) -> int:
+    if args.format == PARQUET:
+        for line in export_parquet(args):
+            print(line, file=sys.stderr)
+        return EXIT_OK
     run = load(args, args.run)
     if args.format in DIRECTORY_FORMATS:
         for line in export_directory(run.records, run.run_id, args.format, args.output):

@@ -19,7 +19,8 @@ from pytest_kvbench.wiring.distributed.gpu_slots import GPU_DRIVER_PATHS
 pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("torch", "transformers", "datasets", "scipy", "matplotlib", "numpy", "pandas", "safetensors", "tokenizers")
+HEAVY = ("torch", "transformers", "datasets", "scipy", "matplotlib", "numpy", "pandas", "safetensors", "tokenizers",
+         "duckdb", "pyarrow", "mlflow", "wandb")  # the last four: the kvbench command's and the trackers' only
 # what the benchmark's own plugin (run_plugin.py) brings: the grid, the case model, the task registry, results/
 BENCHMARK = ("pytest_kvbench.run_plugin", "pytest_kvbench.cases", "pytest_kvbench.tasks", "pytest_kvbench.results",
              "pytest_kvbench.wiring.grid.options", "pytest_kvbench.wiring.default_selection")
@@ -98,3 +99,14 @@ def test_a_bad_grid_is_still_refused_at_configure_without_heavy_imports(tmp_path
     assert proc.returncode == 4
     assert "snapkv: parameter 'kernel' must be odd, got 4" in proc.stderr
     assert seen["heavy"] == []
+
+
+def test_importing_the_plugin_or_the_kvbench_command_imports_no_database_or_tracker():
+    """DuckDB and pyarrow are the `kvbench query` verb's, mlflow and wandb the trackers' (wiring/trackers/), imported
+    when used: neither the pytest11 entry point nor the console script imports them."""
+    code = ("import sys, pytest_kvbench.plugin, pytest_kvbench.cli; "
+            "print(sorted(m for m in ('duckdb', 'pyarrow', 'mlflow', 'wandb') if m in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

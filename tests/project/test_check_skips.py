@@ -25,6 +25,9 @@ SKIPPING_TESTS = {
     # as importorskip("kvpress") says it where kvpress is missing (written out: the kvpress environment has it)
     "tests/kvmethods/test_kvpress_adapter.py": 'import pytest\npytest.skip("could not import \'kvpress\': No module named '
                                                '\'kvpress\'", allow_module_level=True)\n',
+    # as the trackers' modules skip where the [mlflow] extra is missing (.ci/trackers-env.sh installs it)
+    "tests/plugin/test_trackers_mlflow.py": 'import pytest\npytest.skip("the [mlflow] extra is not installed (No module '
+                                            'named \'mlflow\')", allow_module_level=True)\n',
 }
 
 
@@ -94,3 +97,12 @@ def test_in_the_kvpress_environment_the_modules_it_exists_for_must_have_run(pyte
     assert CS.main([str(pytester.path / "less.xml"), "--env", "kvpress"]) == 1
     assert f"NOT RUN in CI (kvpress): {left_out}" in capsys.readouterr().err
     assert CS.main([str(pytester.path / "less.xml"), "--env", "main"]) == 0
+
+
+def test_the_trackers_skip_in_the_main_environment_and_must_run_in_their_own(pytester, capsys):
+    report = junit(pytester, "tests/plugin/test_trackers_mlflow.py")
+    assert CS.main([report, "--env", "main"]) == 0
+    assert CS.main([report, "--env", "trackers"]) == 1
+    err = capsys.readouterr().err
+    assert "UNEXPECTED SKIP in CI (trackers): tests.plugin.test_trackers_mlflow::(module)" in err
+    assert "NOT RUN in CI (trackers): tests.plugin.test_trackers_wandb" in err

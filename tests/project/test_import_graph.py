@@ -48,14 +48,14 @@ LAYERS = (
     ("pytest_kvbench.results", "pytest_kvbench.results.record"),
     ("pytest_kvbench.results.views",),
     ("pytest_kvbench.results.run",),
-    ("pytest_kvbench.results.report", "pytest_kvbench.results.exports"),
+    ("pytest_kvbench.results.report", "pytest_kvbench.results.exports", "pytest_kvbench.results.query"),
     ("pytest_kvbench.comparison",),  # baselines and verdicts over records
     ("pytest_kvbench.engine",),  # one item's work: makes a record
     # wiring/, by room: the grid read at configure, the run's own modules (wiring/*.py), then what rides on
     # the run (xdist and shards, live progress), reading its stash keys and items
     ("pytest_kvbench.wiring.grid", "pytest_kvbench.model_listing"),
     ("pytest_kvbench.wiring",),
-    ("pytest_kvbench.wiring.distributed", "pytest_kvbench.wiring.progress"),
+    ("pytest_kvbench.wiring.distributed", "pytest_kvbench.wiring.progress", "pytest_kvbench.wiring.trackers"),
     ("pytest_kvbench.plugin", "pytest_kvbench.run_plugin", "pytest_kvbench.cli", "pytest_kvbench.cli_checks",  # entry points
      "pytest_kvbench.commands"),
 )

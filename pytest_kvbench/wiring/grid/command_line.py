@@ -12,6 +12,7 @@ import pytest
 
 from pytest_kvbench.input_values import InputError as GridError  # cases.GridError, without the case model
 from pytest_kvbench.input_values import parse_shard, shown_list
+from pytest_kvbench.wiring.grid import tracker_options
 
 # full, seven eviction methods and a quantizer (kivi: every method family the product ships has a row of the main
 # job's table and an item of the smoke gate; it runs at options.DEFAULT_STORAGE_BUDGETS, a byte budget)
@@ -45,7 +46,7 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
 
 # Every ini key with its default: one set to anything else says kvbench is used (plugin.py)
 INI_DEFAULTS = {**{"kvbench_" + name.replace("-", "_"): None for name in GRID_OPTIONS},
-                "kvbench_results": "results", "kvbench_progress_interval": "30"}
+                "kvbench_results": "results", "kvbench_progress_interval": "30", **tracker_options.INI_DEFAULTS}
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvbench", "KV-cache compression benchmark")
@@ -86,6 +87,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--kvbench-no-share-prefill", dest="kvbench_no_share_prefill", action="store_true",
                     help="prefill every item on its own instead of once per sample for a reference group "
                          "(to time items in isolation)")
+    tracker_options.add_options(parser, group)
 
 
 def check_given_options(config: pytest.Config) -> None:
