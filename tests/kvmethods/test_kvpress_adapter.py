@@ -69,6 +69,7 @@ EQUAL_SETTINGS = [
     (("adakv", {"window": 8, "kernel": 5}),
      ("kvpress:AdaKVPress", {"press": "SnapKVPress", "press.window_size": 8, "press.kernel_size": 5})),
     (("adakv", {"base": "expected_attention"}), ("kvpress:AdaKVPress", {"press": "ExpectedAttentionPress"})),
+    (("keydiff", {}), ("kvpress:KeyDiffPress", {})),
 ]
 
 

@@ -20,6 +20,7 @@ SETTINGS = [
     (("tova", {}), ("kvpress:TOVAPress", {})),
     (("knorm", {}), ("kvpress:KnormPress", {})),
     (("streamingllm", {"sinks": 4}), ("kvpress:StreamingLLMPress", {"n_sink": 4})),
+    (("keydiff", {}), ("kvpress:KeyDiffPress", {})),
 ]
 
 
