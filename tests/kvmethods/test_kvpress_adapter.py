@@ -70,6 +70,10 @@ EQUAL_SETTINGS = [
      ("kvpress:AdaKVPress", {"press": "SnapKVPress", "press.window_size": 8, "press.kernel_size": 5})),
     (("adakv", {"base": "expected_attention"}), ("kvpress:AdaKVPress", {"press": "ExpectedAttentionPress"})),
     (("keydiff", {}), ("kvpress:KeyDiffPress", {})),
+    (("lagkv", {"lag_size": 16}), ("kvpress:LagKVPress", {"lag_size": 16})),
+    (("lagkv", {"lag_size": 8, "n_sink": 2, "cross_scoring": True}),
+     ("kvpress:LagKVPress", {"lag_size": 8, "n_sink": 2, "cross_scoring": True})),
+    (("lagkv", {}), ("kvpress:LagKVPress", {})),  # 96 tokens < n_sink + 2 x 128: sinks + the most recent
 ]
 
 

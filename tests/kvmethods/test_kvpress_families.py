@@ -21,6 +21,7 @@ SETTINGS = [
     (("knorm", {}), ("kvpress:KnormPress", {})),
     (("streamingllm", {"sinks": 4}), ("kvpress:StreamingLLMPress", {"n_sink": 4})),
     (("keydiff", {}), ("kvpress:KeyDiffPress", {})),
+    (("lagkv", {"lag_size": 16}), ("kvpress:LagKVPress", {"lag_size": 16})),
 ]
 
 

@@ -42,3 +42,44 @@ def test_keydiff_matches_reference(models, budget):
     kept, _ = kept_sets(model, get_method("keydiff"), str(budget), ids)
     for layer, cached in enumerate(plain.layers):
         assert kept[layer] == keydiff_reference(cached.keys[0], budget)
+
+
+def lagkv_reference(keys, values, budget, n_sink, lag, cross_scoring):
+    """Per head: sinks and the last partition + remainder first; each earlier partition's tokens by the softmax
+    over the partition of their channels' std, min-max scaled by the next partition's range (keys and values
+    averaged), or by their rank in the partition over lag."""
+    T = keys.shape[1]
+    partitions = (T - n_sink) // lag
+    kept = []
+    for head in range(keys.shape[0]):
+        scores = [1.0] * T
+        for p in range(partitions - 1):
+            start = n_sink + p * lag
+            per_token = torch.zeros(lag, dtype=torch.float64)
+            for states in (keys[head], values[head]):
+                reference = states[start + lag:start + 2 * lag]
+                low, high = reference.min(0).values, reference.max(0).values
+                spread = torch.stack([((states[start + t] - low) / (high - low)).std() for t in range(lag)])
+                per_token += spread.softmax(0) / 2
+            ranked = per_token if cross_scoring else torch.tensor(
+                [sum(float(other) < float(mine) for other in per_token) / lag for mine in per_token])
+            scores[start:start + lag] = ranked.tolist()
+        kept.append(top_set(scores, budget))
+    return kept
+
+
+@pytest.mark.parametrize("params, budget", [({"lag_size": 16}, 40), ({"lag_size": 16}, 42),
+                                            ({"lag_size": 8, "n_sink": 2, "cross_scoring": True}, 30)])
+def test_lagkv_matches_reference(models, params, budget):
+    model, ids, plain = models
+    method = get_method("lagkv", **params)
+    kept, _ = kept_sets(model, method, str(budget), ids)
+    for layer, cached in enumerate(plain.layers):
+        assert kept[layer] == lagkv_reference(cached.keys[0], cached.values[0], budget, method.n_sink,
+                                              method.lag_size, method.cross_scoring)
+
+
+def test_lagkv_keeps_the_sinks_and_the_most_recent_tokens_of_a_short_prompt(models):
+    model, ids, _ = models
+    kept, _ = kept_sets(model, get_method("lagkv", lag_size=64), "40", ids)  # 96 < 4 + 2 x 64
+    assert all(head == set(range(4)) | set(range(PROMPT_LEN - 36, PROMPT_LEN)) for layer in kept for head in layer)
