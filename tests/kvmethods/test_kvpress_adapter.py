@@ -74,6 +74,11 @@ EQUAL_SETTINGS = [
     (("lagkv", {"lag_size": 8, "n_sink": 2, "cross_scoring": True}),
      ("kvpress:LagKVPress", {"lag_size": 8, "n_sink": 2, "cross_scoring": True})),
     (("lagkv", {}), ("kvpress:LagKVPress", {})),  # 96 tokens < n_sink + 2 x 128: sinks + the most recent
+    (("curdkv", {}), ("kvpress:CURPress", {})),
+    (("curdkv", {"leverage_type": "kv_avg", "local_window_size": 7, "n_sink": 2}),
+     ("kvpress:CURPress", {"leverage_type": "kv_avg", "local_window_size": 7, "num_sinks": 2})),
+    (("curdkv", {"leverage_type": "value", "use_local_approximation": False}),
+     ("kvpress:CURPress", {"leverage_type": "value", "use_local_approximation": False})),
 ]
 
 

@@ -22,6 +22,7 @@ SETTINGS = [
     (("streamingllm", {"sinks": 4}), ("kvpress:StreamingLLMPress", {"n_sink": 4})),
     (("keydiff", {}), ("kvpress:KeyDiffPress", {})),
     (("lagkv", {"lag_size": 16}), ("kvpress:LagKVPress", {"lag_size": 16})),
+    (("curdkv", {}), ("kvpress:CURPress", {})),
 ]
 
 

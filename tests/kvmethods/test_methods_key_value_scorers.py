@@ -83,3 +83,56 @@ def test_lagkv_keeps_the_sinks_and_the_most_recent_tokens_of_a_short_prompt(mode
     model, ids, _ = models
     kept, _ = kept_sets(model, get_method("lagkv", lag_size=64), "40", ids)  # 96 < 4 + 2 x 64
     assert all(head == set(range(4)) | set(range(PROMPT_LEN - 36, PROMPT_LEN)) for layer in kept for head in layer)
+
+
+def curdkv_reference(keys, values, budget, n_sink, leverage_type, window):
+    """Per head: each token's squared key and value norms over their window's sums (window None: as they are),
+    combined, over the prompt's total; the first n_sink tokens 1."""
+    T = keys.shape[1]
+    kept = []
+    for head in range(keys.shape[0]):
+        leverages = []
+        for states in (keys[head], values[head]):
+            squares = [float(row @ row) for row in states]
+            if window is not None:
+                squares = [s / sum(squares[t // window * window:(t // window + 1) * window]) for t, s in enumerate(squares)]
+            leverages.append(squares)
+        k2, v2 = leverages
+        combined = {"key": k2, "value": v2, "kv_avg": [(k + v) / 2 for k, v in zip(k2, v2)],
+                    "kv_product": [k * v for k, v in zip(k2, v2)]}[leverage_type]
+        scores = [1.0 if t < n_sink else combined[t] / sum(combined) for t in range(T)]
+        kept.append(top_set(scores, budget))
+    return kept
+
+
+@pytest.mark.parametrize("params", [{}, {"leverage_type": "kv_avg", "local_window_size": 7, "n_sink": 0},
+                                    {"leverage_type": "key", "use_local_approximation": False}])
+def test_curdkv_matches_reference(models, params):
+    model, ids, plain = models
+    method = get_method("curdkv", **params)
+    kept, _ = kept_sets(model, method, "36", ids)
+    window = method.local_window_size if method.use_local_approximation else None
+    for layer, cached in enumerate(plain.layers):
+        assert kept[layer] == curdkv_reference(cached.keys[0], cached.values[0], 36, method.n_sink,
+                                               method.leverage_type, window)
+
+
+def test_curdkv_random_leverage_is_seeded_per_layer(models):
+    model, ids, _ = models
+    first, _ = kept_sets(model, get_method("curdkv", use_random_leverage=True), "36", ids)
+    again, _ = kept_sets(model, get_method("curdkv", use_random_leverage=True), "36", ids)
+    other, _ = kept_sets(model, get_method("curdkv", use_random_leverage=True, seed=1), "36", ids)
+    assert first == again and first != other
+
+
+@pytest.mark.parametrize("name, params, fragment", [
+    ("lagkv", {"lag_size": "0"}, "'lag_size' must be >= 1"),
+    ("lagkv", {"cross_scoring": "maybe"}, "'cross_scoring' must be"),
+    ("curdkv", {"leverage_type": "values"}, "'leverage_type' must be one of"),
+    ("curdkv", {"local_window_size": "-1"}, "'local_window_size' must be >= 1"),
+    ("keydiff", {"window": "8"}, "unknown parameter"),
+])
+def test_bad_parameters_are_one_line_method_errors(name, params, fragment):
+    with pytest.raises(MethodError) as caught:
+        get_method(name, **params)
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
