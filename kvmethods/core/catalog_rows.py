@@ -112,6 +112,13 @@ ROWS = (
              ParamSpec('lag_size', int, 128, "tokens per partition; each is scored against the next one's range", minimum=1),
              ParamSpec('cross_scoring', bool, False, 'rank tokens across partitions by their softmaxed score instead of within their partition'),
          )),
+    dict(name='leverage', target='kvmethods.scorers.leverage:Leverage',
+         capabilities=Capability.COMPRESSES | Capability.LAYER_SCORES | Capability.PRE_ROPE_KEYS,
+         kvpress_press='LeverageScorePress',
+         params=(
+             ParamSpec('sketch_dimension', int, 48, 'columns of the Gaussian sketch of the keys', minimum=1),
+             ParamSpec('seed', int, 0, 'seed of the sketches (one generator, drawn layer after layer)', minimum=0),
+         )),
     dict(name='pyramidkv', target='kvmethods.scorers.pyramidkv:PyramidKV',
          capabilities=Capability.COMPRESSES | Capability.LAYER_SCORES,
          kvpress_press='PyramidKVPress',

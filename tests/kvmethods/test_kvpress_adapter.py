@@ -93,6 +93,22 @@ def test_native_methods_keep_what_kvpress_keeps(model, native, press, budget):
     assert ours == theirs
 
 
+def distinct_prompt(vocab):
+    """PROMPT_LEN different tokens: layer 0's pre-RoPE keys depend on the token alone, so a repeated token's
+    keys tie exactly under leverage, and kvpress's topk breaks ties its own way."""
+    return (torch.randperm(vocab - 3, generator=torch.Generator().manual_seed(7))[:PROMPT_LEN] + 3).tolist()
+
+
+@pytest.mark.parametrize("sketch_dimension", [48, 12])
+@pytest.mark.parametrize("budget", ["r0.5", "40"])
+def test_leverage_keeps_what_leveragescorepress_keeps(model, sketch_dimension, budget):
+    ids = distinct_prompt(model.config.vocab_size)
+    ours = native_kept(model, get_method("leverage", sketch_dimension=sketch_dimension), budget, ids)
+    torch.manual_seed(0)  # LeverageScorePress draws its sketches from the global generator, layer after layer
+    theirs = press_kept(model, get_method("kvpress:LeverageScorePress", sketch_dimension=sketch_dimension), budget, ids)
+    assert ours == theirs
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_kvzip_keeps_what_kvzippress_keeps(family):
     from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR

@@ -136,3 +136,73 @@ def test_bad_parameters_are_one_line_method_errors(name, params, fragment):
     with pytest.raises(MethodError) as caught:
         get_method(name, **params)
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def distinct_ids():
+    """Different tokens: layer 0's pre-RoPE keys depend on the token alone, so repeats would tie exactly."""
+    return (torch.randperm(250, generator=torch.Generator().manual_seed(7))[:PROMPT_LEN] + 3).tolist()
+
+
+def prerope_keys_reference(attention, hidden):
+    """[kv_heads, T, dim] from the layer's input hidden states through k_proj (and Qwen3's k_norm)."""
+    keys = attention.k_proj(hidden).view(hidden.shape[0], -1, attention.head_dim)
+    keys = attention.k_norm(keys) if hasattr(attention, "k_norm") else keys
+    return keys.transpose(0, 1)
+
+
+def leverage_reference(keys, sketches, budget):
+    """Per head (float64): diag(X (X^T X + 0.01 I)^-1 X^T) of the centred keys' sketch X; z-normalised over all
+    heads (which keeps each head's order)."""
+    kept = []
+    for head, sketch in zip(keys, sketches):
+        sketched = (head - head.mean(0)) @ sketch
+        hat = sketched @ torch.linalg.inv(sketched.T @ sketched + 0.01 * torch.eye(sketch.shape[1],
+                                                                                   dtype=torch.float64)) @ sketched.T
+        kept.append(top_set(hat.diagonal().tolist(), budget))
+    return kept
+
+
+@pytest.mark.parametrize("sketch_dimension", [48, 12])
+def test_leverage_matches_reference(models, sketch_dimension):
+    model, _, _ = models
+    ids = distinct_ids()
+    kept, _ = kept_sets(model, get_method("leverage", sketch_dimension=sketch_dimension), "40", ids)
+    with torch.no_grad():
+        hidden = model(torch.tensor([ids]), output_hidden_states=True).hidden_states
+        layers = model.config.num_hidden_layers
+        heads, dim = model.config.num_key_value_heads, model.config.hidden_size // model.config.num_attention_heads
+        sketches = torch.randn(layers, 1, heads, dim, sketch_dimension, dtype=torch.float64,
+                               generator=torch.Generator().manual_seed(0)) / math.sqrt(sketch_dimension)
+        for layer, decoder in enumerate(model.model.layers):
+            keys = prerope_keys_reference(decoder.self_attn, decoder.input_layernorm(hidden[layer][0]))
+            assert kept[layer] == leverage_reference(keys, sketches[layer, 0], 40)
+
+
+def test_leverage_undoes_rope_on_the_cached_keys(models):
+    """LayerInputs.keys_before_rope gives k_proj's keys (and k_norm's) back from the cached, rotated ones."""
+    model, ids, plain = models
+    seen = {}
+
+    class Spy(get_method("leverage").__class__):
+        def score(self, layer, n_keep):
+            seen[layer.layer_idx] = layer.keys_before_rope()
+            return super().score(layer, n_keep)
+
+    prefill(model, Spy(), Budget.parse("40"), ids, len(ids), "question_in_window")
+    with torch.no_grad():
+        hidden = model(torch.tensor([ids]), output_hidden_states=True).hidden_states
+        for layer, decoder in enumerate(model.model.layers):
+            expected = prerope_keys_reference(decoder.self_attn, decoder.input_layernorm(hidden[layer][0]))
+            torch.testing.assert_close(seen[layer][0], expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ({"prefill_chunk": "32"}, "cannot prefill in chunks"),
+    ({"sketch_dimension": "0"}, "'sketch_dimension' must be >= 1"),
+])
+def test_leverage_refuses_what_it_cannot_do_in_one_line(spec, fragment):
+    with pytest.raises(MethodError) as caught:
+        get_method("leverage", **spec)
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(MethodError, match="decoding"):
+        get_method("decoding", base="leverage")
