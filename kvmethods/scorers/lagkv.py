@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..attention.kernel_memo import layer_kernel
 from ..core.base import Method, param
 from ..core.capabilities import SCORER
 from ..runtime.layer_inputs import LayerInputs
@@ -46,20 +47,27 @@ class LagKV(Method):
                                        "within their partition")
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
-        dtype = score_dtype(layer.keys)
-        batch, heads, T, dim = layer.keys.shape
-        sink, lag = min(self.n_sink, T), self.lag_size
-        scores = torch.ones(batch, heads, T, dtype=dtype, device=layer.keys.device)
-        if T < self.n_sink + 2 * lag:  # too short for a partition and its reference: keep the most recent
-            scores[..., sink:] = torch.arange(T - sink, device=scores.device, dtype=dtype) / max(1, T - sink)
-            return scores
-        end = sink + (T - sink) // lag * lag  # the last whole partition is only a reference; after it, the rest
-        partitions = (end - sink) // lag
-        key_scores, value_scores = (
-            lag_relative_scores(states[:, :, sink:end].to(dtype).view(batch, heads, partitions, lag, dim), lag)
-            for states in (layer.keys, layer.values))
-        scored = (key_scores + value_scores) / 2  # [batch, heads, partitions - 1, lag]
-        if not self.cross_scoring:
-            scored = scored.argsort(dim=-1).argsort(dim=-1).to(dtype) / lag
-        scores[..., sink:end - lag] = scored.reshape(batch, heads, -1)
+        return lagkv_scores(layer, self.n_sink, self.lag_size, self.cross_scoring)
+
+
+@layer_kernel
+def lagkv_scores(layer: LayerInputs, n_sink: int, lag: int, cross_scoring: bool) -> torch.Tensor:
+    """[batch, kv_heads, T] LagKV's scores (1 for what is always kept); independent of the budget, so the
+    selections of a shared prefill compute them once per layer."""
+    dtype = score_dtype(layer.keys)
+    batch, heads, T, dim = layer.keys.shape
+    sink = min(n_sink, T)
+    scores = torch.ones(batch, heads, T, dtype=dtype, device=layer.keys.device)
+    if T < n_sink + 2 * lag:  # too short for a partition and its reference: keep the most recent
+        scores[..., sink:] = torch.arange(T - sink, device=scores.device, dtype=dtype) / max(1, T - sink)
         return scores
+    end = sink + (T - sink) // lag * lag  # the last whole partition is only a reference; after it, the rest
+    partitions = (end - sink) // lag
+    key_scores, value_scores = (
+        lag_relative_scores(states[:, :, sink:end].to(dtype).view(batch, heads, partitions, lag, dim), lag)
+        for states in (layer.keys, layer.values))
+    scored = (key_scores + value_scores) / 2  # [batch, heads, partitions - 1, lag]
+    if not cross_scoring:
+        scored = scored.argsort(dim=-1).argsort(dim=-1).to(dtype) / lag
+    scores[..., sink:end - lag] = scored.reshape(batch, heads, -1)
+    return scores

@@ -24,6 +24,7 @@ from functools import lru_cache
 
 import torch
 
+from ..attention.kernel_memo import layer_kernel
 from ..core.base import Method, param
 from ..core.capabilities import SCORER, Capability
 from ..runtime.layer_inputs import LayerInputs
@@ -69,9 +70,16 @@ class Leverage(Method):
     seed: int = param(0, "seed of the sketches (one generator, drawn layer after layer)", minimum=0)
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
-        keys = layer.keys_before_rope()
-        shape = (keys.shape[0], keys.shape[1], keys.shape[-1], self.sketch_dimension)
-        sketch = layer_sketches(self.seed, layer.num_layers, shape, keys.dtype)[layer.layer_idx]
-        sketch = sketch.to(keys.device) * (1 / math.sqrt(self.sketch_dimension))
-        scores = leverage_scores(keys.to(score_dtype(keys)), sketch)
-        return (scores - scores.mean()) / scores.std().clamp_min(1e-6)
+        return layer_leverage(layer, self.sketch_dimension, self.seed)
+
+
+@layer_kernel
+def layer_leverage(layer: LayerInputs, sketch_dimension: int, seed: int) -> torch.Tensor:
+    """[batch, kv_heads, T] z-normalised leverage of the layer's pre-RoPE keys; independent of the budget, so the
+    selections of a shared prefill compute it once per layer."""
+    keys = layer.keys_before_rope()
+    shape = (keys.shape[0], keys.shape[1], keys.shape[-1], sketch_dimension)
+    sketch = layer_sketches(seed, layer.num_layers, shape, keys.dtype)[layer.layer_idx]
+    sketch = sketch.to(keys.device) * (1 / math.sqrt(sketch_dimension))
+    scores = leverage_scores(keys.to(score_dtype(keys)), sketch)
+    return (scores - scores.mean()) / scores.std().clamp_min(1e-6)

@@ -12,7 +12,7 @@ import torch
 from test_methods_selection import kept_sets, top_set
 
 from kvmethods import Budget, MethodError, get_method
-from kvmethods.runtime.generation import prefill
+from kvmethods.runtime.generation import generate, prefill
 from kvmethods.testing import tiny_model
 from model_helpers import FAMILIES, one_thread  # noqa: F401 (one_thread applies here)
 
@@ -206,3 +206,15 @@ def test_leverage_refuses_what_it_cannot_do_in_one_line(spec, fragment):
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
     with pytest.raises(MethodError, match="decoding"):
         get_method("decoding", base="leverage")
+
+
+@pytest.mark.parametrize("base", ["keydiff", "lagkv:lag_size=16", "curdkv", "leverage"])
+def test_each_scorer_runs_under_adakv_and_criticalkv(models, base):
+    model, ids, _ = models
+    name, _, params = base.partition(":")
+    extra = dict(part.split("=") for part in params.split(":")) if params else {}
+    out = generate(model, get_method("adakv", base=name, **extra), "24", ids, 80, 2, set(), "query_agnostic")
+    heads = model.config.num_key_value_heads
+    assert [sum(h) for h in out.kept_tokens_per_head] == [heads * (24 + 16)] * model.config.num_hidden_layers
+    out = generate(model, get_method("criticalkv", base=name, **extra), "24", ids, 80, 2, set(), "query_agnostic")
+    assert out.kept_tokens_per_layer == [24 + 16] * model.config.num_hidden_layers
