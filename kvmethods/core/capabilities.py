@@ -38,6 +38,7 @@ class Capability(Flag):
     WRAPS = auto()  # builds on a base method named by its `base` parameter (score_wrapper.py)
     PRE_ROPE_QUERIES = auto()  # its scores need pre-RoPE queries and RoPE at future positions (expected_attention)
     DECODES_ALONE = auto()  # its decoding cannot join a batch of other members' caches (a third party's own cache)
+    PRE_ROPE_KEYS = auto()  # its scores need every scored key before RoPE, at the forward's positions (leverage)
 
 
 SCORER = Capability.COMPRESSES | Capability.LAYER_SCORES  # the common case: evicts by per-layer scores
@@ -50,12 +51,16 @@ PREFILLS_ALONE = (Capability.RUNS_PREFILL | Capability.CHANGES_PREFILL | Capabil
                   | Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN)
 # Any of these: the method cannot cut a grown cache back layer by layer from the most recent queries
 # (decoding's bases, per_turn): it needs more than those queries, keeps uneven heads or stores its own way.
+# Pre-RoPE keys are undone from the forward's own rotation, which a grown cache's older keys did not get there.
 NOT_FROM_RECENT_QUERIES = (Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREFILL | Capability.HEAD_ADAPTIVE
-                           | Capability.NEEDS_ALL_QUERIES | Capability.OWN_STORAGE)
-# Any of these: the method cannot evict chunk by chunk during the prefill (chunked.py).
-NOT_CHUNK_BY_CHUNK = Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREFILL | Capability.HEAD_ADAPTIVE
+                           | Capability.NEEDS_ALL_QUERIES | Capability.OWN_STORAGE | Capability.PRE_ROPE_KEYS)
+# Any of these: the method cannot evict chunk by chunk during the prefill (chunked.py): a later chunk's forward
+# has not the earlier chunks' positions to undo their keys' RoPE (PRE_ROPE_KEYS).
+NOT_CHUNK_BY_CHUNK = (Capability.SCORES_WHOLE_PROMPT | Capability.RUNS_PREFILL | Capability.HEAD_ADAPTIVE
+                      | Capability.PRE_ROPE_KEYS)
 # What a wrapper needs because its base needs it (adakv over kvzip scores the whole prompt, like kvzip).
-INHERITED_FROM_BASE = Capability.SCORES_WHOLE_PROMPT | Capability.NEEDS_ALL_QUERIES | Capability.PRE_ROPE_QUERIES
+INHERITED_FROM_BASE = (Capability.SCORES_WHOLE_PROMPT | Capability.NEEDS_ALL_QUERIES | Capability.PRE_ROPE_QUERIES
+                       | Capability.PRE_ROPE_KEYS)
 # The rewrites of the cache while or after decoding: an answer that must leave the cache is decoded on a copy.
 REWRITES_WHILE_DECODING = Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN
 

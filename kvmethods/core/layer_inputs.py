@@ -20,7 +20,7 @@ from torch import nn
 
 from .kernel_memo import KernelMemo
 from .errors import MethodError
-from .layout import LayerLayout
+from .layout import PROJECTION, LayerLayout
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -98,6 +98,23 @@ class LayerInputs:
         cos = self.cos[:, -n:].unsqueeze(1)
         sin = self.sin[:, -n:].unsqueeze(1)
         return q * cos + rotate_half(q) * sin
+
+    def keys_before_rope(self) -> torch.Tensor:
+        """[batch, num_kv_heads, T, head_dim] the cached keys with the forward's rotate-half RoPE undone (after
+        Qwen3's k_norm, as k_proj + k_norm give them): the keys must be the forward's own T positions, and the
+        family's description must say its layers rotate that way (refusal(): PRE_ROPE_KEYS)."""
+        if not self.rotates:
+            return self.keys
+        if self.layout is not None and self.layout.queries != PROJECTION:
+            raise MethodError(f"layer {self.layer_idx}: pre-RoPE keys cannot be recovered for this family "
+                              f"(its attention rotates them otherwise)")
+        if self.cos.shape[1] != self.seq_len:
+            raise MethodError(f"layer {self.layer_idx}: pre-RoPE keys need the forward's positions of all "
+                              f"{self.seq_len} keys, and it had {self.cos.shape[1]}")
+        # each pair of channels was turned by [[cos, -sin], [sin, cos]]: undone by its inverse, over cos^2 + sin^2
+        # (not exactly 1: the model's cos/sin are float32 values, so omitting it errs by 1e-7 in float64 models)
+        cos, sin = self.cos.unsqueeze(1), self.sin.unsqueeze(1)
+        return (self.keys * cos - rotate_half(self.keys) * sin) / (cos * cos + sin * sin)
 
     @property
     def rotates(self) -> bool:

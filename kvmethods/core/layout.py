@@ -118,6 +118,10 @@ def refusal(layout: FamilyLayout, capabilities: Capability, sliding: str = KEEP)
         if any(layer.rope and not layer.rope_reproducible for layer in cached):
             return "it rotates queries to future positions, and the decoder's rotary module does not give this " \
                    "family's cos/sin"
+    if Capability.PRE_ROPE_KEYS in capabilities and any(layer.queries != PROJECTION for layer in cached):
+        return "it undoes RoPE on the cached keys, which this family's description does not vouch for (its " \
+               "queries come from the attention call: fused or gated projection, a norm over the whole " \
+               "projection, or another rotation)"
     if any(layer.latent for layer in cached):
         if Capability.HEAD_ADAPTIVE in capabilities:
             return "multi-head latent attention (MLA): head-adaptive budgets need a row per KV head, and the " \

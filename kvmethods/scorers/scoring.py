@@ -104,6 +104,24 @@ def accumulated_attention(layer: LayerInputs, scratch_bytes: int | None = None) 
     return totals.div_(groups)
 
 
+# Rows converted to score_dtype at a time by row_norms: a block that stays in cache (2 MiB of float32).
+CONVERSION_BLOCK_BYTES = 2 * 2**20
+
+
+def row_norms(states: torch.Tensor) -> torch.Tensor:
+    """[...] L2 norms of the rows of `states` [..., dim] in score_dtype. Half-precision rows are converted a
+    cache-sized block at a time: one float32 copy of a whole layer's keys costs the CPU more than the norms."""
+    dtype = score_dtype(states)
+    if states.dtype == dtype:
+        return torch.linalg.vector_norm(states, dim=-1)
+    rows = states.reshape(-1, states.shape[-1])
+    out = torch.empty(rows.shape[0], dtype=dtype, device=states.device)
+    step = max(1, CONVERSION_BLOCK_BYTES // (rows.shape[1] * out.element_size()))
+    for start in range(0, rows.shape[0], step):
+        torch.linalg.vector_norm(rows[start:start + step].to(dtype), dim=-1, out=out[start:start + step])
+    return out.view(states.shape[:-1])
+
+
 def pool_positions(scores: torch.Tensor, kernel: int, pooling: str) -> torch.Tensor:
     """Smooth scores along positions (SnapKV's clustering step): stride 1, same length, odd kernel."""
     if pooling == "none" or kernel <= 1:

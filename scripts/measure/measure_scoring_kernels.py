@@ -14,6 +14,13 @@ new/old ratio and the load average are printed.
 
     python scripts/measure/measure_scoring_kernels.py --kernel h2o --shape qwen2.5-0.5b --tokens 8192 \\
         --dtype bfloat16 --rounds 3 --code /tmp/old --code .
+
+`--kernel score --method NAME` times a built-in scorer's `score()` over one layer against the `score()` of its
+kvpress press (the catalog's `kvpress_press`, at its defaults) on the same tensors, each round one fresh process
+per side; run it with the Python of kvpress's environment (.ci/kvpress-env.sh). Prints press / native.
+
+    /work/venvs/kvpress/bin/python scripts/measure/measure_scoring_kernels.py --kernel score --method keydiff \\
+        --shape llama-3-8b --tokens 8192 --rounds 3
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ SHAPES = {"qwen2.5-0.5b": (14, 2, 64), "llama-3-8b": (32, 8, 128)}  # query head
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernel", choices=["h2o", "kvzip", "ragged"], required=True)
+    parser.add_argument("--kernel", choices=["h2o", "kvzip", "ragged", "score"], required=True)
+    parser.add_argument("--method", help="score: the built-in scorer timed against its kvpress press")
+    parser.add_argument("--side", choices=["native", "press"], default="native", help=argparse.SUPPRESS)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b")
     parser.add_argument("--tokens", type=int, default=8192, help="the layer's (context's) length")
     parser.add_argument("--chunk", type=int, default=2048, help="kvzip: context tokens one repeat forward repeats")
@@ -48,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("tokens", "chunk", "steps", "calls", "rounds", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be a positive integer")
+    if (args.kernel == "score") != bool(args.method):
+        parser.error("--method goes with --kernel score, and --kernel score needs it")
     return args
 
 
@@ -122,11 +133,42 @@ def ragged_call(args, torch):
     return decode
 
 
+def score_call(args, torch):
+    """A built-in scorer's score() or its kvpress press's, over one random layer with working projections."""
+    from types import SimpleNamespace
+
+    from kvmethods import get_method
+    from kvmethods.core.catalog import BUILTINS
+    from kvmethods.core.layer_inputs import LayerInputs
+
+    q_heads, kv_heads, dim = SHAPES[args.shape]
+    dtype, T, hidden = getattr(torch, args.dtype), args.tokens, q_heads * dim
+    generator = torch.Generator().manual_seed(0)
+    module = torch.nn.Module()
+    module.config = SimpleNamespace(num_attention_heads=q_heads, num_key_value_heads=kv_heads, head_dim=dim)
+    module.head_dim, module.scaling, module.layer_idx = dim, dim**-0.5, 0
+    module.q_proj = torch.nn.Linear(hidden, q_heads * dim, bias=False, dtype=dtype)
+    module.k_proj = torch.nn.Linear(hidden, kv_heads * dim, bias=False, dtype=dtype)
+    states = torch.randn(1, T, hidden, generator=generator).to(dtype)
+    keys = torch.randn(1, kv_heads, T, dim, generator=generator).to(dtype)
+    values = torch.randn(1, kv_heads, T, dim, generator=generator).to(dtype)
+    if args.side == "press":
+        import kvpress
+
+        press = getattr(kvpress, BUILTINS[args.method].kvpress_press)()
+        return lambda: press.score(module, states, keys, values, None, {})
+    angles = torch.arange(T).unsqueeze(-1) * 10000.0 ** (-torch.arange(0, dim, 2) / dim)
+    cos, sin = (f(torch.cat([angles, angles], dim=-1)).unsqueeze(0).to(dtype) for f in (torch.cos, torch.sin))
+    layer = LayerInputs(module, 0, 1, states, cos, sin, keys, values)
+    method = get_method(args.method)
+    return lambda: method.score(layer, T // 2)
+
+
 def child(args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    call = {"h2o": h2o_call, "kvzip": kvzip_call, "ragged": ragged_call}[args.kernel](args, torch)
+    call = {"h2o": h2o_call, "kvzip": kvzip_call, "ragged": ragged_call, "score": score_call}[args.kernel](args, torch)
     best = None
     with torch.inference_mode():
         for _ in range(args.calls):
@@ -142,28 +184,33 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         return child(args)
     codes = [code.resolve() for code in args.code or [ROOT]]
-    timings: dict[Path, list] = {code: [] for code in codes}
+    # --kernel score: one code, two sides (kvpress's press first, as "old")
+    runs = [(code, "native") for code in codes] if args.kernel != "score" else [(codes[0], "press"), (codes[0], "native")]
+    timings: dict[tuple, list] = {run: [] for run in runs}
     loads = []
     for _ in range(args.rounds):
-        for code in codes:
+        for code, side in runs:
             loads.append(os.getloadavg()[0])
-            done = subprocess.run([sys.executable, __file__, "--child", *(sys.argv[1:] if argv is None else argv)],
+            done = subprocess.run([sys.executable, __file__, "--child", "--side", side,
+                                   *(sys.argv[1:] if argv is None else argv)],
                                   env=dict(os.environ, PYTHONPATH=str(code)), capture_output=True, text=True,
                                   check=True)
-            timings[code].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"{args.kernel}, {args.shape} layer ({args.dtype}), {args.tokens} tokens"
+            timings[(code, side)].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"{args.kernel if args.kernel != 'score' else args.method}, {args.shape} layer ({args.dtype}), {args.tokens} tokens"
           + (f", a {args.chunk}-token chunk" if args.kernel == "kvzip" else "")
           + (f", {args.steps} decoding steps" if args.kernel == "ragged" else "")
           + f", {args.threads} thread(s), {args.rounds} interleaved rounds, load average "
             f"{statistics.median(loads):.1f} (min {min(loads):.1f}, max {max(loads):.1f})")
     medians = {}
-    for code, runs in timings.items():
-        medians[code] = [statistics.median(run[i] for run in runs) for i in (0, 1)]
-        print(f"{str(code):40s} wall {medians[code][0]:8.2f} s  CPU {medians[code][1]:8.2f} s  "
-              f"(rounds: {', '.join(f'{run[1]:.2f}' for run in runs)} CPU s)")
-    if len(codes) == 2:
-        old, new = (medians[code] for code in codes)
-        print(f"new / old: wall {new[0] / old[0]:.2f}x, CPU {new[1] / old[1]:.2f}x")
+    for (code, side), rounds in timings.items():
+        medians[(code, side)] = [statistics.median(run[i] for run in rounds) for i in (0, 1)]
+        label = str(code) if args.kernel != "score" else f"{side} ({args.method})"
+        print(f"{label:40s} wall {medians[(code, side)][0]:8.4f} s  CPU {medians[(code, side)][1]:8.4f} s  "
+              f"(rounds: {', '.join(f'{run[1]:.4f}' for run in rounds)} CPU s)")
+    if len(runs) == 2:
+        old, new = (medians[run] for run in runs)
+        print(f"{'new / old' if args.kernel != 'score' else 'native / press'}: wall {new[0] / old[0]:.2f}x, "
+              f"CPU {new[1] / old[1]:.2f}x")
 
 
 if __name__ == "__main__":

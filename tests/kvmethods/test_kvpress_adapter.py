@@ -69,6 +69,16 @@ EQUAL_SETTINGS = [
     (("adakv", {"window": 8, "kernel": 5}),
      ("kvpress:AdaKVPress", {"press": "SnapKVPress", "press.window_size": 8, "press.kernel_size": 5})),
     (("adakv", {"base": "expected_attention"}), ("kvpress:AdaKVPress", {"press": "ExpectedAttentionPress"})),
+    (("keydiff", {}), ("kvpress:KeyDiffPress", {})),
+    (("lagkv", {"lag_size": 16}), ("kvpress:LagKVPress", {"lag_size": 16})),
+    (("lagkv", {"lag_size": 8, "n_sink": 2, "cross_scoring": True}),
+     ("kvpress:LagKVPress", {"lag_size": 8, "n_sink": 2, "cross_scoring": True})),
+    (("lagkv", {}), ("kvpress:LagKVPress", {})),  # 96 tokens < n_sink + 2 x 128: sinks + the most recent
+    (("curdkv", {}), ("kvpress:CURPress", {})),
+    (("curdkv", {"leverage_type": "kv_avg", "local_window_size": 7, "n_sink": 2}),
+     ("kvpress:CURPress", {"leverage_type": "kv_avg", "local_window_size": 7, "num_sinks": 2})),
+    (("curdkv", {"leverage_type": "value", "use_local_approximation": False}),
+     ("kvpress:CURPress", {"leverage_type": "value", "use_local_approximation": False})),
 ]
 
 
@@ -80,6 +90,22 @@ def test_native_methods_keep_what_kvpress_keeps(model, native, press, budget):
     ids = prompt(model.config.vocab_size)
     ours = native_kept(model, get_method(native[0], **native[1]), budget, ids)
     theirs = press_kept(model, get_method(press[0], **press[1]), budget, ids)
+    assert ours == theirs
+
+
+def distinct_prompt(vocab):
+    """PROMPT_LEN different tokens: layer 0's pre-RoPE keys depend on the token alone, so a repeated token's
+    keys tie exactly under leverage, and kvpress's topk breaks ties its own way."""
+    return (torch.randperm(vocab - 3, generator=torch.Generator().manual_seed(7))[:PROMPT_LEN] + 3).tolist()
+
+
+@pytest.mark.parametrize("sketch_dimension", [48, 12])
+@pytest.mark.parametrize("budget", ["r0.5", "40"])
+def test_leverage_keeps_what_leveragescorepress_keeps(model, sketch_dimension, budget):
+    ids = distinct_prompt(model.config.vocab_size)
+    ours = native_kept(model, get_method("leverage", sketch_dimension=sketch_dimension), budget, ids)
+    torch.manual_seed(0)  # LeverageScorePress draws its sketches from the global generator, layer after layer
+    theirs = press_kept(model, get_method("kvpress:LeverageScorePress", sketch_dimension=sketch_dimension), budget, ids)
     assert ours == theirs
 
 

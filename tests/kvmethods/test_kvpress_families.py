@@ -8,11 +8,11 @@ import torch
 
 kvpress = pytest.importorskip("kvpress")
 
-from kvmethods import get_method  # noqa: E402
+from kvmethods import MethodError, get_method  # noqa: E402
 from kvmethods.core.layout import GLOBAL  # noqa: E402
 from kvmethods.attention.model_probe import describe  # noqa: E402
 from kvmethods.testing import family_model  # noqa: E402
-from test_kvpress_adapter import native_kept, press_kept, prompt  # noqa: E402
+from test_kvpress_adapter import distinct_prompt, native_kept, press_kept, prompt  # noqa: E402
 from model_helpers import one_thread  # noqa: E402, F401 (one_thread applies here)
 
 SETTINGS = [
@@ -20,6 +20,10 @@ SETTINGS = [
     (("tova", {}), ("kvpress:TOVAPress", {})),
     (("knorm", {}), ("kvpress:KnormPress", {})),
     (("streamingllm", {"sinks": 4}), ("kvpress:StreamingLLMPress", {"n_sink": 4})),
+    (("keydiff", {}), ("kvpress:KeyDiffPress", {})),
+    (("lagkv", {"lag_size": 16}), ("kvpress:LagKVPress", {"lag_size": 16})),
+    (("curdkv", {}), ("kvpress:CURPress", {})),
+    (("leverage", {}), ("kvpress:LeverageScorePress", {})),
 ]
 
 
@@ -36,8 +40,13 @@ def model(request):
 
 @pytest.mark.parametrize("native, press", SETTINGS, ids=[n[0] for n, _ in SETTINGS])
 def test_native_methods_keep_what_kvpress_keeps_on_more_families(model, native, press):
-    ids = prompt(model.config.vocab_size)
+    ids = (distinct_prompt if native[0] == "leverage" else prompt)(model.config.vocab_size)
+    if native[0] == "leverage" and model.config.model_type == "phi3":  # RoPE undone only where queries recompute
+        with pytest.raises(MethodError, match="it undoes RoPE on the cached keys"):
+            native_kept(model, get_method(native[0], **native[1]), "40", ids)
+        return
     ours = native_kept(model, get_method(native[0], **native[1]), "40", ids)
+    torch.manual_seed(0)  # LeverageScorePress draws its sketches from the global generator, layer after layer
     theirs = press_kept(model, get_method(press[0], **press[1]), "40", ids)
     kinds = [layer.kind for layer in describe(model).layers]
     assert GLOBAL in kinds
