@@ -19,6 +19,17 @@ def pytest_kvbench_environment(environment: dict, config: pytest.Config) -> dict
 
 
 @pytest.hookspec
+def pytest_kvbench_results_columns(config: pytest.Config) -> dict | None:
+    """Columns of your own for RESULTS.md's tables; return ``{header: function}`` (or None).
+
+    Called once, at configure, in the controller. Each function is given one row's records (a method's records
+    in one model and budget table, ``list[Record]``) and returns the cell's text (None: ``-``); the columns
+    follow the table's own, in the order returned. A header the tables already use (``KL``, ``Avg``, ...) is a
+    usage error. Example: docs/results.md, *Fields of your own*.
+    """
+
+
+@pytest.hookspec
 def pytest_kvbench_record_fields(record: dict, item: pytest.Item) -> dict | None:
     """Fields of your own for an item's record, before it is written and passed on; return a dict (or None).
 

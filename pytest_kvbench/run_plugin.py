@@ -89,7 +89,8 @@ def pytest_configure(config: pytest.Config) -> None:
                          invocation_args=config.invocation_params.args,
                          resumed=config.getoption("kvbench_resume") is not None,
                          environment_fields=lambda environment: config.hook.pytest_kvbench_environment(
-                             environment=environment, config=config))
+                             environment=environment, config=config),
+                         results_columns=None if is_worker(config) else _results_columns(config))
     config.stash[SESSION_KEY] = session
     config.stash[SHIELD_KEY] = InterruptShield()
     config.stash[GATE_KEY] = gate
@@ -232,6 +233,22 @@ def _plan_items(session: pytest.Session) -> None:
     if plans_sharing:
         config.stash[PLANNED_CASES_KEY] = cases
         config.stash[SHARING_GROUPS_KEY] = groups
+
+
+def _results_columns(config: pytest.Config) -> dict:
+    """RESULTS.md's columns of the user's own (pytest_kvbench_results_columns), checked at configure: a header the
+    tables use already is a usage error (one line, exit 4)."""
+    columns: dict = {}
+    for answer in config.hook.pytest_kvbench_results_columns(config=config):
+        columns.update(answer or {})
+    if columns:
+        from pytest_kvbench.results.views.tables import OWN_HEADERS  # lazy for startup time: tabulate, only if used
+
+        taken = sorted(set(columns) & OWN_HEADERS)
+        if taken:
+            raise pytest.UsageError(f"pytest_kvbench_results_columns: {', '.join(map(repr, taken))}: RESULTS.md's "
+                                    f"tables have that column already; name yours otherwise")
+    return columns
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -30,7 +30,8 @@ _UNREAD = object()
 class RunSession:
     def __init__(self, grid: Grid, results_dir: Path, run_id: str, *, is_controller: bool,
                  environment: dict | None = None, invocation_args: Sequence[str] = (), resumed: bool = False,
-                 environment_fields: Callable[[dict], list] | None = None) -> None:
+                 environment_fields: Callable[[dict], list] | None = None, results_columns: dict | None = None,
+                 ) -> None:
         self.grid = grid
         self.results_dir = results_dir
         self.run_id = run_id
@@ -40,6 +41,7 @@ class RunSession:
         self._environment = environment
         self._invocation_args = list(invocation_args)
         self._environment_fields = environment_fields  # the pytest_kvbench_environment hooks' answers
+        self.results_columns = results_columns or {}  # RESULTS.md's columns of a user's own (header -> function)
         self.resumed = resumed
         self.start = time.time()
         self.final_records: list[Record] | None = None  # what finish() wrote, for the terminal summary
@@ -188,7 +190,7 @@ class RunSession:
             expected=expected, unfinished=self.unfinished, crashed=self.crashed,
             resume_command=None if complete else self.resume_command())
         files = run_writer.end_of_run_files(self.run_dir, run, records, settings=self.grid.as_dict(),
-                                            results_dir=self.results_dir)
+                                            results_dir=self.results_dir, columns=self.results_columns)
         self.written, self.write_failures = write_each(files)
         return run
 

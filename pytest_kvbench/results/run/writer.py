@@ -22,7 +22,7 @@ from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.record_key import DEFAULT_PROTOCOL
 from pytest_kvbench.results.run.directories import run_dirs
-from pytest_kvbench.results.views.tables import results_markdown, shared_results_markdown, zero_scores
+from pytest_kvbench.results.views.tables import Columns, results_markdown, shared_results_markdown, zero_scores
 
 SCHEMA = 1
 RESULTS_FILE = storage.RESULTS_FILE
@@ -108,7 +108,8 @@ def start_of_run_files(run_dir: Path, run: dict, settings: dict) -> list[tuple[s
 
 
 def end_of_run_files(run_dir: Path, run: dict, records: list[Record], *, settings: dict | None = None,
-                     results_dir: Path | None = None) -> list[tuple[str, Path, Callable[[], object]]]:
+                     results_dir: Path | None = None, columns: Columns | None = None,
+                     ) -> list[tuple[str, Path, Callable[[], object]]]:
     """Every file ending a run writes, in order: (what, path, the function that writes it). ``settings``
     (the session's grid): settings.json first, when it is not there yet (a run stopped before its first record
     can then be resumed); then each item folder, run.json (``run``, from run_document) and the run's
@@ -117,7 +118,7 @@ def end_of_run_files(run_dir: Path, run: dict, records: list[Record], *, setting
     one, so that one failure (a full disk) leaves the others written (wiring/final_writes.py). Item folders name the seed when the records hold several seeds.
     """
     show_seed = len({r.seed for r in records}) > 1
-    markdown = results_markdown(run, records)
+    markdown = results_markdown(run, records, columns)  # columns: a user's own (the session's hook)
     files: list[tuple[str, Path, Callable[[], object]]] = []
     if settings is not None:
         files.append((storage.SETTINGS_FILE, run_dir / storage.SETTINGS_FILE,

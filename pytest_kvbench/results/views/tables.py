@@ -8,6 +8,8 @@ in Markdown. Needle grids (views/needle_grid.py) follow as depth x context lengt
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from tabulate import tabulate
 
 from pytest_kvbench.results.views.needle_grid import needle_grids
@@ -17,13 +19,16 @@ from pytest_kvbench.results.views.table_model import ScoreTable, cell_text, scor
 HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Dec tok/s", "Peak MiB"]
 BUDGET_USE = "KV/budget"  # only in the tables of byte budgets ("m0.25")
 WINDOW_KV = "Window MiB"  # only in the tables of models with sliding-window layers
+OWN_HEADERS = frozenset(["Method", "Avg", *HEADERS_AFTER_TASKS, BUDGET_USE, WINDOW_KV])
+# A user's columns (the pytest_kvbench_results_columns hook): header -> a row's records -> the cell's text
+Columns = Mapping[str, Callable[[list[Record]], object]]
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _rows(table: ScoreTable, bold: bool) -> list[list[str]]:
+def _rows(table: ScoreTable, bold: bool, columns: Columns) -> list[list[str]]:
     rows = []
     for method in table.methods:
         cells = [method]
@@ -37,17 +42,22 @@ def _rows(table: ScoreTable, bold: bool) -> list[list[str]]:
             cells.append(_fmt(table.budget_use(method), 3))
         if table.has_window_layers:
             cells.append(_fmt(table.mean_window_mib(method), 2))
+        cells += ["-" if (text := column(table.records[method])) is None else str(text) for column in columns.values()]
         rows.append(cells)
     return rows
 
 
-def budget_tables(records: list[Record], fmt: str = "github", bold: bool = True) -> list[tuple[str, str]]:
-    """[(heading, table text)] for every model and budget, each followed by its suite summaries."""
+def budget_tables(records: list[Record], fmt: str = "github", bold: bool = True,
+                  columns: Columns | None = None) -> list[tuple[str, str]]:
+    """[(heading, table text)] for every model and budget, each followed by its suite summaries; ``columns``: a
+    user's own, after the table's."""
+    columns = columns or {}
     tables = []
     for table in score_tables(records):
         headers = ["Method"] + table.columns + HEADERS_AFTER_TASKS + ([BUDGET_USE] if table.is_byte_budget else []) \
-            + ([WINDOW_KV] if table.has_window_layers else [])
-        tables.append((table.heading, tabulate(_rows(table, bold), headers=headers, tablefmt=fmt, disable_numparse=True)))
+            + ([WINDOW_KV] if table.has_window_layers else []) + list(columns)
+        tables.append((table.heading, tabulate(_rows(table, bold, columns), headers=headers, tablefmt=fmt,
+                                               disable_numparse=True)))
         tables += [(f"{table.heading} — {summary.title}", summary_table(summary, table.methods, fmt))
                    for summary in table.summaries()]
     return tables
@@ -96,8 +106,8 @@ def provenance(environment: dict) -> str:
             f"{versions or 'versions n/a'}; {environment.get('platform', 'n/a')}; tree{dirty or ' clean'}.")
 
 
-def results_markdown(run: dict, records: list[Record]) -> str:
-    """The whole RESULTS.md of a run."""
+def results_markdown(run: dict, records: list[Record], columns: Columns | None = None) -> str:
+    """The whole RESULTS.md of a run (``columns``: a user's own, the pytest_kvbench_results_columns hook's)."""
     environment = run.get("environment") or {}
     lines = [
         "# Results",
@@ -123,7 +133,7 @@ def results_markdown(run: dict, records: list[Record]) -> str:
     ggufs = gguf_models(records)
     if ggufs:
         lines += ["## Models from GGUF files", "", *ggufs, ""]
-    for heading, table in budget_tables(records):
+    for heading, table in budget_tables(records, columns=columns):
         lines += [f"## {heading}", "", table, ""]
     heatmaps = needle_heatmaps(records)
     if heatmaps:

@@ -1,9 +1,10 @@
-"""pytest_kvbench_record_fields and pytest_kvbench_environment: a conftest adds fields of its own to every record
-before it is written, and to the run's environment block.
+"""pytest_kvbench_record_fields, pytest_kvbench_environment and pytest_kvbench_results_columns: a conftest adds
+fields of its own to every record before it is written, to the run's environment block, and columns to RESULTS.md.
 
 A user tags results for a tracker (a campaign name, a ticket, the cluster) without patching the harness: the
 record hook's fields reach records.jsonl, run.json and the pytest_kvbench_record listeners, and read back typed in
-`extra`; the environment hook's reach run.json's environment. One small run serves both.
+`extra`; the environment hook's reach run.json's environment; the columns hook's, RESULTS.md's tables. One small
+run serves the three.
 """
 
 import json
@@ -19,6 +20,9 @@ import json
 def pytest_kvbench_environment(environment, config):
     return {"cluster": "lab-a", "commit_seen": environment["git_commit"]}
 
+def pytest_kvbench_results_columns(config):
+    return {"Samples": lambda records: sum(len(r.samples) for r in records), "Never": lambda records: None}
+
 def pytest_kvbench_record_fields(record, item):
     return {"campaign": "nightly", "method_seen": record["method"]["name"]}
 
@@ -31,7 +35,7 @@ GRID = ["--kvbench-methods", "full,streamingllm", "--kvbench-budgets", "32", "--
         "-p", "no:cacheprovider", "-q"]
 
 
-def test_the_hooks_fields_reach_every_record_and_the_environment_on_disk_and_in_the_listeners(pytester):
+def test_the_hooks_fields_reach_records_environment_and_results_md(pytester):
     add_bench_files(pytester)
     pytester.makeconftest(CONFTEST)
     result = pytester.runpytest_subprocess(*GRID, "--kvbench-results", "res", timeout=900)
@@ -43,6 +47,23 @@ def test_the_hooks_fields_reach_every_record_and_the_environment_on_disk_and_in_
     run_json = json.loads((run / "run.json").read_text())
     environment = run_json["environment"]
     assert environment["cluster"] == "lab-a" and environment["commit_seen"] == environment["git_commit"]
+    lines = (run / "RESULTS.md").read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("| Method"))
+    header, rows = lines[first], lines[first + 2: first + 4]  # the table of the one budget: full, streamingllm
+
+    def last_two(line):
+        return [cell.strip() for cell in line.strip("|").split("|")][-2:]
+
+    assert last_two(header) == ["Samples", "Never"] and [last_two(row) for row in rows] == [["1", "-"]] * 2
     for record in written + heard + run_json["records"]:
         assert record["campaign"] == "nightly" and record["method_seen"] == record["method"]["name"]
         assert Record.from_json(record).extra == {"campaign": "nightly", "method_seen": record["method"]["name"]}
+
+
+def test_a_column_named_like_one_of_the_tables_is_a_usage_error(pytester):
+    add_bench_files(pytester)
+    pytester.makeconftest("def pytest_kvbench_results_columns(config):\n    return {'KL': len}\n")
+    result = pytester.runpytest_subprocess(*GRID, "--collect-only", "--kvbench-results", "res")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "pytest_kvbench_results_columns: 'KL': RESULTS.md's tables have that column already" in result.stderr.str()
+
