@@ -48,11 +48,12 @@ def completion_of(response: dict, prompt_tokens: int, stop_ids: Sequence[int], w
         stop_token = -1
     timings = response.get("timings") or {}
     decoded = int(timings.get("predicted_n") or 0)
+    usage = response.get("usage") or {}
     return Completion(
         tokens=tokens, stop_token=stop_token,
         top_logprobs=[{int(top["id"]): float(top["logprob"]) for top in step.get("top_logprobs") or ()}
                       for step in steps],
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=int(usage.get("prompt_tokens", prompt_tokens)),  # as the engine counted them (no BOS added)
         ttft_ms=float(timings.get("prompt_ms") or 0.0),
         tpot_ms=float(timings["predicted_per_token_ms"]) if decoded > 1 else None,
         decode_ms=float(timings.get("predicted_ms") or 0.0), wall_s=wall_s, engine=dict(timings))
@@ -100,7 +101,6 @@ class LlamaCppBackend:
             message = self._failure(f"llama.cpp did not start on {self.settings.model_file}")
             self.close()
             raise EngineStartError(message)
-        self._report = cache_report(self.log(), self.settings.cache_type_k, self.settings.cache_type_v)
 
     def _answer(self) -> dict | None:
         """The engine's next JSON line; None when it ended instead."""
@@ -124,6 +124,10 @@ class LlamaCppBackend:
         return completion_of(answer["response"], len(prompt_ids), stop_ids, time.perf_counter() - started)
 
     def cache_report(self) -> CacheReport | None:
+        """The cache llama.cpp allocated, read from its log once the log holds it (llama.cpp logs from a thread of its
+        own, so the lines may land after the engine said it is ready)."""
+        if self._report is None:
+            self._report = cache_report(self.log(), self.settings.cache_type_k, self.settings.cache_type_v)
         return self._report
 
     def close(self) -> None:

@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
     settings = json.loads(argv[0])
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the library's prints join its log (stderr, a file the backend reads)
-    import xllamacpp  # the [llamacpp] extra; the backend checked it is installed
+    import xllamacpp  # lazy: the [llamacpp] extra, imported in the engine's own process only
 
     server = xllamacpp.Server(_params(xllamacpp, settings))
     answers.write(json.dumps({"ready": True}) + "\n")
