@@ -121,7 +121,9 @@ class LlamaCppBackend:
         if answer is None:
             self._process.wait(timeout=30)
             raise EngineDied(self._failure("the llama.cpp engine died while answering"))
-        return completion_of(answer["response"], len(prompt_ids), stop_ids, time.perf_counter() - started)
+        completion = completion_of(answer["response"], len(prompt_ids), stop_ids, time.perf_counter() - started)
+        completion.engine["call_s"] = answer.get("wall_s")  # the server call's own wall time, in the engine process
+        return completion
 
     def cache_report(self) -> CacheReport | None:
         """The cache llama.cpp allocated, read from its log once the log holds it (llama.cpp logs from a thread of its
