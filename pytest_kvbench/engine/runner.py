@@ -116,6 +116,11 @@ class Runner(GroupPrefill):
         and shared with its group's items; a serving engine's item compares its answer with it."""
         return self._reference(case, task, sample, prompt, loaded, limit)
 
+    def max_prompt_tokens(self, task, loaded: LoadedModel) -> int | None:
+        """The longest prompt the task may build for this model (--kvbench-max-prompt-tokens, else what its positions
+        leave after the answer)."""
+        return self._max_prompt_tokens(task, loaded)
+
     def _max_prompt_tokens(self, task, loaded: LoadedModel) -> int | None:
         if self.grid.max_prompt_tokens:
             return self.grid.max_prompt_tokens

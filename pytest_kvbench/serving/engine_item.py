@@ -75,6 +75,18 @@ class EngineItems:
             self._engine_references[key] = self._answer(f16, prompt_ids, max_new_tokens, stop_ids)[0]
         return self._engine_references[key]
 
+    def _follow_up(self, task, sample, output: str, settings: EngineSettings, loaded,
+                   stop_ids: list[int]) -> tuple[dict, str]:
+        """({"first_output": output} and the answer to the task's second question about it (LongBench v2's CoT),
+        asked of the same engine), or ({}, output) when the task asks none."""
+        build = getattr(task, "follow_up_prompt", None)
+        prompt = build(sample, output, loaded.tokenizer, self.runner.max_prompt_tokens(task, loaded)) if build else None
+        if prompt is None:
+            return {}, output
+        asked = replace(settings, context_tokens=len(prompt.input_ids) + task.follow_up_max_new_tokens + 1)
+        answer = self._answer(asked, list(prompt.input_ids), task.follow_up_max_new_tokens, stop_ids)[0]
+        return {"first_output": output}, loaded.tokenizer.decode(answer.tokens, skip_special_tokens=True)
+
     def run(self, case: Case, progress: Callable[..., None] | None = None) -> records.Record:
         progress = progress or (lambda done, total, decoded=(), samples_decoded=0: None)
         started = now()
@@ -102,6 +114,7 @@ class EngineItems:
                                              stop_ids)
                 full = runner.full_cache_reference(case, task, sample, prompt, loaded, limit)
                 prediction = loaded.tokenizer.decode(completion.tokens, skip_special_tokens=True)
+                first_output, prediction = self._follow_up(task, sample, prediction, settings, loaded, stop_ids)
                 score = float(task.score(prediction, sample))
                 scores.append(score)
                 kv_bytes = report.bytes_for(len(prompt_ids)) if report else None
@@ -117,7 +130,7 @@ class EngineItems:
                     "top_n_kl": top_n_kl(own.tokens, own.top_logprobs, completion.tokens, completion.top_logprobs),
                     "decode_kl": None,
                     "fields": {k: v for k, v in sample.fields.items() if k in ("length", "depth", "context_length")},
-                })
+                } | first_output)
                 progress(len(rows), len(samples), (), 0)
         aggregate = task.aggregate(scores, samples) if samples else {"score": None}
         return self._record(case, task, caches, loaded, loaded_now, rows, aggregate, reports, engine_started,
