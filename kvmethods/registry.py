@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.capabilities import Capability
 from .core.catalog import BUILTINS, PER_TURN, PREFILL_CHUNK
+from .core.engine_caches import engine_caches, is_engine_name
 from .core.errors import MethodError
 from .core.params import declared_params, validated
 from .spec import BASE, MethodSpec
@@ -111,6 +112,9 @@ def get_method(name: str, **params: Any) -> Method:
     """An instance of the named method with the given parameters (strings are coerced by field type)."""
     if not isinstance(name, str):
         raise MethodError(f"method name must be a string, got {name!r}")
+    if is_engine_name(name):
+        raise MethodError(f"{name}: a serving engine's cache type runs in the engine (pytest_kvbench/serving/), "
+                          f"not as a transformers method")
     return build(MethodSpec.of(name, params))
 
 
@@ -160,6 +164,9 @@ def describe_method(name: str, **params: Any) -> MethodDescription:
     test_method_catalog.py), so that
     the default grid (kivi among its methods) is described without torch; any other spec (wrappers,
     compositions, per_turn, prefill_chunk, kvpress presses, third-party methods) is built."""
+    if isinstance(name, str) and is_engine_name(name):  # llamacpp:q8_0: an engine's cache types (engine_caches.py)
+        caches = engine_caches(name, params)
+        return MethodDescription(caches.name, caches.params, Capability(0))
     entry = BUILTINS.get(name.strip()) if isinstance(name, str) else None
     if entry is not None and _described_by_row(entry, params):
         return MethodDescription(entry.name, validated(entry.name, entry.params, params), entry.capabilities)

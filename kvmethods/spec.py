@@ -10,6 +10,9 @@ from drifting apart, and it imports no torch (the plugin parses specs in every p
     part   := word (":" word)*               kvpress:SnapKVPress: leading parts without "=" are the name
     key    := word ("." word)*               kivi.bits: the part of a composition, or a press's inner press
 
+An engine's own cache types are specs too (core/engine_caches.py): ``llamacpp:q8_0`` (keys and values) and
+``llamacpp:k=q8_0:v=q4_0``; they run in the engine (pytest_kvbench/serving/), never in transformers.
+
 A spec prints two ways: as text (`snapkv:kernel=5:window=64`, keys sorted), which parses back to the same
 MethodSpec, and as the label of item ids and comparison keys (`snapkv(kernel=5,window=64)`). A wrapper
 (`adakv`, `criticalkv`, `decoding`) names its base by `base=`; the parameters it does not declare belong
@@ -28,6 +31,7 @@ from typing import Any
 
 from .core.budget import Budget
 from .core.catalog import BASE, KVPRESS_PREFIX, PER_TURN, PREFILL_CHUNK, SEPARATOR
+from .core.engine_caches import is_engine_name
 from .core.errors import MethodError
 from .core.params import ParamSpec, coerce, describe_params
 
@@ -116,6 +120,11 @@ class MethodSpec:
         return self.name.startswith(KVPRESS_PREFIX)
 
     @property
+    def is_engine(self) -> bool:
+        """A serving engine's cache types (``llamacpp:q4_0``), run by the engine, not by transformers."""
+        return is_engine_name(self.name)
+
+    @property
     def parts(self) -> tuple[str, ...]:
         """A composition's part names as written (``kivi+snapkv`` -> kivi, snapkv); MethodError unless it has
         two or three non-empty parts."""
@@ -171,6 +180,8 @@ class MethodSpec:
         ``base_params``, a composition's prefixed by their part): the parameters the user set, each spelled
         as the method's value. Parameters a method passes on unparsed (a press's ``press.window_size``)
         keep their spelling."""
+        if self.is_engine:  # llamacpp:k=q8_0:v=q8_0 is llamacpp:q8_0: the engine spec's own canonical spelling
+            return MethodSpec.of(name, values)
         canonical_name = name if self.is_composition else self.name
         return MethodSpec.of(canonical_name, {key: spelling(self._value_of(values, key, given))
                                               for key, given in self.params})

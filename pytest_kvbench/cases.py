@@ -56,13 +56,14 @@ class Case:
 
     @property
     def is_reference(self) -> bool:
-        """The uncompressed full-cache run: the fidelity reference of its reference group."""
-        return self.budget == FULL_CACHE
+        """The uncompressed full-cache run: the fidelity reference of its reference group. An engine's cache type
+        (``llamacpp:f16``) runs once per task too, at no budget of the grid's, but is no reference."""
+        return self.budget == FULL_CACHE and not self.method.is_engine
 
     @property
     def id(self) -> str:
         parts = [self.method.label]
-        if not self.is_reference:
+        if self.budget != FULL_CACHE:
             parts.append(self.budget.spec)
         parts.append(self.task)
         if self.context_length is not None:

@@ -67,7 +67,10 @@ def method_of(case: Case):
 
 def shares_prefill(case: Case) -> bool:
     """Whether the case takes its prefill from its reference group's forward (the method's capability:
-    kvmethods.runtime.shared_prefill.can_share_prefill); the reference itself makes that forward."""
+    kvmethods.runtime.shared_prefill.can_share_prefill); the reference itself makes that forward. An engine's
+    cache type (serving/) prefills in the engine."""
+    if case.method.is_engine:
+        return False
     return case.is_reference or can_share_prefill(method_of(case))
 
 
@@ -99,6 +102,20 @@ class Runner(GroupPrefill):
                 context_length=case.context_length,
             )
         return self._samples[key]
+
+    def samples_of(self, case: Case, task, loaded: LoadedModel) -> list:
+        """The case's samples, loaded once per worker (a serving engine's items read the same: serving/)."""
+        return self._load_samples(case, task, loaded)
+
+    def full_cache_reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, limit: item_time_limit):
+        """The sample's full-cache reference (a Reference: its generation and distributions), made once per worker
+        and shared with its group's items; a serving engine's item compares its answer with it."""
+        return self._reference(case, task, sample, prompt, loaded, limit)
+
+    def max_prompt_tokens(self, task, loaded: LoadedModel) -> int | None:
+        """The longest prompt the task may build for this model (--kvbench-max-prompt-tokens, else what its positions
+        leave after the answer)."""
+        return self._max_prompt_tokens(task, loaded)
 
     def _max_prompt_tokens(self, task, loaded: LoadedModel) -> int | None:
         if self.grid.max_prompt_tokens:

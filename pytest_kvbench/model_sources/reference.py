@@ -48,3 +48,15 @@ def model_source(reference: str) -> ModelSource:
     if looks_like_gguf(reference):
         return ModelSource(reference, reference, Path(reference).expanduser())
     return ModelSource(reference, reference)
+
+
+def gguf_file_of(reference: str) -> Path | None:
+    """The GGUF file a serving engine (llama.cpp) loads for this reference: a ``.gguf`` path, or a named model's
+    installed GGUF file even when transformers takes the hub's weights; None when the model has no GGUF file."""
+    if reference == DEFAULT_MODEL:
+        return None
+    if is_named(reference):
+        return named_models.named_models()[reference].installed_gguf()
+    if looks_like_gguf(reference):
+        return Path(reference).expanduser()
+    return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_kvbench.results.record import Record
-from pytest_kvbench.wiring.runner_settings import runner_of
+from pytest_kvbench.wiring.runner_settings import engine_items_of, runner_of
 from pytest_kvbench.wiring.stash_keys import GATE_KEY, PROGRESS_KEY, RECORD_KEY, VERDICT_KEY
 
 
@@ -25,16 +25,18 @@ class KvbenchFixture:
         # lazy for startup time: the engine imports torch (an item is running now)
         from pytest_kvbench.engine.models import ModelLoadError
         from pytest_kvbench.engine.out_of_memory import ItemOutOfMemory
+        from pytest_kvbench.serving.backend import EngineDied, EngineStartError
         from pytest_kvbench.tasks import DataError, TaskError, TaskUnavailable
 
-        runner = runner_of(self.config)
+        # an engine's cache type (llamacpp:q8_0) runs in the serving engine, beside the worker's Runner
+        runner = engine_items_of(self.config) if case.method.is_engine else runner_of(self.config)
         progress = self.config.stash[PROGRESS_KEY].item(case)
         record = None
         try:
             record = runner.run(case, progress)
         except TaskUnavailable as exc:
             pytest.skip(str(exc))
-        except (ModelLoadError, TaskError, DataError) as exc:
+        except (ModelLoadError, TaskError, DataError, EngineDied, EngineStartError) as exc:
             # bad input found only now (a model that will not load, data too short): one paragraph,
             # without the chain of exceptions behind it (pytest prints a chain even with pytrace=False)
             raise pytest.fail.Exception(f"{case.id}: {exc}", pytrace=False) from None

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_kvbench.cases import Grid
 from pytest_kvbench.engine.hardware.cpu_count import usable_cpu_count
-from pytest_kvbench.wiring.stash_keys import PLANNED_CASES_KEY, RUNNER_KEY, RUNNER_SETTINGS_KEY, SHARING_GROUPS_KEY
+from pytest_kvbench.wiring.stash_keys import ENGINE_ITEMS_KEY, PLANNED_CASES_KEY, RUNNER_KEY, RUNNER_SETTINGS_KEY, SHARING_GROUPS_KEY
 
 
 @dataclass(frozen=True)
@@ -56,3 +56,18 @@ def runner_of(config: pytest.Config):
                                                    decode_batch=settings.decode_batch)
         runner.shared.plan(config.stash.get(PLANNED_CASES_KEY, []), config.stash.get(SHARING_GROUPS_KEY, None))
     return runner
+
+
+def engine_items_of(config: pytest.Config):
+    """This process's serving-engine items (serving/engine_item.py) over its Runner, built on first use: one
+    llama.cpp engine per cache types, with the worker's torch thread count."""
+    items = config.stash.get(ENGINE_ITEMS_KEY, None)
+    if items is None:
+        import torch  # lazy for startup time: an item is running now
+
+        from pytest_kvbench.serving.engine_item import EngineItems
+        from pytest_kvbench.serving.llamacpp.backend import LlamaCppBackend
+
+        items = config.stash[ENGINE_ITEMS_KEY] = EngineItems(runner_of(config), LlamaCppBackend,
+                                                             threads=torch.get_num_threads())
+    return items

@@ -31,6 +31,7 @@ class RunProgress(Protocol):
 SESSION_KEY = pytest.StashKey["RunSession"]()
 RUNNER_SETTINGS_KEY = pytest.StashKey[object]()  # what the Runner is built from, at configure (runner_settings.py)
 RUNNER_KEY = pytest.StashKey[object]()  # the Runner, built when the first item needs it
+ENGINE_ITEMS_KEY = pytest.StashKey[object]()  # serving/engine_item.EngineItems, built when the first engine item runs
 PLANNED_CASES_KEY = pytest.StashKey[list]()  # the cases this process shares prefills among (collection's)
 SHARING_GROUPS_KEY = pytest.StashKey[dict]()  # their sharing groups by case key (wiring/distributed/group_parts.py)
 SCHEDULED_GROUPS_KEY = pytest.StashKey[dict]()  # controller: the scheduler's sharing group of each item id

@@ -51,6 +51,7 @@ LAYERS = (
     ("pytest_kvbench.results.report", "pytest_kvbench.results.exports", "pytest_kvbench.results.query"),
     ("pytest_kvbench.comparison",),  # baselines and verdicts over records
     ("pytest_kvbench.engine",),  # one item's work: makes a record
+    ("pytest_kvbench.serving",),  # a serving engine's item (llamacpp:q8_0), over the engine's prompts and references
     # wiring/, by room: the grid read at configure, the run's own modules (wiring/*.py), then what rides on
     # the run (xdist and shards, live progress), reading its stash keys and items
     ("pytest_kvbench.wiring.grid", "pytest_kvbench.model_listing"),

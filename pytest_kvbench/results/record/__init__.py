@@ -109,6 +109,9 @@ class Latency:
     decode_tokens_per_s_alone: float | None = field(default=None, metadata=OMITTED_AT_DEFAULT)
     # the decode batch shrank after out of memory (the worker's first such); absent otherwise
     decode_batch_note: str | None = field(default=None, metadata=OMITTED_AT_DEFAULT)
+    # a serving engine's own timings (serving/): time to first token (its prompt processing) and per output token
+    ttft_ms: float | None = field(default=None, metadata=OMITTED_AT_DEFAULT)
+    tpot_ms: float | None = field(default=None, metadata=OMITTED_AT_DEFAULT)
     extra: dict = field(default_factory=dict)
 
 
@@ -146,6 +149,27 @@ class Device:
     count: int | None = None
     memory_bytes: int | None = field(default=None, metadata=OMITTED_AT_DEFAULT)  # CUDA
     threads: int | None = field(default=None, metadata=OMITTED_AT_DEFAULT)  # CPU
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Serving:
+    """A serving engine's row (``llamacpp:q8_0``, serving/): what ran and how its cache compares."""
+
+    engine: str  # "llama.cpp"
+    version: str | None = None  # the engine's package version (xllamacpp)
+    weights: str | None = None  # what the engine runs: the GGUF file's own quantized weights (Q4_1)
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    byte_fraction: float | None = None  # the cache's bytes per token over f16 keys and values (blocks included)
+    kv_bytes_reported: int | None = None  # the engine's own size of the cache it allocated (its log)
+    kv_bytes_allocated: int | None = None  # the same allocation from the cache types' blocks
+    kv_bytes_agree: bool | None = None  # whether the two agree (None: the engine printed no size)
+    agreement_engine: float | None = None  # greedy-token agreement with the engine's own f16 cache
+    top_n_kl: float | None = None  # KL(engine f16 || this) estimated on the engine's top-n log-probs (docs)
+    top_n: int | None = None
+    threads: int | None = None
+    engine_started: bool | None = None  # this item started the engine (its load time is in no timing)
     extra: dict = field(default_factory=dict)
 
 
@@ -194,6 +218,7 @@ class Record:
     energy_j: float | None = None
     energy_source: str | None = None
     meter_scope: MeterScope | None = field(default=None, metadata=OMITTED_AT_DEFAULT)
+    serving: Serving | None = field(default=None, metadata=OMITTED_AT_DEFAULT)  # a serving engine's row only
     merged_from_run: str | None = field(default=None, metadata=OMITTED_AT_DEFAULT)  # set by ``kvbench merge``
     crashed: bool = field(default=False, metadata=OMITTED_AT_DEFAULT)  # the error record of a dead xdist worker
     extra: dict = field(default_factory=dict)

@@ -127,6 +127,24 @@ class ScoreTable:
         return mean_of_present(r.latency.decode_tokens_per_s_alone if r.latency.decode_tokens_per_s_alone is not None
                         else r.latency.decode_tokens_per_s for r in self.records[method])
 
+    @property
+    def has_engine_rows(self) -> bool:
+        """Whether a serving engine's row (``llamacpp:q8_0``) is in the table: then TTFT and TPOT are shown."""
+        return any(r.serving is not None for rs in self.records.values() for r in rs)
+
+    def ttft_ms(self, method: str) -> float | None:
+        """Time to first token: an engine's own (its prompt processing), a method's prefill."""
+        return _mean_of(r.latency.ttft_ms if r.latency.ttft_ms is not None else r.latency.prefill_ms
+                        for r in self.records[method])
+
+    def tpot_ms(self, method: str) -> float | None:
+        """Time per output token: an engine's own, a method's 1 / its own decode speed."""
+        engine = _mean_of(r.latency.tpot_ms for r in self.records[method])
+        if engine is not None:
+            return engine
+        speed = self.decode_tokens_per_s(method)
+        return 1000.0 / speed if speed else None
+
     def mean_peak_mib(self, method: str) -> float | None:
         """Mean peak memory of the row's items (CPU resident or CUDA allocated, reset per item), MiB."""
         peak = mean_of_present(r.memory.peak_bytes for r in self.records[method])
@@ -182,8 +200,28 @@ def _task_order(label: str) -> tuple[str, int]:
     return (name, int(ctx) if ctx.isdigit() else 0)
 
 
+def _memory_fraction(budget: str) -> float | None:
+    try:
+        return float(budget[1:]) if budget.startswith("m") else None
+    except ValueError:
+        return None
+
+
+def joins_table(record: Record, budget: str, budgets: list[str]) -> bool:
+    """Whether a row run once per task (budget ``full``) joins this budget's table. ``full`` and an engine's
+    reference (``llamacpp:f16``) join every one; an engine's quantized cache joins the byte budget nearest its byte
+    fraction (q8_0: 0.53 -> m0.5), the table it is compared in without being that budget, or every table when the
+    run has no byte budget."""
+    fraction = record.serving.byte_fraction if record.serving is not None else None
+    memory = {b: f for b in budgets if (f := _memory_fraction(b)) is not None}
+    if fraction is None or fraction >= 1.0 or not memory:
+        return True
+    return budget == min(memory, key=lambda b: (abs(memory[b] - fraction), memory[b]))
+
+
 def score_tables(records: Iterable[Record]) -> list[ScoreTable]:
-    """One table per (model, protocol, budget) from the scored records; ``full`` rows join every budget."""
+    """One table per (model, protocol, budget) from the scored records; ``full`` rows join every budget (an
+    engine's quantized cache the byte budget nearest its size: joins_table)."""
     scored = [(r.labels, r.model_title, r) for r in records if r.is_scored]
     settings = list(dict.fromkeys((title, label.protocol) for label, title, _ in scored))
     tables = []
@@ -191,7 +229,8 @@ def score_tables(records: Iterable[Record]) -> list[ScoreTable]:
         mine = [(label, r) for label, title, r in scored if (title, label.protocol) == (model, protocol)]
         budgets = sorted({label.budget for label, _ in mine if label.budget != FULL_CACHE.spec}, key=budget_sort_key) or [FULL_CACHE.spec]
         for budget in budgets:
-            rows = [(label, r) for label, r in mine if label.budget in (budget, FULL_CACHE.spec)]
+            rows = [(label, r) for label, r in mine
+                    if label.budget == budget or (label.budget == FULL_CACHE.spec and joins_table(r, budget, budgets))]
             methods = sorted({label.row for label, _ in rows}, key=lambda m: (m != FULL_CACHE.spec, m))
             tasks = sorted({label.task for label, _ in rows}, key=_task_order)
             table = ScoreTable(model, budget, tasks, methods, protocol=protocol)

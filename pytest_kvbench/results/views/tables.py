@@ -19,7 +19,8 @@ from pytest_kvbench.results.views.table_model import ScoreTable, cell_text, scor
 HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Dec tok/s", "Peak MiB"]
 BUDGET_USE = "KV/budget"  # only in the tables of byte budgets ("m0.25")
 WINDOW_KV = "Window MiB"  # only in the tables of models with sliding-window layers
-OWN_HEADERS = frozenset(["Method", "Avg", *HEADERS_AFTER_TASKS, BUDGET_USE, WINDOW_KV])
+ENGINE_TIMES = ["TTFT ms", "TPOT ms"]  # only in the tables holding a serving engine's rows (llamacpp:q8_0)
+OWN_HEADERS = frozenset(["Method", "Avg", *HEADERS_AFTER_TASKS, BUDGET_USE, WINDOW_KV, *ENGINE_TIMES])
 # A user's columns (the pytest_kvbench_results_columns hook): header -> a row's records -> the cell's text
 Columns = Mapping[str, Callable[[list[Record]], object]]
 
@@ -42,6 +43,8 @@ def _rows(table: ScoreTable, bold: bool, columns: Columns) -> list[list[str]]:
             cells.append(_fmt(table.budget_use(method), 3))
         if table.has_window_layers:
             cells.append(_fmt(table.mean_window_mib(method), 2))
+        if table.has_engine_rows:
+            cells += [_fmt(table.ttft_ms(method), 0), _fmt(table.tpot_ms(method), 1)]
         cells += ["-" if (text := column(table.records[method])) is None else str(text) for column in columns.values()]
         rows.append(cells)
     return rows
@@ -55,7 +58,7 @@ def budget_tables(records: list[Record], fmt: str = "github", bold: bool = True,
     tables = []
     for table in score_tables(records):
         headers = ["Method"] + table.columns + HEADERS_AFTER_TASKS + ([BUDGET_USE] if table.is_byte_budget else []) \
-            + ([WINDOW_KV] if table.has_window_layers else []) + list(columns)
+            + ([WINDOW_KV] if table.has_window_layers else []) + (ENGINE_TIMES if table.has_engine_rows else []) + list(columns)
         tables.append((table.heading, tabulate(_rows(table, bold, columns), headers=headers, tablefmt=fmt,
                                                disable_numparse=True)))
         tables += [(f"{table.heading} — {summary.title}", summary_table(summary, table.methods, fmt))
@@ -89,6 +92,40 @@ def gguf_models(records: list[Record]) -> list[str]:
     return [f"- {title}: `{g.get('file')}`, sha256 `{g.get('sha256')}`, {g.get('quantization')}, "
             f"architecture {g.get('architecture')} (dequantized to float weights by transformers)"
             for title, g in seen.items()]
+
+
+ENGINE_NOTE = [
+    "Rows named `llamacpp:TYPE` ran in llama.cpp with that KV-cache type (keys and values; `llamacpp(k=..,v=..)`",
+    "sets them apart), on the same prompt tokens, decoded greedily and scored by the same scorer. llama.cpp runs the",
+    "GGUF file's own quantized weights, whereas transformers runs their float conversion: compare an engine row with",
+    "`llamacpp:f16` (the engine's reference) and a method with `full`. TTFT ms / TPOT ms: the engine's own timings",
+    "(prompt processing; per output token), for a method its prefill and 1 / its own decode speed. Agree (engine",
+    "rows): greedy tokens equal to the transformers full cache's, position by position. A quantized engine cache",
+    "stands in the byte-budget table nearest its byte fraction, which is not that budget (see below).",
+]
+
+
+def engine_rows(records: list[Record]) -> list[str]:
+    """One line per engine row: its byte fraction of f16, its cache bytes as llama.cpp reported them, its agreement
+    with the engine's f16 cache and the top-n KL."""
+    seen: dict[str, Record] = {}
+    for r in records:
+        if r.serving is not None and r.is_scored:
+            seen.setdefault(r.labels.row, r)
+
+    def figure(value, digits):
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    lines = []
+    for row, r in sorted(seen.items()):
+        s = r.serving
+        checked = {True: "matches llama.cpp's own size", False: "differs from llama.cpp's own size",
+                   None: "llama.cpp printed no size"}[s.kv_bytes_agree]
+        lines.append(f"- `{row}`: {s.engine} {s.version or ''} on {s.weights} weights, K {s.cache_type_k} / V "
+                     f"{s.cache_type_v}: {figure(s.byte_fraction, 3)} of f16's bytes (blocks included; {checked}); "
+                     f"agreement with the engine's f16 cache {figure(s.agreement_engine, 3)}, top-{s.top_n} KL "
+                     f"{figure(s.top_n_kl, 4)}")
+    return lines
 
 
 def zero_scores(records: list[Record]) -> list[str]:
@@ -133,6 +170,9 @@ def results_markdown(run: dict, records: list[Record], columns: Columns | None =
     ggufs = gguf_models(records)
     if ggufs:
         lines += ["## Models from GGUF files", "", *ggufs, ""]
+    engines = engine_rows(records)
+    if engines:
+        lines += ["## Serving engine rows", "", *ENGINE_NOTE, "", *engines, ""]
     for heading, table in budget_tables(records, columns=columns):
         lines += [f"## {heading}", "", table, ""]
     heatmaps = needle_heatmaps(records)

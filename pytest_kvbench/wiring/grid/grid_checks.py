@@ -18,6 +18,7 @@ from pytest_kvbench.tasks import DataError, TaskError, check_context_length, get
 from pytest_kvbench.tasks.ruler.external import check_essay_source
 from pytest_kvbench.tasks.sources import is_fixture_dir
 from pytest_kvbench.wiring.grid import canonical, model_refs, named_tasks
+from pytest_kvbench.wiring.grid.engine_checks import check_engine_methods
 from pytest_kvbench.wiring.grid.cache_protocols import (check_decoding_intervals, check_per_turn,
                                                         check_tasks_serve_protocols)
 
@@ -74,6 +75,7 @@ def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, s
     if not grid.context_lengths:
         grid.context_lengths = [task_registry.DEFAULT_CONTEXT_LENGTH]
     grid.models = canonical.models(grid.models)
+    check_engine_methods(grid)  # llamacpp:q8_0: the extra, GGUF models, the default protocol
     limits = {model: model_refs.check_model_reference(model, compressing, capabilities, grid.sliding)
               for model in grid.models}
     _check_context_lengths(grid, limits)
