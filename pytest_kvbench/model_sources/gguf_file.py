@@ -48,9 +48,10 @@ class GgufInfo:
 
 
 def gguf_label(file: str, quantization: str) -> str:
-    """``SmolLM2-135M-Instruct (GGUF Q4_1)``: the file's stem without its quantization suffix."""
+    """``SmolLM2-135M-Instruct (GGUF Q4_1)``: the file's stem without its quantization suffix (after ``.``, ``-``
+    or ``_``: ``gemma-3-270m-q4_k_m.gguf`` is ``gemma-3-270m (GGUF Q4_K_M)``)."""
     stem = file[: -len(GGUF_SUFFIX)] if file.lower().endswith(GGUF_SUFFIX) else file
-    if stem.lower().endswith("." + quantization.lower()):
+    if any(stem.lower().endswith(separator + quantization.lower()) for separator in ".-_"):
         stem = stem[: -len(quantization) - 1]
     return f"{stem} (GGUF {quantization})"
 

@@ -37,6 +37,7 @@ def test_the_header_names_architecture_quantization_and_length(tiny, cache):
     assert (info.architecture, info.quantization, info.context_length) == ("llama", "Q8_0", 4096)
     assert info.size_bytes == tiny.stat().st_size and len(info.sha256) == 64
     assert gguf_label(info.file, info.quantization) == "Tiny-Llama (GGUF Q8_0)"
+    assert gguf_label("gemma-3-270m-q4_k_m.gguf", "Q4_K_M") == "gemma-3-270m (GGUF Q4_K_M)"  # a dash before it too
 
 
 def test_the_index_spares_rereading_an_unchanged_file_and_rereads_a_changed_one(tiny, cache, monkeypatch, tmp_path):
