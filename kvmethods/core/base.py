@@ -54,6 +54,7 @@ class Method:
     kvpress_defaults: ClassVar[str] = ""  # our parameters equal to that press's defaults ("window=64:kernel=5")
     kvpress_name: ClassVar[str] = ""  # its name in kvpress evaluation's PRESS_REGISTRY (export --format kvpress)
     kvcache_factory_name: ClassVar[str] = ""  # KVCache-Factory's --method (export --format kvcache-factory)
+    paper: ClassVar[str] = ""  # where the method comes from: authors year, title (arXiv id); `kvbench methods` lists it
     query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
     prefill_chunk: ClassVar[int] = 0  # > 0: the prompt is prefilled this many tokens at a time (chunked.py)
     # What the runtime does with a model's sliding-window layers (families/layout.SLIDING_POLICIES): "keep" them

@@ -12,6 +12,7 @@ ROWS = (
          checked_in_code=True,
          kvpress_press='AdaKVPress',
          kvcache_factory_name='AdaKV',
+         paper='Feng et al. 2024, Ada-KV (arXiv 2407.11550)',
          params=(
              ParamSpec('base', str, 'snapkv', 'scoring method whose scores the heads share (any method with score())'),
              ParamSpec('alpha', float, 0.2, 'safeguard floor: each head keeps at least alpha x budget of its own top tokens', minimum=0.0),
@@ -21,6 +22,7 @@ ROWS = (
          capabilities=Capability.COMPRESSES | Capability.LAYER_SCORES | Capability.WRAPS,
          checked_in_code=True,
          kvpress_press='CriticalKVPress',
+         paper='Feng et al. 2025, CriticalKV (arXiv 2502.03805)',
          params=(
              ParamSpec('base', str, 'snapkv', 'method whose scores are rescaled (any method with score())'),
              ParamSpec('epsilon', float, 0.0001, 'added to the base score before rescaling', minimum=0.0),
@@ -29,6 +31,7 @@ ROWS = (
     dict(name='decoding', target='kvmethods.decoding.decoding_compression:DecodingCompression',
          capabilities=Capability.COMPRESSES | Capability.LAYER_SCORES | Capability.COMPRESSES_WHILE_DECODING | Capability.WRAPS,
          checked_in_code=True,
+         paper="kvpress DecodingPress; R-KV's buffer (Cai et al. 2025, arXiv 2505.24133)",
          params=(
              ParamSpec('base', str, 'snapkv', 'prefill-time scorer that also cuts the cache back while decoding'),
              ParamSpec('interval', int, 128, "new tokens between two compressions while decoding (R-KV's buffer)", minimum=1),
@@ -36,6 +39,7 @@ ROWS = (
     dict(name='expected_attention', target='kvmethods.scorers.expected_attention:ExpectedAttention',
          capabilities=Capability.COMPRESSES | Capability.LAYER_SCORES | Capability.PRE_ROPE_QUERIES,
          kvpress_press='ExpectedAttentionPress',
+         paper='Devoto et al. 2025, Expected Attention (kvpress)',
          params=(
              ParamSpec('n_future_positions', int, 512, 'future positions the RoPE rotation is averaged over', minimum=1),
              ParamSpec('n_sink', int, 4, 'first tokens always kept and left out of the query statistics', minimum=0),
@@ -47,10 +51,12 @@ ROWS = (
          capabilities=Capability(0),
          kvpress_name='no_press',
          kvcache_factory_name='FullKV',
+         paper='the uncompressed cache (reference row)',
          params=()),
     dict(name='h2o', target='kvmethods.scorers.h2o:H2O',
          capabilities=Capability.COMPRESSES | Capability.LAYER_SCORES | Capability.NEEDS_ALL_QUERIES,
          kvcache_factory_name='H2O',
+         paper='Zhang et al. 2023, H2O (arXiv 2306.14048)',
          params=(
              ParamSpec('recent_ratio', float, 0.5, 'fraction of the budget given to the most recent tokens', minimum=0.0, maximum=1.0),
          )),
@@ -58,6 +64,7 @@ ROWS = (
          capabilities=Capability.OWN_STORAGE,
          checked_in_code=True,
          environment_check=True,
+         paper="transformers' QuantizedCache (quanto, HQQ)",
          params=(
              ParamSpec('backend', str, 'quanto', "transformers' quantized cache backend", choices=('quanto', 'hqq')),
              ParamSpec('bits', int, 4, 'bits per key and value (quanto: 2 or 4; hqq: 1, 2, 3, 4 or 8)'),
@@ -67,6 +74,7 @@ ROWS = (
     dict(name='kivi', target='kvmethods.storage.kivi:KIVI',
          capabilities=Capability.OWN_STORAGE | Capability.TAKES_CHANNELS,
          checked_in_code=True,
+         paper='Liu et al. 2024, KIVI (arXiv 2402.02750)',
          params=(
              ParamSpec('bits', int, 2, 'bits per key and value (2 or 4)'),
              ParamSpec('group_size', int, 32, 'values per quantization group (tokens for keys, channels for values)', minimum=1),
@@ -77,11 +85,13 @@ ROWS = (
          kvpress_press='KnormPress',
          kvpress_name='knorm',
          kvcache_factory_name='L2Norm',
+         paper='Devoto et al. 2024, L2 norm-based KV cache compression (arXiv 2406.11430)',
          params=()),
     dict(name='kvzip', target='kvmethods.scorers.kvzip:KVzip',
          capabilities=Capability.COMPRESSES | Capability.SCORES_WHOLE_PROMPT,
          kvpress_press='KVzipPress',
          kvpress_name='kvzip',
+         paper='Kim et al. 2025, KVzip (arXiv 2505.23416)',
          params=(
              ParamSpec('chunk_size', int, 2048, 'context tokens reconstructed per repeat forward', minimum=1),
              ParamSpec('n_sink', int, 4, "first tokens always kept (and in every chunk's softmax)", minimum=0),
@@ -92,6 +102,7 @@ ROWS = (
          kvpress_defaults='window=64:kernel=5',
          kvpress_name='pyramidkv',
          kvcache_factory_name='PyramidKV',
+         paper='Cai et al. 2024, PyramidKV (arXiv 2406.02069)',
          params=(
              ParamSpec('window', int, 32, 'observation window: last prompt queries that vote, always kept', minimum=1),
              ParamSpec('kernel', int, 7, 'pooling kernel size along positions (odd)', minimum=1, odd=True),
@@ -103,12 +114,14 @@ ROWS = (
          kvpress_press='RandomPress:seed=0',
          kvpress_name='random',
          kvcache_factory_name='random',
+         paper='baseline (kvpress RandomPress)',
          params=(
              ParamSpec('seed', int, 0, 'seed of the per-layer generator', minimum=0),
          )),
     dict(name='rkv', target='kvmethods.decoding.rkv:RKV',
          capabilities=Capability.COMPRESSES | Capability.LAYER_SCORES | Capability.COMPRESSES_WHILE_DECODING,
          checked_in_code=True,
+         paper='Cai et al. 2025, R-KV (arXiv 2505.24133)',
          params=(
              ParamSpec('window', int, 8, 'recent queries that vote (and are always kept)', minimum=1),
              ParamSpec('kernel', int, 7, 'max-pooling kernel along positions', minimum=1),
@@ -122,6 +135,7 @@ ROWS = (
          kvpress_defaults='window=64:kernel=5',
          kvpress_name='snapkv',
          kvcache_factory_name='SnapKV',
+         paper='Li et al. 2024, SnapKV (arXiv 2404.14469)',
          params=(
              ParamSpec('window', int, 32, 'observation window: last prompt queries that vote, always kept', minimum=1),
              ParamSpec('kernel', int, 7, 'pooling kernel size along positions (odd)', minimum=1, odd=True),
@@ -132,6 +146,7 @@ ROWS = (
          kvpress_press='StreamingLLMPress',
          kvpress_name='streaming_llm',
          kvcache_factory_name='StreamingLLM',
+         paper='Xiao et al. 2023, StreamingLLM (arXiv 2309.17453)',
          params=(
              ParamSpec('sinks', int, 4, 'initial tokens always kept (attention sinks)', minimum=0),
          )),
@@ -139,6 +154,7 @@ ROWS = (
          capabilities=Capability.OWN_STORAGE | Capability.READS_LAST_QUERIES | Capability.PRUNES_CHANNELS,
          checked_in_code=True,
          kvcache_factory_name='ThinK',
+         paper='Xu et al. 2024, ThinK (arXiv 2407.21018)',
          params=(
              ParamSpec('pruning_ratio', float, 0.4, 'fraction of key channels pruned per KV head (reference: 0.4)'),
              ParamSpec('window', int, 32, 'observation window: the last prompt queries that score the channels', minimum=1),
@@ -148,5 +164,6 @@ ROWS = (
          capabilities=Capability.COMPRESSES | Capability.LAYER_SCORES,
          kvpress_press='TOVAPress',
          kvpress_name='tova',
+         paper='Oren et al. 2024, TOVA (arXiv 2401.06104)',
          params=()),
 )

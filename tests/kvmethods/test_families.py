@@ -195,6 +195,22 @@ def test_the_family_table_says_before_loading_what_the_probe_finds(family):
         assert refusal(table, capabilities) == refusal(probed, capabilities), (family, name)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_facts_alone_refuse_what_the_config_refuses(family):
+    """`kvbench methods` names the refusing families from families/table.py's facts alone (tested_layout: no config,
+    no torch): the same refusals, with either sliding policy, as the tiny model's config gives."""
+    from kvmethods.families.layout import COMPRESS, KEEP
+    from kvmethods.families.table import layout_of, tested_layout
+    from kvmethods.testing import family_config
+
+    facts, config = tested_layout(family), layout_of(family_config(family))
+    assert sorted(set(facts.kinds())) == config.kinds()
+    for name in sorted(BUILTINS):
+        for sliding in (KEEP, COMPRESS):
+            capabilities = BUILTINS[name].capabilities
+            assert refusal(facts, capabilities, sliding) == refusal(config, capabilities, sliding), (family, name)
+
+
 @pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])
 def test_the_memory_figures_count_the_window_layers_apart(family):
     """kv_bytes_window is what the sliding layers hold (window - 1 tokens per head), inside kv_bytes_after; the
