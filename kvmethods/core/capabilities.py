@@ -38,6 +38,8 @@ class Capability(Flag):
     WRAPS = auto()  # builds on a base method named by its `base` parameter (wrapping.py)
     PRE_ROPE_QUERIES = auto()  # its scores need pre-RoPE queries and RoPE at future positions (expected_attention)
     DECODES_ALONE = auto()  # its decoding cannot join a batch of other members' caches (a third party's own cache)
+    MERGES_VALUES = auto()  # kept_values(): the kept tokens' values take in the evicted ones' (merge)
+    KEEPS_LAYERS_WHOLE = auto()  # kept_indices() may answer None: that layer keeps every token (simlayerkv)
 
 
 SCORER = Capability.COMPRESSES | Capability.LAYER_SCORES  # the common case: evicts by per-layer scores
