@@ -138,3 +138,12 @@ def test_capkv_keeps_what_cappress_keeps(model, params, press_params, budget):
     ours = native_kept(model, get_method("capkv", **params), budget, ids)
     theirs = press_kept(model, get_method("kvpress:CapPress", **press_params), budget, ids)
     assert ours == theirs
+
+
+def test_a_press_that_decides_its_own_ratio_is_one_line_through_the_adapter():
+    from kvmethods import MethodError
+
+    with pytest.raises(MethodError) as refused:
+        get_method("kvpress:SimLayerKVPress")
+    message = str(refused.value)
+    assert "SimLayerKVPress decides its compression itself" in message and "\n" not in message
