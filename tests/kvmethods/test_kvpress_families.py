@@ -20,6 +20,9 @@ SETTINGS = [
     (("tova", {}), ("kvpress:TOVAPress", {})),
     (("knorm", {}), ("kvpress:KnormPress", {})),
     (("streamingllm", {"sinks": 4}), ("kvpress:StreamingLLMPress", {"n_sink": 4})),
+    (("chunkkv", {"base": "knorm", "chunk_length": 8}), ("kvpress:ChunkKVPress", {"press": "KnormPress",
+                                                                                   "chunk_length": 8})),
+    (("merge", {"base": "knorm"}), ("kvpress:MergingPress", {"press": "KnormPress"})),
 ]
 
 
