@@ -21,13 +21,14 @@ from kvmethods.families.table import FAMILIES, tested_layout
 
 # The kind a method is, by what it declares: the first row whose flags it has.
 KINDS = ((Capability.WRAPS, "wrapper"), (Capability.COMPRESSES_WHILE_DECODING, "compresses while decoding"),
-         (Capability.OWN_STORAGE, "storage"), (Capability.SCORES_WHOLE_PROMPT, "whole-prompt scorer"),
+         (Capability.OWN_STORAGE, "storage"), (Capability.KEEPS_LAYERS_WHOLE, "per-layer selector"),
+         (Capability.SCORES_WHOLE_PROMPT, "whole-prompt scorer"),
          (Capability.LAYER_SCORES, "scorer"), (Capability.COMPRESSES, "selector"))
 
 
 def kind_of(capabilities: Capability) -> str:
-    """wrapper, compresses while decoding, storage (quantizers, channel pruning), whole-prompt scorer, scorer,
-    selector (positions without scores), or reference (keeps everything)."""
+    """wrapper, compresses while decoding, storage (quantizers, channel pruning), per-layer selector (some layers
+    kept whole), whole-prompt scorer, scorer, selector (positions without scores), or reference (keeps everything)."""
     return next((kind for flag, kind in KINDS if flag in capabilities), "reference")
 
 

@@ -37,8 +37,8 @@ def test_every_builtin_is_listed_with_its_declared_parameters(capsys):
 def test_kinds_and_refusing_families_come_from_the_capabilities(capsys):
     rows = {row["name"]: row for row in listed(capsys)}
     assert (rows["snapkv"]["kind"], rows["adakv"]["kind"], rows["kivi"]["kind"], rows["full"]["kind"],
-            rows["streamingllm"]["kind"], rows["kvzip"]["kind"]) == (
-        "scorer", "wrapper", "storage", "reference", "selector", "whole-prompt scorer")
+            rows["streamingllm"]["kind"], rows["kvzip"]["kind"], rows["simlayerkv"]["kind"]) == (
+        "scorer", "wrapper", "storage", "reference", "selector", "whole-prompt scorer", "per-layer selector")
     assert rows["snapkv"]["refused_by"] == {}
     assert "phi3" in rows["expected_attention"]["refused_by"] and "llama" not in rows["expected_attention"]["refused_by"]
     assert "pre-RoPE" in rows["expected_attention"]["refused_by"]["phi3"]
