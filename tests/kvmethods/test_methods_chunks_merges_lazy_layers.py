@@ -115,3 +115,17 @@ def test_a_byte_budget_counts_what_simlayerkvs_whole_layers_hold(model):
     lazy = generate(model, get_method("simlayerkv", threshold=0.0), "m0.25", PROMPT, len(PROMPT), 2, set(),
                     "question_in_window")
     assert lazy.kv_bytes_after <= lazy.kv_bytes_budget
+
+
+@pytest.mark.parametrize("name", ["chunkkv", "merge", "criticalkv", "simlayerkv", "capkv"])
+def test_each_recompresses_after_every_turn_its_bases_window_shrunk_to_the_turn(model, name):
+    """per_turn scores with the turn's tokens: a base's window (snapkv's 32) longer than the turn shrinks to it,
+    as a scorer's own does."""
+    from kvmethods.runtime.protocols import run_turns
+
+    params = {"threshold": 0.0} if name == "simlayerkv" else {}
+    questions = [list(range(100, 108)), list(range(120, 126))]
+    outs = run_turns(model, get_method(name, per_turn=True, **params), "16", PROMPT, questions, 3, set())
+    snapkv = run_turns(model, get_method("snapkv", per_turn=True), "16", PROMPT, questions, 3, set())
+    assert len(outs) == 2 and all(len(out.tokens) == 3 for out in outs)
+    assert [out.kept_tokens_per_layer for out in outs] == [out.kept_tokens_per_layer for out in snapkv]  # cut back
