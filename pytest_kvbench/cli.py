@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from pytest_kvbench import model_listing, user_paths
-from pytest_kvbench.commands import clean, query
+from pytest_kvbench.commands import clean, methods, query
 from pytest_kvbench.cli_checks import (UsageError, check_no_blank_arguments, check_output_paths,
                                       check_results_dir)
 from pytest_kvbench.commands.common import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_tasks)
     model_listing.add_parser(sub, common)
+    methods.add_parser(sub, common)
     clean.add_parser(sub, common)
     query.add_parser(sub, common)
 

@@ -93,8 +93,14 @@ def build_press(kvpress, spec: str, press_name: str, params: dict[str, Any]):
     except Exception as error:  # kvpress validates with asserts and TypeErrors
         raise MethodError(f"{spec}: {press_name}({', '.join(f'{k}={v!r}' for k, v in arguments.items())}) "
                           f"is refused by kvpress: {type(error).__name__}: {error}".replace("\n", " ")) from None
-    if not hasattr(press, "compression_ratio"):
+    # static: a press deciding its own ratio (SimLayerKVPress) raises from its getter before any forward
+    if inspect.getattr_static(press, "compression_ratio", None) is None:
         raise MethodError(f"{spec}: {press_name} has no compression_ratio, so budgets cannot be mapped onto it")
+    try:
+        press.compression_ratio = 0.0  # the budget sets it before each prefill (prefill_context)
+    except AttributeError:
+        raise MethodError(f"{spec}: {press_name} decides its compression itself (its compression_ratio cannot be "
+                          f"set), so budgets cannot be mapped onto it") from None
     return press
 
 

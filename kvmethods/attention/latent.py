@@ -43,6 +43,8 @@ def latent_kept_indices(method: Method, inputs: LayerInputs, n_keep: int) -> tor
         if scores is not None:
             return method.select(scores.mean(dim=1, keepdim=True), n_keep)
     kept = method.kept_indices(inputs, n_keep)
+    if kept is None:  # the method keeps this layer whole (Capability.KEEPS_LAYERS_WHOLE)
+        return None
     if kept.dtype == torch.bool or not bool((kept == kept[:, :1]).all()):
         raise MethodError(f"{method.name}: picks different positions per head without scores, and a multi-head "
                           f"latent attention cache keeps one set of positions for every head")

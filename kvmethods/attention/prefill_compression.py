@@ -63,9 +63,12 @@ def store_selection(cache: DynamicCache, layer_idx: int, method: Method, selecti
                     n_keep: int | None) -> torch.Tensor:
     """Shrink layer `layer_idx` of `cache` to the selection: kept indices [batch, kv_heads, n_keep] gathered
     in place, or a head-adaptive bool mask [1, kv_heads, T] stored as a RaggedLayer (n_keep None: a mask
-    from a budget shared across layers). Returns the selection."""
+    from a budget shared across layers), or None from a method that keeps some layers whole (the layer stays as
+    it is). Returns the selection."""
     layer = cache.layers[layer_idx]
     keys, values = layer.keys, layer.values
+    if selection is None and Capability.KEEPS_LAYERS_WHOLE in method.capabilities:  # this layer keeps everything
+        return None
     if isinstance(selection, torch.Tensor) and selection.dtype == torch.bool:
         if Capability.HEAD_ADAPTIVE not in method.capabilities:  # undeclared, chunks/per_turn/compositions take it
             raise MethodError(f"{method.name}: selected a head-adaptive mask but does not declare "
@@ -76,7 +79,10 @@ def store_selection(cache: DynamicCache, layer_idx: int, method: Method, selecti
     indices = _validated(selection, method, (*keys.shape[:2], n_keep), keys.shape[-2])
     gather = indices.unsqueeze(-1)  # values may be narrower than keys (DeepSeek-V3's decompressed latent cache)
     layer.keys = keys.gather(2, gather.expand(-1, -1, -1, keys.shape[-1]))
-    layer.values = values.gather(2, gather.expand(-1, -1, -1, values.shape[-1]))
+    if Capability.MERGES_VALUES in method.capabilities:  # the evicted values folded into the kept ones (merge)
+        layer.values = method.kept_values(keys, values, indices)
+    else:
+        layer.values = values.gather(2, gather.expand(-1, -1, -1, values.shape[-1]))
     return indices
 
 

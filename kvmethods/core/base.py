@@ -54,6 +54,7 @@ class Method:
     kvpress_defaults: ClassVar[str] = ""  # our parameters equal to that press's defaults ("window=64:kernel=5")
     kvpress_name: ClassVar[str] = ""  # its name in kvpress evaluation's PRESS_REGISTRY (export --format kvpress)
     kvcache_factory_name: ClassVar[str] = ""  # KVCache-Factory's --method (export --format kvcache-factory)
+    paper: ClassVar[str] = ""  # where the method comes from: authors year, title (arXiv id); `kvbench methods` lists it
     query_window: ClassVar[int] = 0  # > 0: storage_layer() gets the prompt's last queries (ThinK)
     prefill_chunk: ClassVar[int] = 0  # > 0: the prompt is prefilled this many tokens at a time (chunked.py)
     # What the runtime does with a model's sliding-window layers (core/layout.SLIDING_POLICIES): "keep" them
@@ -141,9 +142,16 @@ class Method:
         SHARES_ACROSS_LAYERS the layers' totals are free (one budget over all layers)."""
         return [self.select(layer_scores, n_keep) for layer_scores, n_keep in zip(scores, layer_budgets)]
 
-    def kept_indices(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
+    def kept_values(self, keys: torch.Tensor, values: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        """The values a layer stores for its kept positions `kept` [batch, kv_heads, n] out of its whole `keys` and
+        `values` [batch, kv_heads, T, dim]: only for methods with Capability.MERGES_VALUES, whose kept values take
+        in the evicted ones (merge); every other method stores the kept values as they are."""
+        raise NotImplementedError(f"{type(self).__name__} declares MERGES_VALUES but has no kept_values()")
+
+    def kept_indices(self, layer: LayerInputs, n_keep: int) -> torch.Tensor | None:
         """[batch, num_kv_heads, n_keep] positions to keep, ascending, distinct, all < T (or select()'s
-        bool mask for head-adaptive methods)."""
+        bool mask for head-adaptive methods, or None from a method with Capability.KEEPS_LAYERS_WHOLE: this
+        layer keeps every token)."""
         return self.select(self.score(layer, n_keep), n_keep)
 
 
@@ -152,7 +160,8 @@ class Method:
 # must declare the capability, else the runtime would silently take the plain path.
 HOOKS = {Capability.LAYER_SCORES: "score", Capability.SCORES_WHOLE_PROMPT: "prefill_scores",
          Capability.RUNS_PREFILL: "prefill_context", Capability.OWN_STORAGE: "storage_layer",
-         Capability.COMPRESSES_WHILE_DECODING: "while_decoding", Capability.READS_LAST_QUERIES: "query_window"}
+         Capability.COMPRESSES_WHILE_DECODING: "while_decoding", Capability.READS_LAST_QUERIES: "query_window",
+         Capability.MERGES_VALUES: "kept_values"}
 SCORES_OPTIONAL = Capability.LAYER_SCORES  # a method may score positions without offering its scores to wrappers
 
 

@@ -39,6 +39,8 @@ class Capability(Flag):
     PRE_ROPE_QUERIES = auto()  # its scores need pre-RoPE queries and RoPE at future positions (expected_attention)
     DECODES_ALONE = auto()  # its decoding cannot join a batch of other members' caches (a third party's own cache)
     PRE_ROPE_KEYS = auto()  # its scores need every scored key before RoPE, at the forward's positions (leverage)
+    MERGES_VALUES = auto()  # kept_values(): the kept tokens' values take in the evicted ones' (merge)
+    KEEPS_LAYERS_WHOLE = auto()  # kept_indices() may answer None: that layer keeps every token (simlayerkv)
 
 
 SCORER = Capability.COMPRESSES | Capability.LAYER_SCORES  # the common case: evicts by per-layer scores

@@ -47,6 +47,7 @@ class MethodEntry:
     kvpress_defaults: str = ""  # our parameters equal to that press's defaults ("window=64:kernel=5")
     kvpress_name: str = ""  # kvpress evaluation's PRESS_REGISTRY name
     kvcache_factory_name: str = ""  # KVCache-Factory's --method name
+    paper: str = ""  # where the method comes from (Method.paper): `kvbench methods` lists it
 
     @property
     def module(self) -> str:

@@ -26,6 +26,7 @@ class FamilyFacts:
     sinks: bool = False  # learned sink logits in every softmax (gpt-oss)
     latent: bool = False  # multi-head latent attention (DeepSeek-V3)
     note: str = ""  # what is special, for docs/models.md
+    kinds: tuple[str, ...] = (GLOBAL,)  # the layer kinds of its tested model (testing.family_config; a test checks)
 
 
 FAMILIES: dict[str, FamilyFacts] = {
@@ -35,18 +36,22 @@ FAMILIES: dict[str, FamilyFacts] = {
     "qwen3": FamilyFacts(note="per-head q/k norms"),
     "qwen3_moe": FamilyFacts(note="per-head q/k norms; MoE feed-forward"),
     "granite": FamilyFacts(note="attention multiplier as the softmax scale"),
-    "gemma2": FamilyFacts(note="sliding and global layers; eager attention (no sdpa in its class)"),
-    "gemma3_text": FamilyFacts(note="sliding and global layers with their own RoPE; per-head q/k norms"),
+    "gemma2": FamilyFacts(note="sliding and global layers; eager attention (no sdpa in its class)",
+                          kinds=(SLIDING, GLOBAL)),
+    "gemma3_text": FamilyFacts(note="sliding and global layers with their own RoPE; per-head q/k norms",
+                               kinds=(SLIDING, GLOBAL)),
     "smollm3": FamilyFacts(rope_on=BY_CONFIG, note="layers without RoPE (`no_rope_layers`)"),
     "phi3": FamilyFacts(CAPTURED, note="fused `qkv_proj`"),
     "olmo2": FamilyFacts(CAPTURED, note="q/k norms over the whole projection"),
     "glm4": FamilyFacts(CAPTURED, note="partial, interleaved RoPE"),
-    "cohere2": FamilyFacts(CAPTURED, rope_on=ON_SLIDING, note="interleaved RoPE on sliding layers, none on global ones"),
-    "gpt_oss": FamilyFacts(CAPTURED, sinks=True, note="learned sinks; sliding and global layers; MoE; eager attention"),
+    "cohere2": FamilyFacts(CAPTURED, rope_on=ON_SLIDING, note="interleaved RoPE on sliding layers, none on global ones",
+                           kinds=(SLIDING, GLOBAL)),
+    "gpt_oss": FamilyFacts(CAPTURED, sinks=True, note="learned sinks; sliding and global layers; MoE; eager attention",
+                           kinds=(SLIDING, GLOBAL)),
     "deepseek_v3": FamilyFacts(CAPTURED, latent=True, note="multi-head latent attention (MLA): the latent cache "
                                "compressed along tokens, scored from the decompressed keys; MoE"),
     "qwen3_next": FamilyFacts(CAPTURED, note="linear-attention layers between softmax ones (gated queries): their "
-                              "state kept in full, counted in the memory figures; MoE"),
+                              "state kept in full, counted in the memory figures; MoE", kinds=(LINEAR, GLOBAL)),
 }
 
 _KINDS = {"sliding_attention": SLIDING, "chunked_attention": CHUNKED, "linear_attention": LINEAR,
@@ -80,5 +85,21 @@ def layout_of(config) -> FamilyLayout | None:
             continue
         rope = {ALL: True, ON_SLIDING: kind == SLIDING, BY_CONFIG: bool(no_rope[i]) if i < len(no_rope) else True}
         layers.append(LayerLayout(kind=kind, queries=facts.queries, rope=rope[facts.rope_on], window=window,
+                                  sinks="sinks" if facts.sinks else None, latent=facts.latent))
+    return FamilyLayout(family, "", tuple(layers))
+
+
+def tested_layout(family: str) -> FamilyLayout:
+    """The family's layout from its facts alone, one layer per kind of its tested model: what `refusal` needs to
+    name the methods a family refuses without a config or torch (`kvbench methods`); the same refusals as the
+    layout of its tiny model's config (tests/kvmethods/test_families.py)."""
+    facts = FAMILIES[family]
+    layers = []
+    for kind in facts.kinds:
+        if kind == LINEAR:
+            layers.append(LayerLayout(kind=LINEAR, rope=False))
+            continue
+        rope = facts.rope_on != ON_SLIDING or kind == SLIDING
+        layers.append(LayerLayout(kind=kind, queries=facts.queries, rope=rope, window=1 if kind == SLIDING else None,
                                   sinks="sinks" if facts.sinks else None, latent=facts.latent))
     return FamilyLayout(family, "", tuple(layers))

@@ -12,6 +12,7 @@ from .capabilities import Capability
 @dataclass
 class Full(Method):
     name = "full"
+    paper = "the uncompressed cache (reference row)"
     capabilities = Capability(0)
     kvpress_name = "no_press"
     kvcache_factory_name = "FullKV"

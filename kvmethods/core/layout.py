@@ -41,6 +41,10 @@ def _not_in_window(capabilities: Capability) -> str | None:
         return "it compresses through its own prefill hooks, which do not see the window"
     if capabilities & (Capability.COMPRESSES_WHILE_DECODING | Capability.RECOMPRESSES_PER_TURN):
         return "it cuts the cache back while decoding or after a turn, where a window layer grows back to its window"
+    if Capability.MERGES_VALUES in capabilities:
+        return "it folds evicted values into the kept ones, and a window layer only selects its tokens"
+    if Capability.KEEPS_LAYERS_WHOLE in capabilities:
+        return "it keeps some layers whole, and a window layer compressed within its window holds the budget"
     return None
 
 
@@ -129,4 +133,7 @@ def refusal(layout: FamilyLayout, capabilities: Capability, sliding: str = KEEP)
         if Capability.OWN_STORAGE in capabilities:
             return "multi-head latent attention (MLA): it quantizes or prunes per-head keys and values, and the " \
                    "latent cache holds a latent and a rotary key shared by every head"
+        if Capability.MERGES_VALUES in capabilities:
+            return "multi-head latent attention (MLA): it folds evicted values into kept ones per KV head, and the " \
+                   "latent cache holds a latent shared by every head"
     return None

@@ -86,6 +86,7 @@ def check_decoding_scorer(owner: str, scorer: Method, interval: int) -> None:
 @dataclass
 class DecodingCompression(WrapperMethod):
     name = "decoding"
+    paper = "kvpress DecodingPress; R-KV's buffer (Cai et al. 2025, arXiv 2505.24133)"
     capabilities = SCORER | Capability.COMPRESSES_WHILE_DECODING | Capability.WRAPS
     base: str = param("snapkv", "prefill-time scorer that also cuts the cache back while decoding")
     interval: int = param(128, "new tokens between two compressions while decoding (R-KV's buffer)", minimum=1)

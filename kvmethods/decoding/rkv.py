@@ -43,6 +43,7 @@ def key_redundancy(keys: torch.Tensor, threshold: float) -> torch.Tensor:
 @dataclass
 class RKV(Method):
     name = "rkv"
+    paper = "Cai et al. 2025, R-KV (arXiv 2505.24133)"
     capabilities = SCORER | Capability.COMPRESSES_WHILE_DECODING
     window: int = param(8, "recent queries that vote (and are always kept)", minimum=1)
     kernel: int = param(7, "max-pooling kernel along positions", minimum=1)

@@ -40,6 +40,7 @@ def local_shares(rows: torch.Tensor, window: int) -> torch.Tensor:
 @dataclass
 class CurDKV(Method):
     name = "curdkv"
+    paper = "Sengupta et al. 2025, CurDKV (arXiv 2509.15038)"
     capabilities = SCORER
     kvpress_press = "CURPress"
     kvpress_name = "cur"

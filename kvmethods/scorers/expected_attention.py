@@ -67,6 +67,7 @@ def expected_attention_scores(layer: LayerInputs, n_future_positions: int, n_sin
 @dataclass
 class ExpectedAttention(Method):
     name = "expected_attention"
+    paper = "Devoto et al. 2025, Expected Attention (kvpress)"
     capabilities = SCORER | Capability.PRE_ROPE_QUERIES
     kvpress_press = "ExpectedAttentionPress"
     n_future_positions: int = param(512, "future positions the RoPE rotation is averaged over", minimum=1)

@@ -23,6 +23,7 @@ from .scoring import accumulated_attention, protect_last
 @dataclass
 class H2O(Method):
     name = "h2o"
+    paper = "Zhang et al. 2023, H2O (arXiv 2306.14048)"
     capabilities = SCORER | Capability.NEEDS_ALL_QUERIES
     kvcache_factory_name = "H2O"
     recent_ratio: float = param(0.5, "fraction of the budget given to the most recent tokens", minimum=0.0,

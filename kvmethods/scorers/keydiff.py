@@ -25,6 +25,7 @@ UNIT_EPS, COSINE_EPS = 1e-12, 1e-8  # torch's F.normalize and F.cosine_similarit
 @dataclass
 class KeyDiff(Method):
     name = "keydiff"
+    paper = "Park et al. 2025, KeyDiff (arXiv 2504.15364)"
     capabilities = SCORER
     kvpress_press = "KeyDiffPress"
     kvpress_name = "keydiff"

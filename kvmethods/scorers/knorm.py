@@ -20,6 +20,7 @@ from ..core.precision import score_dtype
 @dataclass
 class KNorm(Method):
     name = "knorm"
+    paper = "Devoto et al. 2024, L2 norm-based KV cache compression (arXiv 2406.11430)"
     capabilities = SCORER
     kvpress_press = "KnormPress"
     kvpress_name = "knorm"

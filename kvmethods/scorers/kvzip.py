@@ -115,6 +115,7 @@ def block_scratch(cache, heads: int, groups: int, columns: int) -> int:
 @dataclass
 class KVzip(Method):
     name = "kvzip"
+    paper = "Kim et al. 2025, KVzip (arXiv 2505.23416)"
     capabilities = Capability.COMPRESSES | Capability.SCORES_WHOLE_PROMPT
     kvpress_press = "KVzipPress"
     kvpress_name = "kvzip"

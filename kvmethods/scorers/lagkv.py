@@ -38,6 +38,7 @@ def lag_relative_scores(states: torch.Tensor, lag_size: int) -> torch.Tensor:
 @dataclass
 class LagKV(Method):
     name = "lagkv"
+    paper = "Liang et al. 2025, LagKV (arXiv 2504.04704)"
     capabilities = SCORER
     kvpress_press = "LagKVPress"
     kvpress_name = "lagkv"

@@ -64,6 +64,7 @@ def leverage_scores(keys: torch.Tensor, sketch: torch.Tensor) -> torch.Tensor:
 @dataclass
 class Leverage(Method):
     name = "leverage"
+    paper = "Chari & Van Durme 2025, Compactor (arXiv 2507.08143)"
     capabilities = SCORER | Capability.PRE_ROPE_KEYS
     kvpress_press = "LeverageScorePress"
     sketch_dimension: int = param(48, "columns of the Gaussian sketch of the keys", minimum=1)

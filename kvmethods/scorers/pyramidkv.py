@@ -39,6 +39,7 @@ def pyramid_schedule(extra: int, num_layers: int, beta: float, cap: int) -> list
 @dataclass
 class PyramidKV(SnapKV):
     name = "pyramidkv"
+    paper = "Cai et al. 2024, PyramidKV (arXiv 2406.02069)"
     capabilities = SCORER
     kvpress_press = "PyramidKVPress"
     kvpress_name = "pyramidkv"

@@ -18,6 +18,7 @@ from ..core.layer_inputs import LayerInputs
 @dataclass
 class Random(Method):
     name = "random"
+    paper = "baseline (kvpress RandomPress)"
     capabilities = SCORER
     kvpress_press = "RandomPress:seed=0"
     kvpress_name = "random"

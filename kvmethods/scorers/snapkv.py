@@ -25,6 +25,7 @@ POOLINGS = ("avgpool", "maxpool", "none")
 @dataclass
 class SnapKV(Method):
     name = "snapkv"
+    paper = "Li et al. 2024, SnapKV (arXiv 2404.14469)"
     capabilities = SCORER
     kvpress_press = "SnapKVPress"
     kvpress_defaults = "window=64:kernel=5"

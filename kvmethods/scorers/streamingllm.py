@@ -20,6 +20,7 @@ from ..core.layer_inputs import LayerInputs
 @dataclass
 class StreamingLLM(Method):
     name = "streamingllm"
+    paper = "Xiao et al. 2023, StreamingLLM (arXiv 2309.17453)"
     capabilities = Capability.COMPRESSES
     kvpress_press = "StreamingLLMPress"
     kvpress_name = "streaming_llm"

@@ -21,6 +21,7 @@ from .scoring import protect_last, window_attention
 @dataclass
 class TOVA(Method):
     name = "tova"
+    paper = "Oren et al. 2024, TOVA (arXiv 2401.06104)"
     capabilities = SCORER
     kvpress_press = "TOVAPress"
     kvpress_name = "tova"

@@ -68,6 +68,7 @@ class MeasuredBytes:
 @dataclass
 class HFQuantized(Method):
     name = "hf_quantized"
+    paper = "transformers' QuantizedCache (quanto, HQQ)"
     capabilities = Capability.OWN_STORAGE
 
     backend: str = param("quanto", "transformers' quantized cache backend", choices=tuple(BACKENDS))

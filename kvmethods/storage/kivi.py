@@ -27,6 +27,7 @@ KIVI_BITS = (2, 4)  # what the reference kernels support for keys and values
 @dataclass
 class KIVI(Method):
     name = "kivi"
+    paper = "Liu et al. 2024, KIVI (arXiv 2402.02750)"
     capabilities = Capability.OWN_STORAGE | Capability.TAKES_CHANNELS
 
     bits: int = param(2, "bits per key and value (2 or 4)")

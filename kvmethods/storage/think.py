@@ -85,6 +85,7 @@ class ChannelPrunedLayer(CompactLayer):
 @dataclass
 class ThinK(Method):
     name = "think"
+    paper = "Xu et al. 2024, ThinK (arXiv 2407.21018)"
     capabilities = Capability.OWN_STORAGE | Capability.READS_LAST_QUERIES | Capability.PRUNES_CHANNELS
     kvcache_factory_name = "ThinK"
 

@@ -51,6 +51,7 @@ def head_adaptive_mask(scores: torch.Tensor, n_keep: int, alpha: float) -> torch
 @dataclass
 class AdaKV(WrapperMethod):
     name = "adakv"
+    paper = "Feng et al. 2024, Ada-KV (arXiv 2407.11550)"
     capabilities = Capability.COMPRESSES | Capability.HEAD_ADAPTIVE | Capability.WRAPS
     kvpress_press = "AdaKVPress"
     kvcache_factory_name = "AdaKV"

@@ -48,6 +48,7 @@ def output_projected_value_norms(layer: LayerInputs) -> torch.Tensor:
 @dataclass
 class CriticalKV(WrapperMethod):
     name = "criticalkv"
+    paper = "Feng et al. 2025, CriticalKV (arXiv 2502.03805)"
     capabilities = SCORER | Capability.WRAPS
     kvpress_press = "CriticalKVPress"
     base: str = param("snapkv", "method whose scores are rescaled (any method with score())")

@@ -38,6 +38,9 @@ class Delegating(Method):
     def kept_indices(self, layer, n_keep: int) -> torch.Tensor:
         return self.inner.kept_indices(layer, n_keep)
 
+    def kept_values(self, keys: torch.Tensor, values: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        return self.inner.kept_values(keys, values, kept)
+
     def select_layers(self, scores: list[torch.Tensor], layer_budgets: list[int]) -> list[torch.Tensor]:
         return self.inner.select_layers(scores, layer_budgets)
 

@@ -17,12 +17,14 @@ is protocols/multi_turn.py; the grid refuses the parameter under any other proto
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 from ..core.base import Method
 from ..core.capabilities import Capability, can_cut_back_from_recent_queries
 from ..core.catalog import PER_TURN as PARAMETER
 from .delegating_wrapper import Delegating
+from .score_wrapper import WrapperMethod
 from ..core.errors import MethodError
 from ..core.params import coerce
 
@@ -42,10 +44,22 @@ class PerTurn(Delegating):
 
     def observing(self, tokens: int) -> Method:
         """The scorer for a turn of `tokens` fed tokens: a `window` longer than the turn shrinks to it."""
-        window = getattr(self.inner, "window", None)
-        if isinstance(window, int) and window > tokens and dataclasses.is_dataclass(self.inner):
-            return dataclasses.replace(self.inner, window=max(1, tokens))
-        return self.inner
+        return observing(self.inner, tokens)
+
+
+def observing(method: Method, tokens: int) -> Method:
+    """`method` with a `window` longer than `tokens` shrunk to them: its own, or its base's for a wrapper
+    (`criticalkv`, `chunkkv`, `merge` over snapkv), the wrapper copied around the shrunk base."""
+    window = getattr(method, "window", None)
+    if isinstance(window, int) and window > tokens and dataclasses.is_dataclass(method):
+        return dataclasses.replace(method, window=max(1, tokens))
+    if isinstance(method, WrapperMethod):
+        inner = observing(method.inner, tokens)
+        if inner is not method.inner:
+            wrapper = copy.copy(method)
+            wrapper.inner = inner
+            return wrapper
+    return method
 
 
 def per_turn(method: Method, value) -> Method:

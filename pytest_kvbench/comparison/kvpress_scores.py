@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvmethods.core.capabilities import Capability
 from kvmethods.core.catalog import BUILTINS, kvpress_spec
 from kvmethods.spec import MethodSpec
 from tabulate import tabulate
@@ -19,8 +20,10 @@ from tabulate import tabulate
 from pytest_kvbench.results.record import Record, budget_sort_key
 from pytest_kvbench.stats import bootstrap_mean, paired_bootstrap
 
-# our method -> the adapter's spec of the kvpress press doing the same, each at its own defaults (catalog rows)
-NATIVE_PRESSES = {name: spec for name in sorted(BUILTINS) if (spec := kvpress_spec(name))}
+# our method -> the adapter's spec of the kvpress press doing the same, each at its own defaults (catalog rows); not
+# those deciding per layer what to keep (simlayerkv): their press takes no budget, so the adapter cannot run it
+NATIVE_PRESSES = {name: spec for name in sorted(BUILTINS) if (spec := kvpress_spec(name))
+                  and Capability.KEEPS_LAYERS_WHOLE not in BUILTINS[name].capabilities}
 
 
 @dataclass(frozen=True)

@@ -45,3 +45,7 @@ def test_rows_compare_only_the_samples_both_sides_ran():
     theirs = [pressed([1, 1], KT.NATIVE_PRESSES["snapkv"])]
     (row,) = KT.score_rows(ours, theirs)
     assert row[3] == "100.0 ± 0.0" and row[4] == "100.0 ± 0.0" and row[6] == ""
+
+
+def test_a_method_whose_press_takes_no_budget_has_no_press_row():
+    assert "simlayerkv" not in KT.NATIVE_PRESSES and "chunkkv" in KT.NATIVE_PRESSES

@@ -18,7 +18,8 @@ from kvmethods.testing import FAMILIES, WINDOW, family_model
 PROMPT = list(range(3, 3 + 24))  # longer than the tiny hybrids' window (12)
 NEW = 4
 # Built-ins by spec: parameters fit the tiny models (head_dim 16: KIVI's groups), hf_quantized needs quanto.
-METHOD_PARAMS = {"kivi": dict(group_size=16, residual=16)}
+# simlayerkv: every layer lazy (a random model's last query looks everywhere), so it compresses like the others.
+METHOD_PARAMS = {"kivi": dict(group_size=16, residual=16), "simlayerkv": dict(threshold=0.0)}
 METHODS = sorted(name for name in BUILTINS if name != "hf_quantized")
 LOSSY = Capability.OWN_STORAGE  # quantizers and channel pruning change every kept token: no identity
 
@@ -193,6 +194,22 @@ def test_the_family_table_says_before_loading_what_the_probe_finds(family):
     for name in METHODS:
         capabilities = method_of(name).capabilities
         assert refusal(table, capabilities) == refusal(probed, capabilities), (family, name)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_facts_alone_refuse_what_the_config_refuses(family):
+    """`kvbench methods` names the refusing families from core/family_table.py's facts alone (tested_layout: no config,
+    no torch): the same refusals, with either sliding policy, as the tiny model's config gives."""
+    from kvmethods.core.layout import COMPRESS, KEEP
+    from kvmethods.core.family_table import layout_of, tested_layout
+    from kvmethods.testing import family_config
+
+    facts, config = tested_layout(family), layout_of(family_config(family))
+    assert sorted(set(facts.kinds())) == config.kinds()
+    for name in sorted(BUILTINS):
+        for sliding in (KEEP, COMPRESS):
+            capabilities = BUILTINS[name].capabilities
+            assert refusal(facts, capabilities, sliding) == refusal(config, capabilities, sliding), (family, name)
 
 
 @pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])

@@ -24,6 +24,9 @@ SETTINGS = [
     (("lagkv", {"lag_size": 16}), ("kvpress:LagKVPress", {"lag_size": 16})),
     (("curdkv", {}), ("kvpress:CURPress", {})),
     (("leverage", {}), ("kvpress:LeverageScorePress", {})),
+    (("chunkkv", {"base": "knorm", "chunk_length": 8}), ("kvpress:ChunkKVPress", {"press": "KnormPress",
+                                                                                   "chunk_length": 8})),
+    (("merge", {"base": "knorm"}), ("kvpress:MergingPress", {"press": "KnormPress"})),
 ]
 
 

@@ -59,7 +59,7 @@ def test_bad_parameters_raise_one_line_method_errors(name, params, fragment):
 
 
 def test_unknown_method_names_the_valid_ones():
-    with pytest.raises(MethodError, match="unknown method 'snapk'; valid methods: adakv, criticalkv, curdkv, decoding, expected_attention, full, h2o"):
+    with pytest.raises(MethodError, match="unknown method 'snapk'; valid methods: adakv, capkv, chunkkv, criticalkv, .*, h2o, .*, snapkv"):
         get_method("snapk")
 
 

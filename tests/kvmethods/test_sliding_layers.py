@@ -112,7 +112,7 @@ def test_compressed_windows_mask_each_head_by_its_own_positions():
     assert int(window.positions.min()) >= state.next_position - (WINDOW - 1)
 
 
-@pytest.mark.parametrize("name", ["adakv", "rkv", "decoding"])
+@pytest.mark.parametrize("name", ["adakv", "rkv", "decoding", "merge", "simlayerkv"])
 def test_methods_that_cannot_select_within_a_window_are_refused_in_one_line(name):
     model = model_of("gemma2")
     with pytest.raises(MethodError) as refused:

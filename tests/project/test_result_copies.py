@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from kvmethods import available_methods
 from pytest_kvbench.wiring.default_selection import full_cache_scores
 from pytest_kvbench.wiring.grid.options import DEFAULT_METHODS
 
@@ -117,4 +116,4 @@ def test_the_documented_default_methods_are_the_default(page):
     row = next(line for line in (ROOT / page).read_text().splitlines() if line.startswith("| `--kvbench-methods`"))
     default = row.strip().strip("|").split("|")[-1]
     assert re.findall(r"`([a-z0-9_]+)`", default) == DEFAULT_METHODS
-    assert f"{len(DEFAULT_METHODS)} of the {len(available_methods())} built-ins" in default
+    assert "`kvbench methods` lists every built-in" in default  # no count to keep equal by hand
