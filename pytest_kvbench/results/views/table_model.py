@@ -85,7 +85,7 @@ class ScoreTable:
     def best(self, column: str) -> float | None:
         """Best compressed value of a column; None when there is no contest (fewer than two
         compressed methods, or all of them equal: bold on every row would say nothing)."""
-        compressed = [m for m in self.methods if m != FULL_CACHE.spec]
+        compressed = [m for m in self.methods if m != FULL_CACHE.spec and not self.is_engine_reference(m)]
         values = [v for m in compressed if (v := self.value(m, column)) is not None]
         if len(values) < 2 or max(values) == min(values):
             return None
@@ -93,7 +93,12 @@ class ScoreTable:
 
     def is_best(self, method: str, column: str) -> bool:
         value, best = self.value(method, column), self.best(column)
-        return method != FULL_CACHE.spec and value is not None and best is not None and math.isclose(value, best)
+        return (method != FULL_CACHE.spec and not self.is_engine_reference(method) and value is not None
+                and best is not None and math.isclose(value, best))
+
+    def is_engine_reference(self, method: str) -> bool:
+        """A serving engine's uncompressed row (``llamacpp:f16``): a reference like ``full``, never the best."""
+        return any(r.serving is not None and (r.serving.byte_fraction or 0) >= 1.0 for r in self.records.get(method, ()))
 
     @property
     def seeds_per_cell(self) -> int:

@@ -9,6 +9,7 @@ in Markdown. Needle grids (views/needle_grid.py) follow as depth x context lengt
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from tabulate import tabulate
 
@@ -106,19 +107,26 @@ ENGINE_NOTE = [
 
 
 def engine_rows(records: list[Record]) -> list[str]:
-    """One line per engine row: its byte fraction of f16, its cache bytes as llama.cpp reported them, its agreement
-    with the engine's f16 cache and the top-n KL."""
-    seen: dict[str, Record] = {}
+    """One line per engine row: its byte fraction of f16, whether its cache bytes match llama.cpp's own figure, its
+    agreement with the engine's f16 cache and the top-n KL (means over the row's records)."""
+    seen: dict[str, list[Record]] = {}
     for r in records:
         if r.serving is not None and r.is_scored:
-            seen.setdefault(r.labels.row, r)
+            seen.setdefault(r.labels.row, []).append(r)
 
     def figure(value, digits):
         return "-" if value is None else f"{value:.{digits}f}"
 
+    def mean(values):
+        present = [v for v in values if v is not None]
+        return sum(present) / len(present) if present else None
+
     lines = []
-    for row, r in sorted(seen.items()):
-        s = r.serving
+    for row, rows in sorted(seen.items()):
+        s = replace(rows[0].serving, agreement_engine=mean(r.serving.agreement_engine for r in rows),
+                    top_n_kl=mean(r.serving.top_n_kl for r in rows),
+                    kv_bytes_agree=None if any(r.serving.kv_bytes_agree is None for r in rows)
+                    else all(r.serving.kv_bytes_agree for r in rows))
         checked = {True: "matches llama.cpp's own size", False: "differs from llama.cpp's own size",
                    None: "llama.cpp printed no size"}[s.kv_bytes_agree]
         lines.append(f"- `{row}`: {s.engine} {s.version or ''} on {s.weights} weights, K {s.cache_type_k} / V "
