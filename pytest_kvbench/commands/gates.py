@@ -15,7 +15,8 @@ from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, che
 from pytest_kvbench.comparison.gate_coverage import coverage_message, uncompared
 from pytest_kvbench.comparison.power import power_lines
 from pytest_kvbench.comparison.tolerances import parse_tolerances
-from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table, score_alone_note
+from pytest_kvbench.comparison.verdict_format import comparison_summary, comparison_table, score_alone_note
+from pytest_kvbench.comparison.verdicts import compare_record
 from pytest_kvbench.results.run import storage
 from pytest_kvbench.results.run.environment import environment_differences
 

@@ -13,26 +13,23 @@ is gated only when asked (CI machines are noisy), with per-sample timings as the
 memory figures are deterministic and gated by threshold alone. A baseline entry is compared only
 when the run measured the same thing (same sample ids, method parameters, protocol, metric):
 otherwise the verdict is ``mismatch`` and says what differs, never a silent comparison.
+
+This module judges; how a verdict reads (its message, table rows, the summary) is verdict_format.py's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tabulate import tabulate
-
 from pytest_kvbench.comparison.tolerances import FIDELITY_METRICS, METRICS, Tolerance, Tolerances
 from pytest_kvbench.comparison.verdict_format import (
-    TABLE_HEADERS,
-    check_row,
-    fmt_delta,
-    fmt_interval,
-    fmt_p,
-    fmt_value,
-    relative,
+    failing_message,
+    mismatch_message,
+    new_message,
+    passing_message,
+    verdict_rows,
 )
 from pytest_kvbench.results.record import Record, is_number
 from pytest_kvbench.stats import PairedResult, compare_paired
@@ -41,7 +38,6 @@ if TYPE_CHECKING:
     from pytest_kvbench.comparison.baseline_file import BaselineEntry
 
 SCORE_SCALE = 100.0  # record scores are 100 x the mean per-sample score (DEVELOPERS.md, tasks)
-STATUSES = ("ok", "regression", "changed", "improved", "new", "mismatch")
 FAILING = ("regression", "changed")  # changed: a two-sided metric moved significantly the better way
 
 
@@ -82,12 +78,7 @@ class Verdict:
     @property
     def rows(self) -> list[list[str]]:
         """Table rows: one per compared metric, or one describing a new or mismatched item."""
-        if self.status in ("new", "mismatch"):
-            verdict = self.status if self.status == "new" else "mismatch: " + "; ".join(r.split(" (")[0] for r in self.reasons)
-            check = self.checks[0] if self.checks else MetricCheck("score", None, None, None)
-            return [[self.key, check.metric, fmt_value(check.metric, check.baseline),
-                     fmt_value(check.metric, check.current), "-", "-", "-", verdict]]
-        return [check_row(self.key, check) for check in self.checks]
+        return verdict_rows(self)
 
     @property
     def row(self) -> list[str]:
@@ -285,49 +276,13 @@ def _check_memory(metric: str, record: Record, entry: BaselineEntry, tolerance: 
     return check
 
 
-_DIRECTION = {"kl": ("higher", "lower"), "decode_kl": ("higher", "lower"), "agreement": ("lower", "higher")}
-
-
-def _direction(check: MetricCheck) -> str:
-    """Which way a failing metric moved, in words (fidelity: away from or towards the full cache)."""
-    if check.metric in _DIRECTION:
-        worse, better = _DIRECTION[check.metric]
-        if check.status == "regression":
-            return f"{check.metric} {worse} (further from the full cache):"
-        return f"{check.metric} {better} (closer to the full cache: the method changed):"
-    if check.status == "changed":
-        return f"{check.metric} rose (two-sided):"
-    return check.metric
-
-
-def _regression_text(check: MetricCheck) -> str:
-    unit = " points" if check.metric == "score" else ""
-    stats = []
-    if check.low is not None and check.high is not None and not math.isnan(check.low):
-        stats.append(f"95% CI {fmt_delta(check.metric, check.low)} to {fmt_delta(check.metric, check.high)}")
-    if check.p is not None and not math.isnan(check.p):
-        stats.append(f"paired t-test p={fmt_p(check.p)}")
-    if check.n:
-        stats.append(f"n={check.n}")
-    if check.note:
-        stats.append(check.note)
-    return (f"{_direction(check)} baseline {fmt_value(check.metric, check.baseline)}, current "
-            f"{fmt_value(check.metric, check.current)}, difference {fmt_delta(check.metric, check.delta)}{unit}"
-            f"{relative(check)}"
-            + (f" ({'; '.join(stats)})" if stats else "")
-            + f", beyond the tolerance {check.tolerance}")
-
-
-INTENDED = "if the change is intended, record a new baseline with --kvbench-save (--kvbench-save-force to replace it)"
-
-
 def compare_record(record: Record, entry: BaselineEntry | None, tolerances: Tolerances, *, seed: int = 0) -> Verdict:
     """Compare one finished item with its baseline entry (None: the item is new)."""
     key = str(record.key)
     current_score = record.score if record.is_scored else None
     if entry is None:
         return Verdict(key, "new", [MetricCheck("score", None, current_score, None)],
-                       message=f"{key}: new item, not in the baseline (score {fmt_value('score', current_score)})")
+                       message=new_message(key, current_score))
     reasons = []
     if current_score is None:
         reasons.append(f"no score in this run (status {record.status or 'unknown'})")
@@ -335,7 +290,7 @@ def compare_record(record: Record, entry: BaselineEntry | None, tolerances: Tole
         reasons.extend(_settings_mismatch(record, entry))
     if reasons:
         return Verdict(key, "mismatch", [MetricCheck("score", float(entry.score), current_score, None)], reasons,
-                       message=f"{key}: not compared with the baseline: " + "; ".join(reasons))
+                       message=mismatch_message(key, reasons))
     checks = [_check_score(record, entry, tolerances.get("score"), seed)]
     checks += _fidelity_checks(record, entry, tolerances, seed)
     for tolerance in tolerances:
@@ -346,42 +301,7 @@ def compare_record(record: Record, entry: BaselineEntry | None, tolerances: Tole
     failing = [c for c in checks if c.status in FAILING]
     if failing:
         status = "regression" if any(c.status == "regression" for c in failing) else "changed"
-        what = "regression against the baseline" if status == "regression" else "changed against the baseline"
-        message = f"{key}: {what}: " + "; ".join(_regression_text(c) for c in failing) + f"; {INTENDED}"
-        return Verdict(key, status, checks, message=message)
+        return Verdict(key, status, checks, message=failing_message(key, status, failing))
     score = checks[0]
     status = "improved" if score.status == "improved" else "ok"
-    message = (f"{key}: {status}: score baseline {fmt_value('score', score.baseline)}, current "
-               f"{fmt_value('score', score.current)}, difference {fmt_delta('score', score.delta)} "
-               f"(95% CI {fmt_interval('score', score.low, score.high)}, paired t-test p={fmt_p(score.p)})")
-    return Verdict(key, status, checks, message=message)
-
-
-# -- reporting ------------------------------------------------------------------------------------
-
-
-def comparison_table(verdicts: Sequence[Verdict], tablefmt: str = "simple") -> str:
-    """The comparison table for the terminal summary and ``kvbench compare``."""
-    rows = [row for verdict in verdicts for row in verdict.rows]
-    return tabulate(rows, headers=TABLE_HEADERS, tablefmt=tablefmt, disable_numparse=True)
-
-
-def score_alone_note(baseline, tolerances: Tolerances) -> str | None:
-    """The one line saying a baseline without fidelity figures is judged on the score alone (None otherwise)."""
-    gated = [m for m in FIDELITY_METRICS if m in tolerances]
-    if not gated or baseline is None or baseline.has_fidelity:
-        return None
-    return (f"baseline {baseline.source or ''} has no per-sample fidelity figures ({', '.join(gated)}): gating on the "
-            f"score alone; save it again with --kvbench-save to gate on fidelity").replace("baseline  ", "baseline ")
-
-
-def comparison_summary(verdicts: Sequence[Verdict], unrun: Sequence[str] = ()) -> str:
-    """Counts per verdict, then what needs attention: mismatches (with reasons) and unrun entries."""
-    counts = {status: sum(v.status == status for v in verdicts) for status in STATUSES}
-    parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
-    if unrun:
-        parts.append(f"{len(unrun)} baseline entr{'y' if len(unrun) == 1 else 'ies'} not run")
-    lines = ["kvbench compare: " + (", ".join(parts) or "nothing compared")]
-    lines += [f"  mismatch {v.key}: {'; '.join(v.reasons)}" for v in verdicts if v.status == "mismatch"]
-    lines += [f"  not run: {key}" for key in unrun]
-    return "\n".join(lines)
+    return Verdict(key, status, checks, message=passing_message(key, status, score))

@@ -51,23 +51,6 @@ _SUITE_TABLE = {
 SUITES = tuple(_SUITE_TABLE)
 SUITE_DESCRIPTIONS = {suite: entry.description for suite, entry in _SUITE_TABLE.items()}
 
-# Quick tasks for a smoke run, and the embedded-model main job: the retrieval-style RULER tasks
-# that need no external text (what the embedded model was trained for), the short-answer
-# LongBench tasks that have packaged fixtures, and one fixture task of each further suite.
-# Aggregation tasks (cwe, fwe) and long-generation tasks (gov_report, samsum, qasper) are
-# available by name; they cost minutes on a CPU and the embedded model cannot do them, so they
-# are not in the default grid.
-# The smoke subset is also the CI gate (results/baseline-smoke.json): its RULER and LongBench tasks are those where
-# the embedded model gives the gate power at the smallest budget (niah_single_1: the full cache scores 100 and every
-# method's KL to it is far from 0; lcc: a graded score strictly between 0 and 100), and one fixture task of each
-# further suite keeps every suite running end to end (those entries can fail only by an error: the gate warns,
-# docs/baselines.md).
-_SMOKE_TASKS = ("niah_single_1", "lcc", "longbench_v2", "passkey", "aime2024:max_new_tokens=64", "scbench_vt")
-_DEFAULT_TASKS = (
-    "niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt",
-    "passage_retrieval_en", "hotpotqa", "trec", "lcc",
-    "longbench_v2", "passkey", "aime2024:max_new_tokens=64", "scbench_vt",
-)
 _OVERRIDABLE = ("max_new_tokens", "questions")  # questions: per haystack (RULER niah, vt, qa)
 # Largest value of each setting: far above any real use (a 1M-token generation; 1,024 questions in one
 # haystack), low enough that a mistyped number is refused at collection instead of failing a run.
@@ -163,18 +146,10 @@ def get_task(name: str) -> Task:
     return task
 
 
-def _runnable(names: tuple[str, ...]) -> tuple[str, ...]:
-    """The names whose suite needs no missing optional dependency (so the default grid runs anywhere)."""
+def runnable(names) -> tuple[str, ...]:
+    """The names whose suite needs no missing optional dependency (so the default grid, wiring/grid/command_line.py,
+    runs anywhere); asked at configure, since checking the optional dependencies imports the suite tables."""
     return tuple(name for name in names if missing_dependency(suite_of(name)) is None)
-
-
-def __getattr__(attribute: str):
-    # Computed on first use: checking the optional dependencies imports the suite tables.
-    if attribute == "SMOKE_TASKS":
-        return _runnable(_SMOKE_TASKS)
-    if attribute == "DEFAULT_TASKS":
-        return _runnable(_DEFAULT_TASKS)
-    raise AttributeError(attribute)
 
 
 def task_listing(suite: str | None = None) -> list[dict]:

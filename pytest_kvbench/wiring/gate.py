@@ -81,7 +81,7 @@ class Gate:
         if self._verdicts:
             # lazy for startup time: numpy and scipy (see above)
             from pytest_kvbench.comparison.power import power_lines
-            from pytest_kvbench.comparison.verdicts import comparison_table, score_alone_note
+            from pytest_kvbench.comparison.verdict_format import comparison_table, score_alone_note
 
             lines += ["comparison with baseline:", comparison_table(self._verdicts)]
             note = score_alone_note(self.baseline, self.tolerances)

@@ -18,7 +18,8 @@ from pytest_kvbench.comparison.baseline_file import (
     write_baseline,
 )
 from pytest_kvbench.comparison.tolerances import Tolerance, parse_tolerances
-from pytest_kvbench.comparison.verdicts import compare_record, comparison_summary, comparison_table
+from pytest_kvbench.comparison.verdict_format import comparison_summary, comparison_table
+from pytest_kvbench.comparison.verdicts import compare_record
 from pytest_kvbench.results.run.environment import environment_differences
 from pytest_kvbench.results.record import Record
 

@@ -8,7 +8,8 @@ from test_cli_support import make_samples, typed
 
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineEntry, load_baseline, write_baseline
 from pytest_kvbench.comparison.tolerances import parse_tolerances
-from pytest_kvbench.comparison.verdicts import compare_record, comparison_table, score_alone_note
+from pytest_kvbench.comparison.verdict_format import comparison_table, score_alone_note
+from pytest_kvbench.comparison.verdicts import compare_record
 
 pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 

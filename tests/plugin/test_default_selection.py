@@ -8,8 +8,12 @@ import pytest
 
 from helpers import BENCH, collected_ids, run_bench
 from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
-from pytest_kvbench.tasks import DEFAULT_TASKS, SMOKE_TASKS
+from pytest_kvbench.tasks import runnable
 from pytest_kvbench.wiring.default_selection import full_cache_scores, unscored_tasks
+from pytest_kvbench.wiring.grid import command_line
+
+DEFAULT_TASKS = runnable(command_line.DEFAULT_TASKS)  # the default grid, as configure resolves it
+SMOKE_TASKS = runnable(command_line.SMOKE_TASKS)
 
 
 def base(task: str) -> str:

@@ -50,6 +50,20 @@ def test_a_family_a_method_cannot_compress_is_one_line_at_startup(workdir, folde
     assert f"family {family!r} cannot be compressed by {method}: {reason}" in message
 
 
+def test_every_method_a_family_refuses_is_named_in_the_one_line(workdir, folders):
+    """Three refused methods in the grid are three (method, reason) pairs in one line, not the first one only:
+    the user fixes the grid once."""
+    message = assert_one_line_usage_error(workdir, "--kvbench-model", str(folders["deepseek_v3"]),
+                                          "--kvbench-methods", "full,adakv,snapkv,kivi,kvzip")
+    layout = layout_of(family_config("deepseek_v3"))
+    reasons = {name: refusal(layout, BUILTINS[name].capabilities) for name in ("adakv", "kivi", "kvzip")}
+    assert all(reasons.values()) and refusal(layout, BUILTINS["snapkv"].capabilities) is None
+    assert "family 'deepseek_v3' cannot be compressed by adakv: " in message
+    for name, reason in reasons.items():
+        assert f"{name}: {reason}" in message
+    assert "snapkv" not in message
+
+
 def test_a_family_the_methods_compress_configures(workdir, folders):
     result = workdir.runpytest_inprocess("-p", "no:cacheprovider", "--kvbench-model", str(folders["gemma2"]),
                                          "--kvbench-methods", "full,snapkv,h2o,kivi", "--kvbench-context-lengths", "400")

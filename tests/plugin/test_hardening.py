@@ -12,7 +12,8 @@ from test_plugin_grid import collected_ids
 
 from pytest_kvbench.comparison.baseline_file import BaselineEntry
 from pytest_kvbench.comparison.tolerances import parse_tolerances
-from pytest_kvbench.comparison.verdicts import compare_record, comparison_table
+from pytest_kvbench.comparison.verdict_format import comparison_table
+from pytest_kvbench.comparison.verdicts import compare_record
 from pytest_kvbench.results.run.writer import item_dir
 from pytest_kvbench.results.run.merge import merge_runs
 from pytest_kvbench.results.record.serializer import from_json

@@ -9,9 +9,13 @@ import pytest
 
 from helpers import collected_ids
 from pytest_kvbench.engine.models import DEFAULT_MODEL_DIR
-from pytest_kvbench.tasks import DEFAULT_TASKS, SMOKE_TASKS, available_tasks
+from pytest_kvbench.tasks import available_tasks, runnable
 from pytest_kvbench.tasks.packaged import has_packaged_data
+from pytest_kvbench.wiring.grid import command_line
 from pytest_kvbench.wiring.grid.named_tasks import identifiers, tasks_named
+
+DEFAULT_TASKS = runnable(command_line.DEFAULT_TASKS)  # the default grid, as configure resolves it
+SMOKE_TASKS = runnable(command_line.SMOKE_TASKS)
 
 pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
 

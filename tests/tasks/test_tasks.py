@@ -11,13 +11,12 @@ from test_tasks_support import tiny_tokenizer
 from pytest_kvbench import tasks
 from pytest_kvbench.tasks import (
     DEFAULT_CONTEXT_LENGTH,
-    DEFAULT_TASKS,
-    SMOKE_TASKS,
     TaskError,
     available_tasks,
     check_context_length,
     get_task,
 )
+from pytest_kvbench.wiring.grid.command_line import DEFAULT_TASKS, SMOKE_TASKS
 
 LONGBENCH = ["narrativeqa", "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "musique", "gov_report", "qmsum",
              "multi_news", "trec", "triviaqa", "samsum", "passage_count", "passage_retrieval_en", "lcc", "repobench-p",

@@ -1,4 +1,5 @@
-"""The ``--kvbench-*`` options and ``kvbench_*`` ini keys pytest learns, and the form of the values given.
+"""The ``--kvbench-*`` options and ``kvbench_*`` ini keys pytest learns, the form of the values given, and the
+default grid's methods and tasks (by name: the task registry drops those it cannot run, at configure).
 
 Registered in pytest_addoption; checked first at configure, before any value is resolved (options.py): a blank
 value, a one-value option typed twice with two values, a malformed ``--kvbench-shard``. pytest declares the
@@ -17,6 +18,26 @@ from pytest_kvbench.wiring.grid import tracker_options
 # full, seven eviction methods and a quantizer (kivi: every method family the product ships has a row of the main
 # job's table and an item of the smoke gate; it runs at options.DEFAULT_STORAGE_BUDGETS, a byte budget)
 DEFAULT_METHODS = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "tova", "knorm", "random", "kivi"]
+
+# The default grid's tasks (the embedded-model main job) and its smoke subset, as named on the command line; the
+# task registry drops those whose suite misses an optional dependency (tasks/registry.runnable) at configure.
+# The main job's tasks: the retrieval-style RULER tasks
+# that need no external text (what the embedded model was trained for), the short-answer
+# LongBench tasks that have packaged fixtures, and one fixture task of each further suite.
+# Aggregation tasks (cwe, fwe) and long-generation tasks (gov_report, samsum, qasper) are
+# available by name; they cost minutes on a CPU and the embedded model cannot do them, so they
+# are not in the default grid.
+# The smoke subset is also the CI gate (results/baseline-smoke.json): its RULER and LongBench tasks are those where
+# the embedded model gives the gate power at the smallest budget (niah_single_1: the full cache scores 100 and every
+# method's KL to it is far from 0; lcc: a graded score strictly between 0 and 100), and one fixture task of each
+# further suite keeps every suite running end to end (those entries can fail only by an error: the gate warns,
+# docs/baselines.md).
+SMOKE_TASKS = ("niah_single_1", "lcc", "longbench_v2", "passkey", "aime2024:max_new_tokens=64", "scbench_vt")
+DEFAULT_TASKS = (
+    "niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt",
+    "passage_retrieval_en", "hotpotqa", "trec", "lcc",
+    "longbench_v2", "passkey", "aime2024:max_new_tokens=64", "scbench_vt",
+)
 
 # name -> (help, ini type); each becomes --kvbench-<name> and the ini key kvbench_<name>.
 GRID_OPTIONS: dict[str, tuple[str, str]] = {

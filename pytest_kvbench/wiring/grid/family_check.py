@@ -6,8 +6,8 @@ and a folder whose config.json does not describe its weights (a 600-line load er
 configure time (exit 4) here:
 - the family's description before it loads (kvmethods/core/family_table.py: the layer kinds from the config, the
   rest from the family's row) is asked, for every compressing method of the grid, the same rule the runtime
-  asks (core/layout.refusal): the line names the family, the method and the reason. A family without a row
-  is described once loaded (the probe), so it is not refused here;
+  asks (core/layout.refusal): the line names the family and every refused method with its reason. A family
+  without a row is described once loaded (the probe), so it is not refused here;
 - the safetensors headers (JSON, read without torch) must hold the embedding the config describes
   ([vocab_size, hidden_size]) and at least its num_hidden_layers decoder layers.
 """
@@ -29,16 +29,18 @@ MAX_HEADER = 100 * 2**20  # a safetensors header longer than this is not one
 
 
 def check_methods(shown: str, config, capabilities: dict, sliding: str = KEEP) -> None:
-    """GridError naming family, method and reason for the first grid method the family's layout refuses (with
-    sliding-window layers kept or compressed: --kvbench-sliding)."""
+    """GridError naming the family and every grid method its layout refuses, each with its reason, in one line
+    (with sliding-window layers kept or compressed: --kvbench-sliding), so that a user fixes the grid once rather
+    than meeting one refused method per run."""
     layout = layout_of(config)
     if layout is None:
         return
-    for label, method_capabilities in capabilities.items():
-        reason = refusal(layout, method_capabilities, sliding)
-        if reason is not None:
-            raise GridError(f"model {shown}: family {layout.family!r} cannot be compressed by {label}: {reason} "
-                            f"(docs/models.md; `full` alone runs any causal LM)")
+    refused = [(label, reason) for label, method_capabilities in capabilities.items()
+               for reason in [refusal(layout, method_capabilities, sliding)] if reason is not None]
+    if refused:
+        each = "; by ".join(f"{label}: {reason}" for label, reason in refused)
+        raise GridError(f"model {shown}: family {layout.family!r} cannot be compressed by {each} "
+                        f"(docs/models.md; `full` alone runs any causal LM)")
 
 
 def _header(path: Path) -> dict:

@@ -21,6 +21,7 @@ from pytest_kvbench.wiring.grid import canonical, model_refs, named_tasks
 from pytest_kvbench.wiring.grid.engine_checks import check_engine_methods
 from pytest_kvbench.wiring.grid.cache_protocols import (check_decoding_intervals, check_per_turn,
                                                         check_tasks_serve_protocols)
+from pytest_kvbench.wiring.grid.command_line import DEFAULT_TASKS, SMOKE_TASKS
 
 
 def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, str | None] = (None, None),
@@ -58,7 +59,7 @@ def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, s
     if too_large:
         raise GridError(f"--kvbench-budgets: {shown(too_large[0])} tokens is more than any context ({MAX_TOKENS:,} at most)")
     tasks_named = grid.tasks_named = bool(grid.tasks)
-    grid.tasks = grid.tasks or list(task_registry.DEFAULT_TASKS)
+    grid.tasks = grid.tasks or list(task_registry.runnable(DEFAULT_TASKS))
     if not tasks_named:  # -k qasper / -m infinitebench select from every task the registry knows
         on_fixtures = is_fixture_dir(grid.data_dir) or (grid.data_dir is None and set(grid.models) == {DEFAULT_MODEL})
         grid.tasks_added, grid.tasks_unavailable = named_tasks.added_tasks(*selection, grid.tasks, on_fixtures,
@@ -68,7 +69,7 @@ def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, s
         grid.tasks = canonical.unique(task_registry.get_task(task).name for task in grid.tasks)
     except task_registry.TaskError as exc:
         raise GridError(str(exc)) from None
-    grid.smoke_tasks = [t for t in grid.tasks if t in task_registry.SMOKE_TASKS]
+    grid.smoke_tasks = [t for t in grid.tasks if t in task_registry.runnable(SMOKE_TASKS)]
     check_tasks_serve_protocols(grid, tasks_named)
     check_decoding_intervals(grid)
     check_per_turn(grid)
