@@ -134,7 +134,7 @@ class Baseline:
 def check_save_target(path: str | os.PathLike, force: bool) -> None:
     """Refuse a --kvbench-save target at configure time, before an hour of benchmarking is spent."""
     try:
-        target, exists = user_paths.writable_file(path, "cannot save baseline")
+        target, exists = user_paths.writable_file(path, "cannot save baseline", make_parents=False)
     except user_paths.PathError as exc:
         raise BaselineError(str(exc)) from None
     if exists and not force:
@@ -151,7 +151,7 @@ def write_baseline(path: str | os.PathLike, records: list[Record], environment: 
     baseline = Baseline.from_records(scored, environment, source=str(target))
     baseline.created = datetime.now().astimezone().isoformat(timespec="seconds")
     try:
-        atomic_write_json(target, baseline.to_json())
+        atomic_write_json(target, baseline.to_json(), make_parents=False)
     except OSError as exc:
         raise BaselineError(f"cannot write baseline {target}: {exc.strerror or exc}") from None
 
@@ -167,11 +167,24 @@ def _read_entry(path: Path, key: object, entry: object) -> BaselineEntry:
     samples = entry.get("samples")
     if not isinstance(samples, list):
         raise BaselineError(f"{where} has no 'samples' list")
+    if not samples:
+        raise BaselineError(f"{where} has no samples: a run's samples could never be paired with it")
+    seen: set = set()
     for number, sample in enumerate(samples, start=1):
         if not isinstance(sample, dict) or not isinstance(sample.get("id"), (str, int)) or isinstance(sample.get("id"), bool):
             raise BaselineError(f"{where}: sample {number} has no 'id'")
+        if str(sample["id"]) in seen:
+            raise BaselineError(f"{where}: sample {sample['id']!r} appears twice (samples pair by id)")
+        seen.add(str(sample["id"]))
         if not is_number(sample.get("score")):
             raise BaselineError(f"{where}: sample {sample['id']!r} has no numeric 'score'")
+        for name in FIDELITY_FIELDS:  # Infinity or NaN would drop the sample from that check without a word
+            if sample.get(name) is not None and not is_number(sample[name]):
+                raise BaselineError(f"{where}: sample {sample['id']!r} has {name} {sample[name]!r}; it must be a "
+                                    f"finite number or null")
+    n_samples = entry.get("n_samples")
+    if n_samples is not None and (not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 1):
+        raise BaselineError(f"{where}: 'n_samples' must be a positive integer, got {n_samples!r}")
     for name in ("method", "latency", "memory", "task"):
         if entry.get(name) is not None and not isinstance(entry.get(name), dict):
             raise BaselineError(f"{where}: {name!r} must be an object")

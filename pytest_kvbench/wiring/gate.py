@@ -38,6 +38,9 @@ class Gate:
 
         try:
             tolerances = parse_tolerances(config.getoption("kvbench_compare_fail") or [])
+            if config.getoption("kvbench_compare_fail") and not compare:  # a tolerance judges against a baseline
+                raise BaselineError(f"--kvbench-compare-fail {','.join(config.getoption('kvbench_compare_fail'))} "
+                                    f"has no effect without --kvbench-compare BASELINE; add one, or leave it out")
             baseline = load_baseline(compare) if compare else None
             if save:
                 check_save_target(save, force)

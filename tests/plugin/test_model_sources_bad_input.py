@@ -58,8 +58,10 @@ def test_a_gguf_file_in_the_toml_grid_is_checked_the_same(workdir, tiny):
 
 
 def test_a_file_that_is_not_gguf(workdir):
-    (workdir.path / "notes.gguf").write_text("hello\n")
+    (workdir.path / "notes.gguf").write_text("hello, these are notes and not a model\n")
     assert "not a readable GGUF file" in refused(workdir, "notes.gguf")
+    (workdir.path / "short.gguf").write_text("hello\n")
+    assert "only 6 bytes, too short for a model file (at least 24)" in refused(workdir, "short.gguf")
 
 
 def test_an_architecture_transformers_cannot_load(workdir):
