@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
+from pytest_kvbench.comparison.benchmark_changes import benchmark_changes
 from pytest_kvbench.comparison.tolerances import FIDELITY_METRICS, METRICS, Tolerance, Tolerances
 from pytest_kvbench.comparison.verdict_format import (
     TABLE_HEADERS,
@@ -41,8 +42,9 @@ if TYPE_CHECKING:
     from pytest_kvbench.comparison.baseline_file import BaselineEntry
 
 SCORE_SCALE = 100.0  # record scores are 100 x the mean per-sample score (DEVELOPERS.md, tasks)
-STATUSES = ("ok", "regression", "changed", "improved", "new", "mismatch")
-FAILING = ("regression", "changed")  # changed: a two-sided metric moved significantly the better way
+STATUSES = ("ok", "regression", "changed", "improved", "new", "mismatch", "benchmark")
+# changed: a two-sided metric moved significantly the better way; benchmark: what was measured changed (not compared)
+FAILING = ("regression", "changed", "benchmark")
 
 
 # -- comparing one record with its entry --------------------------------------------------------
@@ -82,8 +84,9 @@ class Verdict:
     @property
     def rows(self) -> list[list[str]]:
         """Table rows: one per compared metric, or one describing a new or mismatched item."""
-        if self.status in ("new", "mismatch"):
-            verdict = self.status if self.status == "new" else "mismatch: " + "; ".join(r.split(" (")[0] for r in self.reasons)
+        if self.status in ("new", "mismatch", "benchmark"):
+            verdict = self.status if self.status == "new" else {"mismatch": "mismatch: ", "benchmark": "benchmark changed: "}[
+                self.status] + "; ".join(r.split(" (")[0] for r in self.reasons)
             check = self.checks[0] if self.checks else MetricCheck("score", None, None, None)
             return [[self.key, check.metric, fmt_value(check.metric, check.baseline),
                      fmt_value(check.metric, check.current), "-", "-", "-", verdict]]
@@ -328,6 +331,10 @@ def compare_record(record: Record, entry: BaselineEntry | None, tolerances: Tole
     if entry is None:
         return Verdict(key, "new", [MetricCheck("score", None, current_score, None)],
                        message=f"{key}: new item, not in the baseline (score {fmt_value('score', current_score)})")
+    changes = benchmark_changes(record, entry) if current_score is not None else None
+    if changes:  # before the scores: a changed benchmark is not compared as if it were the same
+        return Verdict(key, "benchmark", [MetricCheck("score", float(entry.score), current_score, None)], changes,
+                       message=f"{key}: benchmark changed: " + "; ".join(changes) + f"; not compared; {INTENDED}")
     reasons = []
     if current_score is None:
         reasons.append(f"no score in this run (status {record.status or 'unknown'})")
@@ -383,5 +390,6 @@ def comparison_summary(verdicts: Sequence[Verdict], unrun: Sequence[str] = ()) -
         parts.append(f"{len(unrun)} baseline entr{'y' if len(unrun) == 1 else 'ies'} not run")
     lines = ["kvbench compare: " + (", ".join(parts) or "nothing compared")]
     lines += [f"  mismatch {v.key}: {'; '.join(v.reasons)}" for v in verdicts if v.status == "mismatch"]
+    lines += [f"  benchmark changed {v.key}: {'; '.join(v.reasons)}" for v in verdicts if v.status == "benchmark"]
     lines += [f"  not run: {key}" for key in unrun]
     return "\n".join(lines)

@@ -87,9 +87,10 @@ class Gate:
             from pytest_kvbench.comparison.verdicts import comparison_table, score_alone_note
 
             lines += ["comparison with baseline:", comparison_table(self._verdicts)]
-            note = score_alone_note(self.baseline, self.tolerances)
-            if note:
-                lines.append(note)
+            from pytest_kvbench.comparison.benchmark_changes import without_fingerprint_note  # lazy: as above
+
+            lines += [note for note in (score_alone_note(self.baseline, self.tolerances),
+                                        without_fingerprint_note(self.baseline)) if note]
             lines += power_lines(self.baseline.entries.values(), self.tolerances)
         if self._unrun:
             lines.append(f"baseline entries not run ({len(self._unrun)}): {', '.join(self._unrun[:20])}"
