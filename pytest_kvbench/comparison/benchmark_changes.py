@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kvmethods import FULL_CACHE
 from pytest_kvbench.results.record import Record
+from pytest_kvbench.results.record.fingerprint import OUTPUTS_ON
 
 if TYPE_CHECKING:
     from pytest_kvbench.comparison.baseline_file import BaselineEntry
@@ -35,10 +36,11 @@ def _differing(record: Record, entry: BaselineEntry, name: str) -> tuple[int, in
 
 
 def is_deterministic(record: Record, entry: BaselineEntry) -> bool:
-    """Both on CPU, with the same torch, CPU model and threads: the same inputs give bitwise the same outputs."""
-    ours, theirs = record.device, entry.device
-    return (ours.type == theirs.type == "cpu" and ours.torch is not None and ours.torch == theirs.torch
-            and ours.cpu_model == theirs.cpu_model and ours.threads == theirs.threads)
+    """Both on CPU, with the same torch, CPU model and threads: the same inputs give bitwise the same outputs.
+    The entry's side is where its output digests were computed (``outputs_on``; its device otherwise)."""
+    ours = {name: getattr(record.device, name) for name in OUTPUTS_ON}
+    theirs = (entry.benchmark or {}).get("outputs_on") or {name: getattr(entry.device, name) for name in OUTPUTS_ON}
+    return ours["type"] == "cpu" and ours["torch"] is not None and all(ours[n] == theirs.get(n) for n in OUTPUTS_ON)
 
 
 def _settings_changes(ours: dict, theirs: dict) -> str | None:
