@@ -4,6 +4,9 @@ Why: CI merges the shards of the README's SLURM job array (``.ci/slurm.sh``) and
 run is the run a single process makes of the same grid: every item once, the same status, and the same
 score, per-sample predictions and fidelity. Times, memory and devices differ between runs and are not
 compared. Usage: ``python .ci/same_results.py RUN_A RUN_B`` (run directories).
+
+``--exact`` (the determinism step, .ci/determinism.sh): the same grid run twice in one process setup must give
+bitwise-equal records, every field but those that time or meter the run (VARYING) and the run's own id.
 """
 
 from __future__ import annotations
@@ -15,6 +18,42 @@ from pytest_kvbench.results.run.directories import RunError, load_run
 # What an item measured, as opposed to how long it took or what it ran on.
 ITEM_FIELDS = ("status", "score", "aggregate", "fidelity", "n_samples")
 SAMPLE_FIELDS = ("id", "prediction", "score", "kept_tokens", "kl", "agreement")
+
+
+# Fields that measure time, memory or energy, or name the run or the load: they differ between two identical runs.
+VARYING = {"run_id", "nodeid", "latency", "load_s", "loaded_by_this_item", "peak_bytes", "peak_reserved_bytes",
+           "peak_method", "energy_j", "energy_source", "supersedes"}
+VARYING_SUFFIXES = ("_ms", "_s", "_per_s")
+
+
+def measured(value):
+    """The record (or part) without its VARYING fields, recursively."""
+    if isinstance(value, dict):
+        return {key: measured(item) for key, item in value.items()
+                if key not in VARYING and not key.endswith(VARYING_SUFFIXES)}
+    if isinstance(value, list):
+        return [measured(item) for item in value]
+    return value
+
+
+def exact_differences(a: dict[str, dict], b: dict[str, dict], name_a: str, name_b: str) -> list[str]:
+    """One line per item found in only one run, or per field path whose value differs (VARYING fields aside)."""
+    lines = [f"only in {name_a}: {key}" for key in sorted(a.keys() - b.keys())]
+    lines += [f"only in {name_b}: {key}" for key in sorted(b.keys() - a.keys())]
+
+    def walk(key: str, path: str, left, right) -> None:
+        if isinstance(left, dict) and isinstance(right, dict):
+            for name in sorted(left.keys() | right.keys()):
+                walk(key, f"{path}.{name}" if path else name, left.get(name), right.get(name))
+        elif isinstance(left, list) and isinstance(right, list) and len(left) == len(right):
+            for index, (x, y) in enumerate(zip(left, right)):
+                walk(key, f"{path}[{index}]", x, y)
+        elif left != right:
+            lines.append(f"{key}: {path} {left!r} in {name_a}, {right!r} in {name_b}")
+
+    for key in sorted(a.keys() & b.keys()):
+        walk(key, "", measured(a[key]), measured(b[key]))
+    return lines
 
 
 def outcome(record: dict) -> dict:
@@ -38,8 +77,10 @@ def differences(a: dict[str, dict], b: dict[str, dict], name_a: str, name_b: str
 
 
 def main(argv: list[str]) -> int:
+    exact = "--exact" in argv
+    argv = [arg for arg in argv if arg != "--exact"]
     if len(argv) != 2:
-        print("usage: same_results.py RUN_A RUN_B", file=sys.stderr)
+        print("usage: same_results.py [--exact] RUN_A RUN_B", file=sys.stderr)
         return 2
     try:
         run_a, run_b = (load_run(path) for path in argv)
@@ -53,7 +94,8 @@ def main(argv: list[str]) -> int:
         return 2
     records_a = {r.key: r.to_json() for r in run_a.records}  # compared in their written (JSON) form
     records_b = {r.key: r.to_json() for r in run_b.records}
-    found = differences(records_a, records_b, *argv)  # named as given: a copied run keeps its run id
+    compare = exact_differences if exact else differences
+    found = compare(records_a, records_b, *argv)  # named as given: a copied run keeps its run id
     if len(records_a) != len(run_a.records) or len(records_b) != len(run_b.records):
         found.append("an item key appears twice in one run")
     if not records_a:
@@ -62,7 +104,8 @@ def main(argv: list[str]) -> int:
         print(line)
     if found:
         return 1
-    print(f"same items and scores: {run_a.run_id} and {run_b.run_id}, {len(records_a)} items")
+    what = "bitwise-equal records (timings aside)" if exact else "same items and scores"
+    print(f"{what}: {run_a.run_id} and {run_b.run_id}, {len(records_a)} items")
     return 0
 
 

@@ -22,10 +22,12 @@ def json_text(obj: Any, indent: int | None = 2) -> str:
     return json.dumps(obj, indent=indent, ensure_ascii=False, default=str)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part."""
+def atomic_write_text(path: str | os.PathLike, text: str, make_parents: bool = True) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part; its missing
+    folders are made unless ``make_parents`` is False (a user's output path: FileNotFoundError instead)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -39,5 +41,5 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, json_text(obj) + "\n")
+def atomic_write_json(path: str | os.PathLike, obj: Any, make_parents: bool = True) -> None:
+    atomic_write_text(path, json_text(obj) + "\n", make_parents)

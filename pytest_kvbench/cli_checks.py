@@ -64,10 +64,11 @@ def check_output_paths(args: argparse.Namespace) -> None:
     replaced); a plot's extension names a format matplotlib writes."""
     for option, path, kind in _output_targets(args):
         try:
+            # a results directory (merge --into) is made with its parents; an output path goes into an existing folder
             if kind == "dir":
-                user_paths.writable_dir(path, option)
+                user_paths.writable_dir(path, option, make_parents=args.command == "merge")
             else:
-                user_paths.writable_file(path, option)
+                user_paths.writable_file(path, option, make_parents=False)
         except user_paths.PathError as exc:
             raise UsageError(str(exc)) from None
         if option == "--plot":

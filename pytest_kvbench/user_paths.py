@@ -14,9 +14,11 @@ import errno
 import os
 import stat
 import tempfile
+import threading
 from pathlib import Path
 
 SHOWN_CHARS = 120  # a 300-character name is shortened in messages so that they stay one line
+READ_TIMEOUT_S = 30.0  # a header read that has not answered by then is a stalled mount, not a slow disk
 
 
 class PathError(ValueError):
@@ -106,6 +108,46 @@ def existing_file(path: str | os.PathLike, what: str) -> Path:
     return resolved
 
 
+def regular_file(path: str | os.PathLike, what: str, min_bytes: int = 1, max_bytes: int | None = None) -> Path:
+    """An existing, readable regular file (links followed) of a plausible size. A FIFO or a device (a link to
+    /dev/zero) passes ``existing_file`` and then blocks or never ends the first read: a model or data file is
+    asked this instead."""
+    resolved = existing_file(path, what)
+    info = os.stat(resolved)
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a device" if
+                stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "a socket" if
+                stat.S_ISSOCK(info.st_mode) else "not a regular file")
+        raise _fail(what, path, f"is {kind}, not a regular file")
+    if info.st_size < min_bytes:
+        raise _fail(what, path, f"only {info.st_size} bytes, too short for a {what} (at least {min_bytes})")
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise _fail(what, path, f"{info.st_size} bytes, too large for a {what} (at most {max_bytes})")
+    return resolved
+
+
+def read_prefix(path: str | os.PathLike, size: int, what: str, timeout_s: float = READ_TIMEOUT_S) -> bytes:
+    """Up to ``size`` bytes from the start of a file, or PathError when the read has not returned within
+    ``timeout_s`` (a stalled network mount: the reading thread is left behind, a daemon)."""
+    outcome: dict = {}
+
+    def read() -> None:
+        try:
+            with open(path, "rb") as handle:
+                outcome["data"] = handle.read(size)
+        except OSError as exc:
+            outcome["error"] = exc
+
+    reader = threading.Thread(target=read, name="kvbench-read-prefix", daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    if reader.is_alive():
+        raise _fail(what, path, f"no data within {timeout_s:g} s of reading it (a stalled mount?)")
+    if "error" in outcome:
+        raise _fail(what, path, (outcome["error"].strerror or str(outcome["error"])).lower())
+    return outcome["data"]
+
+
 def existing_dir(path: str | os.PathLike, what: str) -> Path:
     """A directory that exists and can be listed."""
     resolved, info = checked(path, what)
@@ -133,10 +175,26 @@ def _check_creatable(what: str, path: Path) -> None:
         raise _fail(what, path, f"cannot create it in {shown(ancestor)}: {(exc.strerror or str(exc)).lower()}") from None
 
 
-def writable_dir(path: str | os.PathLike, what: str) -> Path:
-    """A directory that exists and is writable, or that can be created."""
+def _check_parent_exists(what: str, path: Path) -> None:
+    """The folder a user's output goes into exists: kvbench makes none of its parents (``/nonexistent/dir/x.md``
+    made ``/nonexistent`` at the root)."""
+    parent = path.absolute().parent
+    if not os.path.isdir(parent):
+        problem = "is a file, not a directory" if os.path.lexists(parent) else "does not exist"
+        raise _fail(what, path, f"its folder {shown(parent)} {problem}; create it first (kvbench makes no folders "
+                                f"outside the results directory)")
+
+
+def writable_dir(path: str | os.PathLike, what: str, make_parents: bool = True) -> Path:
+    """A directory that exists and is writable, or that can be created (with its missing parents, unless
+    ``make_parents`` is False: a user's output folder goes into an existing one)."""
     resolved, info = checked(path, what)
+    if info is None and os.path.islink(resolved):  # mkdir cannot make it ("File exists"), nor should it guess
+        raise _fail(what, path, f"is a link to {shown(os.readlink(resolved))}, which does not exist; create that "
+                                f"folder or give another path")
     if info is None:
+        if not make_parents:
+            _check_parent_exists(what, resolved)
         _check_creatable(what, resolved)
         return resolved
     if not stat.S_ISDIR(info.st_mode):
@@ -146,12 +204,15 @@ def writable_dir(path: str | os.PathLike, what: str) -> Path:
     return resolved
 
 
-def writable_file(path: str | os.PathLike, what: str) -> tuple[Path, bool]:
-    """A file that can be written (created, or replaced); returns (path, whether it exists)."""
+def writable_file(path: str | os.PathLike, what: str, make_parents: bool = True) -> tuple[Path, bool]:
+    """A file that can be written (created, or replaced); returns (path, whether it exists). ``make_parents``
+    False: a user's output file, whose folder must exist (nothing is made outside the results directory)."""
     resolved, info = checked(path, what)
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise _fail(what, path, "is a directory, not a file")
     if info is None:
+        if not make_parents:
+            _check_parent_exists(what, resolved)
         _check_creatable(what, resolved)
     elif not os.access(resolved.parent, os.W_OK | os.X_OK):
         raise _fail(what, path, f"cannot replace it: {shown(resolved.parent)} is not writable")

@@ -13,13 +13,15 @@ def _byte_level_alphabet() -> list[str]:
     return [chr(c) for c in printable] + [chr(256 + i) for i in range(len(extra))]
 
 
-def write_tiny_gguf(path: Path, architecture: str = "llama", context_length: int = 4096, seed: int = 0) -> Path:
-    """A 2-layer Llama (hidden 64, 4 query / 2 KV heads of 16) with Q8_0 weights and a byte-level tokenizer."""
+def write_tiny_gguf(path: Path, architecture: str = "llama", context_length: int = 4096, seed: int = 0,
+                    heads: int = 4, kv_heads: int = 2) -> Path:
+    """A 2-layer Llama (hidden 64, 4 query / 2 KV heads of 16) with Q8_0 weights and a byte-level tokenizer;
+    ``heads`` / ``kv_heads`` other than those make headers whose shapes do not divide (heads of 16 all the same)."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), architecture)
     tokens = ["<unk>", "<s>", "</s>", *_byte_level_alphabet(), "Ġt", "he"]
-    hidden, layers, heads, kv_heads, head_dim, ffn = 64, 2, 4, 2, 16, 96
+    hidden, layers, head_dim, ffn = 64, 2, 16, 96
     writer.add_name("tiny test llama")
     writer.add_context_length(context_length)
     writer.add_embedding_length(hidden)
@@ -46,7 +48,7 @@ def write_tiny_gguf(path: Path, architecture: str = "llama", context_length: int
 
     def tensor(name: str, shape: tuple[int, ...], quantized: bool = True) -> None:
         values = (rng.standard_normal(shape) * 0.05).astype(np.float32)
-        if not quantized:
+        if not quantized or shape[-1] % 32:  # Q8_0 packs rows in blocks of 32
             writer.add_tensor(name, values)
             return
         data = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q8_0)

@@ -33,7 +33,7 @@ def load(args, spec: str) -> Run:
 
 def write_output(path: str, text: str, what: str) -> None:
     try:
-        atomic_files.atomic_write_text(path, text)
+        atomic_files.atomic_write_text(path, text, make_parents=False)  # its folder was checked to exist
     except OSError as exc:
         raise UsageError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
     print(f"wrote {path}", file=sys.stderr)

@@ -15,6 +15,7 @@ from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, che
 from pytest_kvbench.comparison.gate_coverage import coverage_message, uncompared
 from pytest_kvbench.comparison.power import power_lines
 from pytest_kvbench.comparison.tolerances import parse_tolerances
+from pytest_kvbench.comparison.benchmark_changes import without_fingerprint_note
 from pytest_kvbench.comparison.verdict_format import comparison_summary, comparison_table, score_alone_note
 from pytest_kvbench.comparison.verdicts import compare_record
 from pytest_kvbench.results.run import storage
@@ -57,9 +58,9 @@ def cmd_compare(args) -> int:
     print(comparison_table(verdicts))
     print()
     print(comparison_summary(verdicts, unrun))
-    note = score_alone_note(baseline, tolerances)
-    if note:
-        print(note)
+    for note in (score_alone_note(baseline, tolerances), without_fingerprint_note(baseline)):
+        if note:
+            print(note)
     print("\n" + "\n".join(power_lines(baseline.entries.values(), tolerances, seed=args.seed)))
     for verdict in verdicts:
         if verdict.failed:

@@ -17,6 +17,7 @@ from pathlib import Path
 from pytest_kvbench import user_paths
 from pytest_kvbench.atomic_files import atomic_write_json
 from pytest_kvbench.results.record import BudgetInfo, Device, Latency, Memory, MethodInfo, Record, TaskInfo, is_number
+from pytest_kvbench.results.record.fingerprint import SAMPLE_DIGESTS
 from pytest_kvbench.results.record.serializer import OMITTED_AT_DEFAULT, RecordShapeError, from_json, to_json
 from pytest_kvbench.record_key import DEFAULT_PROTOCOL
 from pytest_kvbench.results.run.storage import read_json
@@ -40,7 +41,7 @@ class BaselineModel:
     extra: dict = field(default_factory=dict)
 
 
-_SAMPLE_FIELDS = ("id", "score", "prefill_ms", "decode_ms", "kl", "agreement", "decode_kl")
+_SAMPLE_FIELDS = ("id", "score", "prefill_ms", "decode_ms", "kl", "agreement", "decode_kl", *SAMPLE_DIGESTS)
 FIDELITY_FIELDS = ("kl", "agreement", "decode_kl")  # per-sample distance to the full cache, gated two-sided
 
 
@@ -59,6 +60,7 @@ class BaselineEntry:
     seed: int | None = None
     task: TaskInfo | None = None
     metric: str | None = None
+    benchmark: dict | None = field(default=None, metadata=OMITTED_AT_DEFAULT)  # None: saved before fingerprints
     score: float
     n_samples: int | None = None
     samples: list[dict]
@@ -75,7 +77,7 @@ class BaselineEntry:
                                        gguf_sha256=model.gguf_sha256),
                    method=record.method, budget=record.budget, protocol=record.protocol,
                    max_prompt_tokens=record.max_prompt_tokens, seed=record.seed, task=record.task, metric=record.metric,
-                   score=record.score, n_samples=record.n_samples,
+                   benchmark=record.benchmark, score=record.score, n_samples=record.n_samples,
                    samples=[{k: s.get(k) for k in _SAMPLE_FIELDS} for s in record.samples],
                    latency=record.latency, memory=record.memory, device=record.device)
 
@@ -134,7 +136,7 @@ class Baseline:
 def check_save_target(path: str | os.PathLike, force: bool) -> None:
     """Refuse a --kvbench-save target at configure time, before an hour of benchmarking is spent."""
     try:
-        target, exists = user_paths.writable_file(path, "cannot save baseline")
+        target, exists = user_paths.writable_file(path, "cannot save baseline", make_parents=False)
     except user_paths.PathError as exc:
         raise BaselineError(str(exc)) from None
     if exists and not force:
@@ -151,7 +153,7 @@ def write_baseline(path: str | os.PathLike, records: list[Record], environment: 
     baseline = Baseline.from_records(scored, environment, source=str(target))
     baseline.created = datetime.now().astimezone().isoformat(timespec="seconds")
     try:
-        atomic_write_json(target, baseline.to_json())
+        atomic_write_json(target, baseline.to_json(), make_parents=False)
     except OSError as exc:
         raise BaselineError(f"cannot write baseline {target}: {exc.strerror or exc}") from None
 
@@ -167,12 +169,25 @@ def _read_entry(path: Path, key: object, entry: object) -> BaselineEntry:
     samples = entry.get("samples")
     if not isinstance(samples, list):
         raise BaselineError(f"{where} has no 'samples' list")
+    if not samples:
+        raise BaselineError(f"{where} has no samples: a run's samples could never be paired with it")
+    seen: set = set()
     for number, sample in enumerate(samples, start=1):
         if not isinstance(sample, dict) or not isinstance(sample.get("id"), (str, int)) or isinstance(sample.get("id"), bool):
             raise BaselineError(f"{where}: sample {number} has no 'id'")
+        if str(sample["id"]) in seen:
+            raise BaselineError(f"{where}: sample {sample['id']!r} appears twice (samples pair by id)")
+        seen.add(str(sample["id"]))
         if not is_number(sample.get("score")):
             raise BaselineError(f"{where}: sample {sample['id']!r} has no numeric 'score'")
-    for name in ("method", "latency", "memory", "task"):
+        for name in FIDELITY_FIELDS:  # Infinity or NaN would drop the sample from that check without a word
+            if sample.get(name) is not None and not is_number(sample[name]):
+                raise BaselineError(f"{where}: sample {sample['id']!r} has {name} {sample[name]!r}; it must be a "
+                                    f"finite number or null")
+    n_samples = entry.get("n_samples")
+    if n_samples is not None and (not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 1):
+        raise BaselineError(f"{where}: 'n_samples' must be a positive integer, got {n_samples!r}")
+    for name in ("method", "latency", "memory", "task", "benchmark"):
         if entry.get(name) is not None and not isinstance(entry.get(name), dict):
             raise BaselineError(f"{where}: {name!r} must be an object")
     try:

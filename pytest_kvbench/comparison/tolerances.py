@@ -28,16 +28,18 @@ class GatedMetric:
     unit: str
     help: str
     two_sided: bool = False
+    span: float | None = None  # the metric lies in [0, span]: an absolute tolerance above it can never fail
 
 
 METRICS = {
-    "score": GatedMetric("score", True, "points", "task score (0-100); absolute points or % of the baseline"),
+    "score": GatedMetric("score", True, "points", "task score (0-100); absolute points or % of the baseline",
+                          span=100.0),
     "latency": GatedMetric("latency", False, "s", "item latency; seconds or % of the baseline"),
     "kv_bytes": GatedMetric("kv_bytes", False, "bytes", "KV cache kept after compression; bytes or %"),
     "peak_bytes": GatedMetric("peak_bytes", False, "bytes", "peak accelerator/process memory; bytes or %"),
     "kl": GatedMetric("kl", False, "nats", "teacher-forced KL to the full cache; nats or %", two_sided=True),
     "agreement": GatedMetric("agreement", True, "", "greedy agreement with the full cache (0-1); absolute or %",
-                             two_sided=True),
+                             two_sided=True, span=1.0),
     "decode_kl": GatedMetric("decode_kl", False, "nats", "KL of the greedy decode to the full cache; nats or %",
                              two_sided=True),
 }
@@ -113,6 +115,10 @@ def _parse_one(spec: str) -> tuple[str, Tolerance | None]:
         raise BaselineError(usage)
     if not math.isfinite(value) or value < 0:
         raise BaselineError(f"invalid tolerance {shown(spec)}: the value must be a finite number >= 0 in ASCII digits")
+    span = METRICS[name].span
+    if not relative and span is not None and value > span:
+        raise BaselineError(f"invalid tolerance {shown(spec)}: {name} lies in 0-{span:g}, so a change of {value:g} "
+                            f"can never fail; give at most {span:g} (or {name}:off)")
     return name, Tolerance(name, value, relative, two_sided)
 
 

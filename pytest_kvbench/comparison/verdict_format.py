@@ -13,7 +13,7 @@ from pytest_kvbench.comparison.tolerances import FIDELITY_METRICS, Tolerances
 
 MiB = 2**20
 
-STATUSES = ("ok", "regression", "changed", "improved", "new", "mismatch")  # the verdicts, in the summary's order
+STATUSES = ("ok", "regression", "changed", "improved", "new", "mismatch", "benchmark")  # the verdicts, summary order
 TABLE_HEADERS = ["item", "metric", "baseline", "current", "delta", "95% CI", "p (t-test)", "verdict"]
 
 
@@ -69,10 +69,11 @@ def check_row(key: str, check) -> list[str]:
 
 
 def verdict_rows(verdict) -> list[list[str]]:
-    """A verdict's table rows: one per compared metric, or one describing a new or mismatched item."""
-    if verdict.status in ("new", "mismatch"):
+    """A verdict's table rows: one per compared metric, or one describing a new, mismatched or changed item."""
+    if verdict.status in ("new", "mismatch", "benchmark"):
         shown = verdict.status if verdict.status == "new" else \
-            "mismatch: " + "; ".join(r.split(" (")[0] for r in verdict.reasons)
+            {"mismatch": "mismatch: ", "benchmark": "benchmark changed: "}[verdict.status] + \
+            "; ".join(r.split(" (")[0] for r in verdict.reasons)
         metric, baseline, current = ((verdict.checks[0].metric, verdict.checks[0].baseline, verdict.checks[0].current)
                                      if verdict.checks else ("score", None, None))
         return [[verdict.key, metric, fmt_value(metric, baseline), fmt_value(metric, current), "-", "-", "-", shown]]
@@ -123,6 +124,11 @@ def mismatch_message(key: str, reasons: list[str]) -> str:
     return f"{key}: not compared with the baseline: " + "; ".join(reasons)
 
 
+def benchmark_message(key: str, changes: list[str]) -> str:
+    """A baseline entry whose benchmark changed (prompt, settings, metric version, reference output): not compared."""
+    return f"{key}: benchmark changed: " + "; ".join(changes) + f"; not compared; {INTENDED}"
+
+
 def failing_message(key: str, status: str, failing: list) -> str:
     """The assertion message of a regression or a two-sided change: every failing check, then what to do."""
     what = "regression against the baseline" if status == "regression" else "changed against the baseline"
@@ -159,5 +165,6 @@ def comparison_summary(verdicts: Sequence, unrun: Sequence[str] = ()) -> str:
         parts.append(f"{len(unrun)} baseline entr{'y' if len(unrun) == 1 else 'ies'} not run")
     lines = ["kvbench compare: " + (", ".join(parts) or "nothing compared")]
     lines += [f"  mismatch {v.key}: {'; '.join(v.reasons)}" for v in verdicts if v.status == "mismatch"]
+    lines += [f"  benchmark changed {v.key}: {'; '.join(v.reasons)}" for v in verdicts if v.status == "benchmark"]
     lines += [f"  not run: {key}" for key in unrun]
     return "\n".join(lines)

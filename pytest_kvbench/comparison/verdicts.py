@@ -23,8 +23,10 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pytest_kvbench.comparison.benchmark_changes import benchmark_changes
 from pytest_kvbench.comparison.tolerances import FIDELITY_METRICS, METRICS, Tolerance, Tolerances
 from pytest_kvbench.comparison.verdict_format import (
+    benchmark_message,
     failing_message,
     mismatch_message,
     new_message,
@@ -38,7 +40,8 @@ if TYPE_CHECKING:
     from pytest_kvbench.comparison.baseline_file import BaselineEntry
 
 SCORE_SCALE = 100.0  # record scores are 100 x the mean per-sample score (DEVELOPERS.md, tasks)
-FAILING = ("regression", "changed")  # changed: a two-sided metric moved significantly the better way
+FAILING = ("regression", "changed", "benchmark")
+# changed: a two-sided metric moved significantly the better way; benchmark: what was measured changed (not compared)
 
 
 # -- comparing one record with its entry --------------------------------------------------------
@@ -283,6 +286,10 @@ def compare_record(record: Record, entry: BaselineEntry | None, tolerances: Tole
     if entry is None:
         return Verdict(key, "new", [MetricCheck("score", None, current_score, None)],
                        message=new_message(key, current_score))
+    changes = benchmark_changes(record, entry) if current_score is not None else None
+    if changes:  # before the scores: a changed benchmark is not compared as if it were the same
+        return Verdict(key, "benchmark", [MetricCheck("score", float(entry.score), current_score, None)], changes,
+                       message=benchmark_message(key, changes))
     reasons = []
     if current_score is None:
         reasons.append(f"no score in this run (status {record.status or 'unknown'})")

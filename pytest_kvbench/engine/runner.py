@@ -33,6 +33,7 @@ from pytest_kvbench.engine.sample_outcomes import SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.results import record as records
 from pytest_kvbench.results.record import mean_of_present
+from pytest_kvbench.results.record.fingerprint import benchmark_of, token_digest
 from pytest_kvbench.results.record.serializer import from_json
 from pytest_kvbench.tasks import get_task
 
@@ -224,6 +225,9 @@ class Runner(GroupPrefill):
                     **timing,
                     "decode_ms": result.decode_s * 1000.0,
                     "new_tokens": len(result.tokens),
+                    # the benchmark's fingerprint (results/record/fingerprint.py): what was asked, what came out
+                    "prompt_digest": token_digest(self.prompt(case, task, sample, loaded).input_ids),
+                    "output_digest": token_digest(result.tokens),
                     # why the decode ended: the model's eos, or the task's max_new_tokens (tests check the two)
                     "stop": "eos" if result.stop_token is not None else "max_new_tokens",
                     "kv_bytes_before": result.kv_bytes_before,
@@ -304,6 +308,8 @@ class Runner(GroupPrefill):
                                               "context_length": case.context_length} | task.record_settings(), "task"),
             max_prompt_tokens=self.grid.max_prompt_tokens,
             metric=task.metric_name,
+            benchmark=benchmark_of(task, loaded.eos_token_ids, getattr(loaded.tokenizer, "chat_template", None),
+                                   self.device_description(loaded.device)),
             score=aggregate.get("score"),
             aggregate=aggregate,
             n_samples=len(rows),

@@ -18,7 +18,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pytest_kvbench.user_paths import read_prefix
+
 GGUF_SUFFIX = ".gguf"
+MIN_GGUF_BYTES = 24  # magic, version, tensor count and metadata count: the smallest header there is
 REQUIRED_PACKAGES = ("gguf", "accelerate")  # transformers' GGUF loader needs both
 INSTALL_HINT = "pip install 'pytest-kvbench[gguf]'"
 # transformers' table of GGUF metadata per architecture; its other top-level keys are not architectures
@@ -143,6 +146,8 @@ def read_info(path: Path, sha256: str) -> GgufInfo:
     from gguf import GGUFReader
 
     fix = "download or copy it again"
+    if read_prefix(path, 4, "model file") != b"GGUF":  # bounded: GGUFReader maps the file without a timeout
+        raise GgufError(f"{path}: not a readable GGUF file (no GGUF magic at its start); {fix}")
     try:
         reader = GGUFReader(path)
     except Exception as exc:  # noqa: BLE001 - gguf raises ValueError, KeyError, IndexError ... on a bad file
@@ -156,12 +161,34 @@ def read_info(path: Path, sha256: str) -> GgufInfo:
     architecture = str(_field(reader, "general.architecture") or "")
     if not architecture:
         raise GgufError(f"{path}: GGUF file without general.architecture; {fix}")
+    _check_heads(reader, architecture, path)
     context = _field(reader, f"{architecture}.context_length")
     name = _field(reader, "general.name")
     return GgufInfo(file=path.name, sha256=sha256, size_bytes=size, architecture=architecture,
                     quantization=_quantization(reader), model_name=str(name) if name is not None else None,
                     context_length=int(context) if isinstance(context, int) and context > 0 else None,
                     parameters=sum(int(t.n_elements) for t in reader.tensors))
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _check_heads(reader, architecture: str, path: Path) -> None:
+    """The attention shapes the header states can be built: without ``attention.key_length`` a head is
+    ``embedding_length / head_count`` wide, and the query heads are a whole number of KV heads' groups
+    (transformers' config takes any value, then every forward fails on a reshape)."""
+    hidden = _positive_int(_field(reader, f"{architecture}.embedding_length"))
+    heads = _positive_int(_field(reader, f"{architecture}.attention.head_count"))
+    kv_heads = _positive_int(_field(reader, f"{architecture}.attention.head_count_kv"))
+    key_length = _positive_int(_field(reader, f"{architecture}.attention.key_length"))
+    if hidden and heads and key_length is None and hidden % heads:
+        raise GgufError(f"{path}: GGUF header says {architecture}.embedding_length {hidden}, which is not a multiple "
+                        f"of its {heads} attention heads (and no attention.key_length): the model cannot be built; "
+                        f"use a GGUF written by llama.cpp's converter")
+    if heads and kv_heads and heads % kv_heads:
+        raise GgufError(f"{path}: GGUF header says {heads} attention heads and {kv_heads} KV heads, which do not "
+                        f"divide them: the model cannot be built; use a GGUF written by llama.cpp's converter")
 
 
 FLOAT_BYTES = 4  # the conversion dequantizes to float32 (engine/gguf_conversion.py)
@@ -194,7 +221,7 @@ def transformers_architectures() -> frozenset[str] | None:
 # Architectures transformers maps that the benchmark still cannot run, and why: checked before the table above
 NOT_BENCHMARKABLE = {
     "mamba": "a state-space model: it keeps no key/value cache, so there is nothing for a KV-cache method to "
-             "compress (and transformers' GGUF conversion of it does not load as a causal LM)",
+             "compress",
     "mamba2": "a state-space model: it keeps no key/value cache, so there is nothing for a KV-cache method to "
               "compress",
     "t5": "an encoder-decoder model: the benchmark runs decoder-only causal LMs (AutoModelForCausalLM)",

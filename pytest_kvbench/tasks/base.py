@@ -52,6 +52,9 @@ class Task:
     # the reference answers of the turns before it (Prompt.turn_start), and the model's answers are dropped
     turn_history: str = "model"
     only_in_conversation: bool = False  # its samples mean something only under multi_turn
+    # bumped (by the task's class, or per task) whenever its prompt or scoring changes: records carry it, and a
+    # gate against a baseline of another version says "benchmark changed" instead of comparing scores (docs/tasks.md)
+    version: int = 1
 
     def __init__(self, spec) -> None:
         self.spec = spec

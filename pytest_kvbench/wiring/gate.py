@@ -38,6 +38,9 @@ class Gate:
 
         try:
             tolerances = parse_tolerances(config.getoption("kvbench_compare_fail") or [])
+            if config.getoption("kvbench_compare_fail") and not compare:  # a tolerance judges against a baseline
+                raise BaselineError(f"--kvbench-compare-fail {','.join(config.getoption('kvbench_compare_fail'))} "
+                                    f"has no effect without --kvbench-compare BASELINE; add one, or leave it out")
             baseline = load_baseline(compare) if compare else None
             if save:
                 check_save_target(save, force)
@@ -84,9 +87,10 @@ class Gate:
             from pytest_kvbench.comparison.verdict_format import comparison_table, score_alone_note
 
             lines += ["comparison with baseline:", comparison_table(self._verdicts)]
-            note = score_alone_note(self.baseline, self.tolerances)
-            if note:
-                lines.append(note)
+            from pytest_kvbench.comparison.benchmark_changes import without_fingerprint_note  # lazy: as above
+
+            lines += [note for note in (score_alone_note(self.baseline, self.tolerances),
+                                        without_fingerprint_note(self.baseline)) if note]
             lines += power_lines(self.baseline.entries.values(), self.tolerances)
         if self._unrun:
             lines.append(f"baseline entries not run ({len(self._unrun)}): {', '.join(self._unrun[:20])}"

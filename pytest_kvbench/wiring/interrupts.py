@@ -8,6 +8,8 @@ the run's files must agree with records.jsonl (docs/resilience.md). Three things
   inherits SIGINT *ignored*, and Python then never raises KeyboardInterrupt: ``kill -INT`` was seen doing
   nothing for minutes inside a long kvzip item (torch and the engine catch nothing; the signal never reached
   Python). A process that runs benchmark items restores Python's handler, so SIGINT stops it.
+- ``honour_sigterm``: the controller takes SIGTERM (``kill``, ``timeout``, a batch system's end of job) as a
+  Ctrl-C, so its xdist workers are shut down and the run written, instead of dying with its workers left running.
 - ``InterruptShield``: from the start of the session's end (xdist's teardown of its workers, then the writing)
   until pytest unconfigures, a first SIGINT is only noted (a second one goes through), so the workers stop
   cleanly and the files are written whole; the session then ends as interrupted, with pytest's usual short note.
@@ -26,6 +28,27 @@ import pytest
 
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
+
+
+def _sigterm_as_sigint(signum, frame) -> None:
+    """SIGTERM handled as the SIGINT handler of the moment handles it: KeyboardInterrupt, or only noted while the
+    InterruptShield holds it off."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
+
+
+def honour_sigterm() -> bool:
+    """The controller stops on SIGTERM as on Ctrl-C, where SIGTERM still has its default action (killing the
+    process at once); True if it now does. Killed outright, it left its xdist workers running their items to the
+    end with no one to report to, each then printing PluggyTeardownRaisedWarning ("cannot send") on exit, and the
+    run unwritten; stopped as on Ctrl-C, xdist shuts the workers down and the run is written as interrupted."""
+    if not _in_main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, _sigterm_as_sigint)
+    return True
 
 
 def honour_sigint() -> bool:

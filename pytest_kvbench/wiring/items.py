@@ -14,7 +14,7 @@ import pytest
 from pytest_kvbench.cases import Case
 from pytest_kvbench.results.run.lock import RunInUse
 from pytest_kvbench.tasks.registry import SUITES, suite_of
-from pytest_kvbench.wiring.interrupts import honour_sigint
+from pytest_kvbench.wiring.interrupts import honour_sigint, honour_sigterm
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
 
 def is_worker(config: pytest.Config) -> bool:
@@ -44,13 +44,14 @@ def case_of_nodeid(config: pytest.Config, nodeid: str) -> Case | None:
 
 def expect(config: pytest.Config, nodeids: Iterable[str]) -> None:
     """Controller: these items are what the run must finish (a run missing any is incomplete). Before the
-    first of them runs, the run directory is locked, Ctrl-C honoured (wiring/interrupts.py) and the run's start
+    first of them runs, the run directory is locked, Ctrl-C and SIGTERM honoured (wiring/interrupts.py) and the run's start
     written (its items and provenance: RunSession.write_start)."""
     run = config.stash.get(SESSION_KEY, None)
     if run is not None and run.is_controller:
         run.expect((case, nodeid) for nodeid in nodeids if (case := case_of_nodeid(config, nodeid)) is not None)
         if run.expected and not config.option.collectonly:
             honour_sigint()
+            honour_sigterm()
             lock_run(config)
             run.write_start()
 

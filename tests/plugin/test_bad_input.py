@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 # Imported here, outside pytester's runs: pytester drops the modules a run imports when it ends,
 # and transformers' lazy modules cannot be imported a second time into the same process.
 from transformers import AttentionInterface, AutoConfig  # noqa: F401
-from helpers import file_mtimes
+from helpers import BENCH, file_mtimes
 
 from pytest_kvbench import cli
 
@@ -256,6 +256,9 @@ from pytest_kvbench.cases import Grid  # noqa: E402
 ARABIC_12, HUGE = "١٢", "9" * 20
 
 
+SMOKE_BASELINE = BENCH.parent / "results" / "baseline-smoke.json"
+
+
 def resolved(pytester, *args: str) -> Grid:
     """What pytest_configure resolves from these arguments (and the pytester directory's ini/grid files)."""
     config = pytester.parseconfig("-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args)
@@ -386,7 +389,7 @@ def test_seed_and_seeds_at_different_levels_follow_the_usual_precedence(pytester
 def test_well_formed_values_still_resolve(pytester):
     grid = resolved(pytester, "--kvbench-methods= full , snapkv:window=16 ", "--kvbench-budgets=128,r0.5",
                     "--kvbench-samples=+3", "--kvbench-seeds=0,1", "--kvbench-shard=2/3",
-                    "--kvbench-compare-fail=score:1,latency:20%")
+                    "--kvbench-compare-fail=score:1,latency:20%", f"--kvbench-compare={SMOKE_BASELINE}")
     assert [m.label for m in grid.methods] == ["full", "snapkv(window=16)"]
     assert [b.spec for b in grid.budgets] == ["128", "r0.5"] and grid.samples == 3 and grid.seeds == [0, 1]
 

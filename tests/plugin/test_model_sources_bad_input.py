@@ -92,8 +92,10 @@ def test_a_context_length_past_the_file_s_positions(workdir, tmp_path):
 
 
 def test_a_file_that_is_not_gguf(workdir):
-    (workdir.path / "notes.gguf").write_text("hello\n")
+    (workdir.path / "notes.gguf").write_text("hello, these are notes and not a model\n")
     assert "not a readable GGUF file" in refused(workdir, "notes.gguf")
+    (workdir.path / "short.gguf").write_text("hello\n")
+    assert "only 6 bytes, too short for a model file (at least 24)" in refused(workdir, "short.gguf")
 
 
 def test_an_architecture_transformers_cannot_load(workdir):

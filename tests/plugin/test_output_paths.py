@@ -9,6 +9,7 @@ itself, from a conftest of the run). The chmod case runs only for a user it stop
 from __future__ import annotations
 
 import json
+import struct
 import os
 import subprocess
 import sys
@@ -106,11 +107,12 @@ def test_a_sharded_checkpoint_needs_every_shard(tmp_path):
     folder = model_folder(tmp_path, "config.json", "tokenizer.json")
     shards = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shards}))
-    (folder / shards["a"]).write_bytes(b"")
+    empty = struct.pack("<Q", 2) + b"{}"  # a whole safetensors file holding no tensor
+    (folder / shards["a"]).write_bytes(empty)
     with pytest.raises(GridError, match=r"1 of the 2 shards model.safetensors.index.json names are missing "
                                         r"\(model-00002-of-00002.safetensors"):
         model_refs.check_model_reference(str(folder))
-    (folder / shards["b"]).write_bytes(b"")
+    (folder / shards["b"]).write_bytes(empty)
     assert model_refs.check_model_reference(str(folder)) == 16384  # whole (only the config is read): its length
 
 
@@ -149,10 +151,10 @@ BREAK_OUTPUTS = (
     "import errno, os, shutil\n"
     "from pytest_kvbench import atomic_files\n"
     "real_write = atomic_files.atomic_write_text\n"
-    "def full_disk(path, text):\n"
+    "def full_disk(path, text, *make_parents):\n"
     "    if os.path.basename(path) == 'run.json':\n"
     "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))\n"
-    "    return real_write(path, text)\n"
+    "    return real_write(path, text, *make_parents)\n"
     "atomic_files.atomic_write_text = full_disk  # the disk is full when run.json is written\n"
     "def pytest_runtest_logfinish(nodeid, location):  # after the item: taken away while the run went on\n"
     "    os.makedirs('res/RESULTS.md', exist_ok=True)\n"

@@ -82,3 +82,21 @@ def test_a_malformed_baseline_is_a_usage_error_before_anything_runs(tmp_path):
     assert proc.returncode == 4
     assert "bad.json" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_baseline_from_before_a_prompt_change_fails_as_a_changed_benchmark(baseline):
+    """The engine's fingerprint reaches the baseline; a prompt that changed since (here: the baseline's digests of
+    two samples as an older prompt template left them) fails with what changed, not with a score verdict."""
+    base, path = baseline
+    data = json.loads(path.read_text())
+    (entry,) = data["entries"].values()
+    assert entry["benchmark"]["task_version"] == 1 and entry["benchmark"]["metric"] == "string_match_all"
+    assert all(len(sample["prompt_digest"]) == 16 and sample["output_digest"] for sample in entry["samples"])
+    for sample in entry["samples"][:2]:
+        sample["prompt_digest"] = "0" * 16
+    older = base / "before-the-prompt-change.json"
+    older.write_text(json.dumps(data))
+    proc = run_bench(base / "prompt", *GRID, "--kvbench-results", str(base / "r5"), "--kvbench-compare", str(older))
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "benchmark changed: prompt of niah_single_1 (2 of 12 samples' prompt tokens differ)" in proc.stdout
+    assert "--kvbench-save" in proc.stdout

@@ -54,8 +54,9 @@ def test_the_fixture_is_version_1():
 def test_a_version_1_record_reads_typed_and_writes_back_with_nothing_lost(run_id):
     for line in v1_lines(run_id):
         record = Record.from_json(line)
-        assert record.schema_version == SCHEMA_VERSION == 2
-        assert record.to_json() == line | {"schema_version": 2}  # every field and value kept
+        assert record.schema_version == SCHEMA_VERSION == 3
+        # every field and value kept; no fingerprint was taken then (schema 3: benchmark null)
+        assert record.to_json() == line | {"schema_version": 3, "benchmark": None}
         assert Record.from_json(record.to_json()) == record
 
 
@@ -101,12 +102,12 @@ def test_a_skipped_version_1_record_gets_empty_parts_and_a_protocol():
 def test_migration_leaves_its_input_as_it_was():
     line = v1_lines(SAVED)[0]
     before = json.dumps(line)
-    assert migrate(line)["schema_version"] == 2
+    assert migrate(line)["schema_version"] == SCHEMA_VERSION
     assert json.dumps(line) == before
 
 
 @pytest.mark.parametrize("version, message", [
-    (3, "schema version 3 was written by a newer pytest-kvbench"),
+    (SCHEMA_VERSION + 1, f"schema version {SCHEMA_VERSION + 1} was written by a newer pytest-kvbench"),
     ("2", "must be a positive integer"), (0, "must be a positive integer"), (True, "must be a positive integer"),
 ])
 def test_an_unknown_schema_version_is_refused(version, message):
@@ -145,7 +146,7 @@ def test_unknown_fields_survive_a_read_and_a_write_at_every_level():
     record = Record.from_json(newer)
     assert record.extra == {"tokenizer": {"name": "t"}} and record.latency.extra == {"queue_ms": 3.5}
     assert record.model.extra == {"quantized": True}
-    assert record.to_json() == newer | {"schema_version": 2}
+    assert record.to_json() == newer | {"schema_version": SCHEMA_VERSION, "benchmark": None}
 
 
 def test_fields_absent_at_their_default_stay_absent():
@@ -234,7 +235,7 @@ def test_merge_writes_current_records_that_read_back(capsys, results):
     by_key = {r["key"]: r for r in v1_lines(SAVED) + v1_lines(SEED1)}
     for line in lines:  # a merged record is its source record, renamed into the merged run
         source = by_key[line["key"]]
-        assert line == source | {"schema_version": 2, "run_id": merged.run_id, "merged_from_run": line["merged_from_run"]}
+        assert line == source | {"schema_version": SCHEMA_VERSION, "benchmark": None, "run_id": merged.run_id, "merged_from_run": line["merged_from_run"]}
 
 
 def test_the_mean_of_record_figures_leaves_missing_values_out():

@@ -37,7 +37,7 @@ def write_export(export: DirectoryExport, output: str, what: str) -> list[Path]:
         why = "; ".join(reasons) or "the run has no records"
         raise ExportError(f"nothing to export in the {what} layout: {why}")
     try:
-        root = user_paths.writable_dir(output, "--output")
+        root = user_paths.writable_dir(output, "--output", make_parents=False)
     except user_paths.PathError as exc:
         raise ExportError(str(exc)) from None
     targets = [root / relative for relative in export.files]

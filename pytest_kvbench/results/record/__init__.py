@@ -206,6 +206,8 @@ class Record:
     seed: int | None = None
     task: TaskInfo
     metric: str | None = None
+    # what was measured: the task's version and metric, the generation settings (results/record/fingerprint.py)
+    benchmark: dict | None = None
     score: float | None = None
     samples: list[dict] = field(default_factory=list)  # per-sample rows, as predictions.jsonl holds them
     device: Device = field(default_factory=Device)

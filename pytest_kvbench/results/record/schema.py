@@ -9,13 +9,16 @@ Versions:
 2. typed records (``Record``): every part written whole (``latency``, ``memory``, ``fidelity``, ``device``
    and the model's fields are ``null`` where an item was skipped or errored, instead of absent);
    field names and meanings as in version 1.
+3. the benchmark fingerprint: ``benchmark`` (task version, metric, generation settings) and, per sample,
+   ``prompt_digest`` and ``output_digest`` (results/record/fingerprint.py). Older records have none
+   (``benchmark: null``): a gate against them cannot tell a changed benchmark from a changed method, and says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FIELD = "schema_version"
 _DEFAULT_PROTOCOL = "question_in_window"
 
@@ -37,7 +40,15 @@ def _from_1(record: dict) -> dict:
     return migrated
 
 
-_MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _from_1}  # version -> its step to the next version
+def _from_2(record: dict) -> dict:
+    """Version 2 -> 3: no fingerprint was taken; ``benchmark`` is null (unknown), not made up."""
+    migrated = dict(record)
+    migrated.setdefault("benchmark", None)
+    migrated[FIELD] = 3
+    return migrated
+
+
+_MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _from_1, 2: _from_2}  # version -> its step to the next version
 
 
 def version_of(record: dict) -> int:

@@ -14,18 +14,43 @@ configure time (exit 4) here:
 
 from __future__ import annotations
 
-import json
 import re
-import struct
 from pathlib import Path
 
-from kvmethods.core.layout import KEEP, refusal
+from kvmethods.core.capabilities import Capability
+from kvmethods.core.layout import COMPRESS, KEEP, SLIDING, refusal
 from kvmethods.core.family_table import layout_of
 from pytest_kvbench.cases import GridError
+from pytest_kvbench.model_sources.gguf_file import NOT_BENCHMARKABLE
+from pytest_kvbench.model_sources.safetensors_header import tensor_shapes
 
 _EMBEDDING = re.compile(r"(^|\.)(embed_tokens|wte|word_embeddings)\.weight$")
 _LAYER = re.compile(r"\.(?:layers|h|blocks)\.(\d+)\.")
-MAX_HEADER = 100 * 2**20  # a safetensors header longer than this is not one
+
+
+def check_runnable(shown: str, config) -> None:
+    """GridError for a config of a model the benchmark cannot run at all (a state-space or encoder-decoder model:
+    the same table as a GGUF file's architecture), whatever the grid's methods."""
+    model_type = str(getattr(config, "model_type", "") or "")
+    reason = NOT_BENCHMARKABLE.get(model_type)
+    if reason is not None:
+        raise GridError(f"model {shown}: model_type {model_type!r} cannot be benchmarked: it is {reason}; use a "
+                        f"decoder-only transformer (llama, mistral, qwen2, qwen3, ...)")
+
+
+def _compressing(capabilities: dict) -> list[str]:
+    return [label for label, caps in capabilities.items() if Capability.COMPRESSES in caps]
+
+
+def check_sliding_option(shown: str, has_sliding: bool | None, capabilities: dict, sliding: str) -> None:
+    """``--kvbench-sliding compress`` on a model without sliding-window layers would change nothing but the names
+    of its compressing items (``|sliding=compress``: a gate would call them new): refused instead.
+    ``has_sliding`` None: not known before the model loads (a family without a row), accepted."""
+    labels = _compressing(capabilities)
+    if sliding != COMPRESS or not labels or has_sliding is not False:
+        return
+    raise GridError(f"model {shown}: --kvbench-sliding compress, but the model has no sliding-window layers: it would "
+                    f"rename {labels[0]}'s items (|sliding=compress) for no effect; leave the option out")
 
 
 def check_methods(shown: str, config, capabilities: dict, sliding: str = KEEP) -> None:
@@ -33,8 +58,17 @@ def check_methods(shown: str, config, capabilities: dict, sliding: str = KEEP) -
     (with sliding-window layers kept or compressed: --kvbench-sliding), so that a user fixes the grid once rather
     than meeting one refused method per run."""
     layout = layout_of(config)
+    check_sliding_option(shown, None if layout is None else any(layer.kind == SLIDING for layer in layout.layers),
+                         capabilities, sliding)
     if layout is None:
         return
+    heads, kv_heads = getattr(config, "num_attention_heads", None), getattr(config, "num_key_value_heads", None)
+    if capabilities and any(layer.latent for layer in layout.layers) and kv_heads is not None and kv_heads != heads:
+        raise GridError(f"model {shown}: family {layout.family!r} with num_key_value_heads {kv_heads} and "
+                        f"num_attention_heads {heads} cannot be compressed by {next(iter(capabilities))}: "
+                        f"multi-head latent attention makes keys and values per query head, which the compressed "
+                        f"cache keeps, and transformers then repeats them by the ratio the config states; set "
+                        f"num_key_value_heads to num_attention_heads (as DeepSeek's own configs), or run `full` alone")
     refused = [(label, reason) for label, method_capabilities in capabilities.items()
                for reason in [refusal(layout, method_capabilities, sliding)] if reason is not None]
     if refused:
@@ -43,28 +77,12 @@ def check_methods(shown: str, config, capabilities: dict, sliding: str = KEEP) -
                         f"(docs/models.md; `full` alone runs any causal LM)")
 
 
-def _header(path: Path) -> dict:
-    with open(path, "rb") as handle:
-        raw = handle.read(8)
-        if len(raw) < 8:
-            return {}
-        (length,) = struct.unpack("<Q", raw)
-        if length > MAX_HEADER:
-            return {}
-        try:
-            return json.loads(handle.read(length))
-        except ValueError:
-            return {}
-
-
 def _shapes(folder: Path) -> dict[str, list[int]]:
     """Every tensor name and shape the folder's safetensors files declare (empty without safetensors)."""
     files = sorted(folder.glob("*.safetensors"))
     shapes: dict[str, list[int]] = {}
     for path in files:
-        for name, entry in _header(path).items():
-            if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
-                shapes[name] = entry["shape"]
+        shapes.update(tensor_shapes(path))
     return shapes
 
 

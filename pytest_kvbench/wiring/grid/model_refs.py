@@ -33,6 +33,7 @@ from pytest_kvbench.model_sources.reference import is_named, model_source
 from pytest_kvbench.input_values import shown
 
 EAGER = "eager"
+MAX_CONFIG_BYTES = 16 * 2**20  # the largest config.json on the hub is well under 1 MiB
 
 
 def is_local_reference(model: str) -> bool:
@@ -67,6 +68,7 @@ def _check_config(model: str, location: str, capabilities: dict | None = None, s
         config = AutoConfig.from_pretrained(location, local_files_only=True)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, JSONDecodeError ...
         raise GridError(f"model {user_paths.shown(model)}: config.json cannot be read ({_first_line(exc)})") from None
+    family_check.check_runnable(user_paths.shown(model), config)
     missing = missing_parts(Path(location))
     if missing:
         raise GridError(f"model {user_paths.shown(model)}: {user_paths.shown(location)} has a config.json but "
@@ -94,6 +96,7 @@ def check_model_reference(model: str, compressing: list[str] | None = None,
     Returns the model's maximum number of positions when its config is at hand (None: unknown).
     """
     if model == DEFAULT_MODEL:
+        family_check.check_sliding_option("default", False, capabilities or {}, sliding)  # all global layers
         return _default_model_max_positions()
     if not model.strip():
         raise GridError("model name is empty")
@@ -104,7 +107,7 @@ def check_model_reference(model: str, compressing: list[str] | None = None,
     if is_local_reference(model):
         try:
             path = user_paths.existing_dir(model, "model path")
-            user_paths.existing_file(path / "config.json", "model path")
+            user_paths.regular_file(path / "config.json", "model path", max_bytes=MAX_CONFIG_BYTES)
         except user_paths.PathError as exc:
             raise GridError(f"{exc} (expected a Hugging Face model directory with a config.json, "
                             f"or a .gguf file)") from None
@@ -151,7 +154,7 @@ def _check_gguf(model: str, location: str | None, compressing: list[str], capabi
         raise GridError(f"model {user_paths.shown(model)}: loading a GGUF file needs the {' and '.join(missing)} "
                         f"package{'s' if len(missing) > 1 else ''}; install them with `{gguf_file.INSTALL_HINT}`")
     try:
-        path = user_paths.existing_file(location or model, "model file")
+        path = user_paths.regular_file(location or model, "model file", min_bytes=gguf_file.MIN_GGUF_BYTES)
         gguf_cache.check_root()
         info = gguf_info(path)
         gguf_file.check_family(info, path, compressing, SUPPORTED_FAMILIES)

@@ -1,0 +1,118 @@
+"""The gate compares the benchmark's fingerprint before the scores (issue 50, part 1).
+
+A baseline from before a prompt, settings or metric change fails with "benchmark changed: <what> of <task>"
+and how to accept it, instead of a score verdict; the full-cache reference is held to its baseline's outputs
+exactly where the run is deterministic (CPU, same torch, CPU model and threads); a baseline saved before
+fingerprints still gates, and says once that it cannot see such changes.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from test_cli_support import make_record, make_samples, typed
+
+from pytest_kvbench.comparison.baseline_file import Baseline, load_baseline, write_baseline
+from pytest_kvbench.comparison.benchmark_changes import without_fingerprint_note
+from pytest_kvbench.comparison.tolerances import parse_tolerances
+from pytest_kvbench.comparison.verdict_format import comparison_summary
+from pytest_kvbench.comparison.verdicts import compare_record
+from pytest_kvbench.results.record import Record
+from pytest_kvbench.results.record.fingerprint import STOP_RULE, token_digest
+
+pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
+
+DEFAULT = parse_tolerances([])
+SCORES = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+CPU = {"type": "cpu", "cpu_model": "Xeon", "torch": "2.13.0+cpu", "threads": 1}
+
+
+def fingerprinted(budget="128", method="snapkv", prompts=range(6), outputs=range(6), max_new_tokens=32, version=1,
+                  metric="f1", device=None) -> Record:
+    samples = make_samples(SCORES, prefix="qasper")
+    for sample, prompt, output in zip(samples, prompts, outputs):
+        sample["prompt_digest"] = token_digest([prompt, 7, 7])
+        sample["output_digest"] = token_digest([output])
+    record = make_record(SCORES, samples=samples, budget=budget, method=method, metric=metric)
+    record["benchmark"] = {"task_version": version, "metric": metric,
+                           "settings": {"max_new_tokens": max_new_tokens, "stop": STOP_RULE, "eos_token_ids": [1],
+                                        "chat_template": None}}
+    record["device"] = dict(CPU if device is None else device)
+    return typed(record)
+
+
+def verdict_against(baseline_record: Record, record: Record):
+    return compare_record(record, Baseline.from_records([baseline_record]).entry(record), DEFAULT)
+
+
+def test_the_same_benchmark_is_compared_on_its_scores():
+    assert verdict_against(fingerprinted(), fingerprinted()).status == "ok"
+
+
+def test_a_prompt_change_fails_as_a_changed_benchmark_not_a_score_verdict():
+    verdict = verdict_against(fingerprinted(), fingerprinted(prompts=[0, 1, 2, 30, 4, 50]))
+    assert verdict.status == "benchmark" and verdict.failed
+    assert "benchmark changed: prompt of qasper (2 of 6 samples' prompt tokens differ)" in verdict.message
+    assert "--kvbench-save" in verdict.message and [c.metric for c in verdict.checks] == ["score"]
+    assert "benchmark changed default|snapkv|128|qasper|seed0: prompt of qasper" in comparison_summary([verdict])
+
+
+@pytest.mark.parametrize("changed, expected", [
+    (dict(max_new_tokens=31), "settings of qasper (max_new_tokens 32 -> 31)"),
+    (dict(version=2), "metric version of qasper (f1 v1 -> f1 v2)"),
+    (dict(metric="rouge"), "metric version of qasper (f1 v1 -> rouge v1)"),
+])
+def test_settings_and_metric_changes_name_what_changed(changed, expected):
+    verdict = verdict_against(fingerprinted(), fingerprinted(**changed))
+    assert verdict.status == "benchmark" and verdict.reasons == [expected], verdict.message
+
+
+def test_the_reference_output_is_held_exactly_where_the_run_is_deterministic():
+    moved = [0, 1, 2, 3, 4, 99]
+    verdict = verdict_against(fingerprinted(budget="full", method="full"), fingerprinted("full", "full", outputs=moved))
+    assert verdict.status == "benchmark"
+    assert "reference output of qasper (1 of 6 samples' full-cache output tokens differ" in verdict.message
+    gpu = {"type": "cuda", "name": "H100", "torch": "2.13.0"}
+    on_gpu = verdict_against(fingerprinted("full", "full", device=gpu), fingerprinted("full", "full", outputs=moved,
+                                                                                        device=gpu))
+    assert on_gpu.status == "ok"  # rounding on a GPU may move a greedy token: not held exactly there
+    other_torch = dict(CPU, torch="2.12.0+cpu")
+    assert verdict_against(fingerprinted("full", "full"), fingerprinted("full", "full", outputs=moved,
+                                                                       device=other_torch)).status == "ok"
+    # a compressed method's own outputs are its result, judged by the scores and fidelity, not held exactly
+    assert verdict_against(fingerprinted(), fingerprinted(outputs=moved)).status == "ok"
+
+
+def test_a_baseline_saved_before_fingerprints_still_gates_and_says_so_once(tmp_path):
+    old = fingerprinted()
+    old_json = old.to_json()
+    old_json.pop("benchmark")
+    for sample in old_json["samples"]:
+        sample.pop("prompt_digest"), sample.pop("output_digest")
+    old_json["schema_version"] = 2
+    path = tmp_path / "old.json"
+    write_baseline(path, [Record.from_json(copy.deepcopy(old_json))], {}, force=False)
+    baseline = load_baseline(path)
+    note = without_fingerprint_note(baseline)
+    assert "no benchmark fingerprints" in note and "--kvbench-save" in note and "\n" not in note
+    verdict = compare_record(fingerprinted(prompts=[9] * 6), baseline.entry(old), DEFAULT)
+    assert verdict.status == "ok"  # gated on its scores: the prompt change cannot be seen
+    assert without_fingerprint_note(Baseline.from_records([fingerprinted()])) is None
+
+
+def test_a_saved_baseline_keeps_the_fingerprint(tmp_path):
+    path = tmp_path / "b.json"
+    write_baseline(path, [fingerprinted()], {}, force=False)
+    entry = next(iter(load_baseline(path).entries.values()))
+    assert entry.benchmark["settings"]["max_new_tokens"] == 32
+    assert entry.samples[0]["prompt_digest"] == token_digest([0, 7, 7])
+    assert entry.samples[0]["output_digest"] == token_digest([0])
+
+
+def test_a_version_2_record_reads_with_no_fingerprint():
+    record = fingerprinted().to_json()
+    record.pop("benchmark")
+    record["schema_version"] = 2
+    migrated = Record.from_json(record)
+    assert migrated.benchmark is None and migrated.schema_version == 3
