@@ -34,6 +34,7 @@ ALLOW_UNTESTED_ENV = "KVBENCH_ALLOW_UNTESTED_TRANSFORMERS"  # on: an untested ve
 _LAZY_NAMES = {
     "DynamicCache": "transformers.cache_utils",
     "DynamicLayer": "transformers.cache_utils",
+    "DynamicSlidingWindowLayer": "transformers.cache_utils",
     "AttentionInterface": "transformers",
     "AttentionMaskInterface": "transformers.masking_utils",
     "sdpa_mask": "transformers.masking_utils",

@@ -26,7 +26,7 @@ import torch
 
 from ..core.base import Method
 from ..core.budget import Budget
-from ..core.capabilities import Capability
+from ..core.capabilities import REWRITES_WHILE_DECODING, Capability
 from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (this contract's names too)
 from ..attention.families import check_family, sliding_windows
 from ..attention.prefill_compression import capturing_window_queries, compressing_prefill, store_selection
@@ -37,6 +37,7 @@ from ..adapters.transformers_compat import DynamicCache
 from ..adapters.mixed_cache import is_state_layer, new_cache, state_bytes, token_layers
 from .budget_plan import plan_budget
 from .prompt_forward import check_request, device_of, forward, is_uneven, layer_masks, store_quantized
+from .sliding_decode import windowed_for_decoding
 from ..core.clock import now
 
 # GROUP_PROTOCOLS (catalog.py): samples sharing a context run as one group (kvmethods/runtime/protocols/); a single
@@ -180,7 +181,8 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     ``teacher_targets`` also teacher-forces those tokens on a copy of the same compressed cache, so
     fidelity against a reference output costs no second prefill; ``return_logprobs`` keeps the
     distribution of every decoding step (the reference for other methods). ``prefilled``: the prompt's
-    cache from shared_prefill(), decoded instead of prefilling here (prefill_s is then 0).
+    cache from shared_prefill(), decoded instead of prefilling here (prefill_s is then 0). An uncompressed cache's
+    sliding layers decode over their window (sliding_decode.py), as transformers' own cache does.
     """
     input_ids = [int(token) for token in input_ids]
     budget = None if budget is None and prefilled is not None else Budget.parse(budget)
@@ -194,6 +196,8 @@ def generate(model, method: Method, budget, input_ids: list[int], context_len: i
     target_logprobs = None
     if teacher_targets is not None:
         target_logprobs = teacher_force_copy(model, state, teacher_targets)
+    if not method.capabilities & REWRITES_WHILE_DECODING:  # measured: sliding layers decode over their window
+        windowed_for_decoding(model, state.cache)
 
     started = now()
     out.tokens, out.stop_token, steps, out.decode_cache_lengths = decode_greedy(model, state, max_new_tokens, eos,

@@ -27,6 +27,11 @@ default sequential), the 1-minute load average, and whether every member's token
 (the first divergence with both log-probs otherwise).
 
     python scripts/measure/measure_batched_decode.py --repeat 2 --samples 3
+    python scripts/measure/measure_batched_decode.py --model /work/models/gemma-3-270m-q4_k_m.gguf --members 12 \
+        --variants sequential,batched --new-tokens 32 --repeat 2
+
+`--members N` takes the first N of the grid's members (method-major: 12 are the first four methods at the three
+budgets), `--new-tokens` caps the decoding (the task's own otherwise), `--model` takes a named model or a .gguf file.
 """
 
 from __future__ import annotations
@@ -149,20 +154,25 @@ def main() -> None:
     parser.add_argument("--task", default="niah_single_1")
     parser.add_argument("--context-length", type=int, default=2048)
     parser.add_argument("--config", default=str(CONFIG), help="TOML grid whose methods x budgets are the members")
+    parser.add_argument("--members", type=int, default=0, help="the first N members of the grid (0: all)")
+    parser.add_argument("--new-tokens", type=int, default=0, help="tokens decoded at most (0: the task's own)")
+    parser.add_argument("--dtype", default="auto", help="the harness's --kvbench-dtype (auto: float32 on CPU)")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     if not variants or set(variants) - set(VARIANTS) or len(set(variants)) < len(variants):
         parser.error(f"--variants: any of {', '.join(VARIANTS)}, the first the baseline")
     torch.set_num_threads(1)
-    loaded, _ = ModelCache().get(args.model)
+    loaded, _ = ModelCache().get(args.model, args.dtype)
     task = get_task(args.task)
     samples = task.load_samples(loaded.tokenizer, n=args.samples, seed=0, data_dir=None,
                                 context_length=args.context_length)
     prompts = [task.build_prompt(sample, loaded.tokenizer, None) for sample in samples]
     requests = members_of(type(CONFIG)(args.config))
+    requests = requests[: args.members or len(requests)]
+    new_tokens = args.new_tokens or task.max_new_tokens
     print(f"{args.model}, {args.task} at {args.context_length} ({[len(p.input_ids) for p in prompts]} prompt tokens), "
-          f"{len(requests)} members + the reference per sample, {len(samples)} samples, max {task.max_new_tokens} "
-          f"new tokens, 1 torch thread")
+          f"{len(requests)} members + the reference per sample, {len(samples)} samples, max {new_tokens} "
+          f"new tokens, {loaded.dtype}, 1 torch thread")
     times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
     runs: dict[str, tuple] = {}
     for round_number in range(args.repeat):
@@ -171,7 +181,7 @@ def main() -> None:
         for name in variants:
             groups = [(prompt, copy.deepcopy(shared)) for prompt, shared in prefilled]
             load = os.getloadavg()[0]
-            wall, cpu, references, outputs = decode_groups(loaded.model, groups, requests, task.max_new_tokens,
+            wall, cpu, references, outputs = decode_groups(loaded.model, groups, requests, new_tokens,
                                                            loaded.eos_token_ids, name)
             times[name].append((wall, cpu, load))
             runs[name] = (references, outputs)
