@@ -21,7 +21,7 @@ from .registry import (
     unregister_method,
 )
 
-_NEED_TORCH = {"Method": "core.base", "top_positions": "core.base", "LayerInputs": "runtime.layer_inputs"}
+_NEED_TORCH = {"Method": "core.base", "top_positions": "core.base", "LayerInputs": "core.layer_inputs"}
 
 
 def __getattr__(name: str):

@@ -20,8 +20,6 @@ from tabulate import tabulate
 from pytest_kvbench.cli_checks import UsageError
 from pytest_kvbench.commands.common import EXIT_OK, load
 
-QUERY_FORMATS = ("table", "json", "csv")
-
 
 def add_parser(sub, common) -> None:
     p = sub.add_parser("query", parents=[common], help="SQL over every run: views runs, items, samples (docs/query.md)",

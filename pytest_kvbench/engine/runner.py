@@ -116,9 +116,6 @@ class Runner(GroupPrefill):
     def max_prompt_tokens(self, task, loaded: LoadedModel) -> int | None:
         """The longest prompt the task may build for this model (--kvbench-max-prompt-tokens, else what its positions
         leave after the answer)."""
-        return self._max_prompt_tokens(task, loaded)
-
-    def _max_prompt_tokens(self, task, loaded: LoadedModel) -> int | None:
         if self.grid.max_prompt_tokens:
             return self.grid.max_prompt_tokens
         if loaded.max_positions:
@@ -129,7 +126,7 @@ class Runner(GroupPrefill):
         """The sample's prompt, built once per worker (every method and budget of the case's group reads it)."""
         key = (case.model, case.task, case.seed, case.context_length, sample.id)
         if key not in self._prompts:
-            self._prompts[key] = task.build_prompt(sample, loaded.tokenizer, self._max_prompt_tokens(task, loaded))
+            self._prompts[key] = task.build_prompt(sample, loaded.tokenizer, self.max_prompt_tokens(task, loaded))
         return self._prompts[key]
 
     def _reference_key(self, case: Case, sample) -> tuple:
@@ -278,7 +275,7 @@ class Runner(GroupPrefill):
         letter is asked for in a second, context-free query), through the same method and budget;
         None when the task asks none."""
         build = getattr(task, "follow_up_prompt", None)
-        prompt = build(sample, output, loaded.tokenizer, self._max_prompt_tokens(task, loaded)) if build else None
+        prompt = build(sample, output, loaded.tokenizer, self.max_prompt_tokens(task, loaded)) if build else None
         if prompt is None:
             return None
         result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len,

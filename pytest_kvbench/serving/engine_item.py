@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Callable
 from dataclasses import replace
-from statistics import fmean
 
 from kvmethods.core.engine_caches import REFERENCE_TYPE, EngineCaches, engine_caches
 from kvmethods.core.clock import now
@@ -23,6 +22,8 @@ from pytest_kvbench.engine.runner import Runner
 from pytest_kvbench.engine.time_limit import item_time_limit
 from pytest_kvbench.model_sources.reference import gguf_file_of
 from pytest_kvbench.results import record as records
+from pytest_kvbench.results.record import mean_of_present
+from pytest_kvbench.results.record.fingerprint import benchmark_of, token_digest
 from pytest_kvbench.results.record.serializer import from_json
 from pytest_kvbench.serving.backend import Completion, EngineDied, EngineSettings, ServingBackend
 from pytest_kvbench.serving.engine_fidelity import token_agreement, top_n_kl
@@ -31,11 +32,6 @@ from pytest_kvbench.serving.llamacpp.kv_report import agrees
 from pytest_kvbench.tasks import get_task
 
 TOP_N = 10  # log-probs the engine returns per step (its top-n KL); every engine row asks for the same
-
-
-def _mean(values) -> float | None:
-    present = [float(v) for v in values if v is not None]
-    return fmean(present) if present else None
 
 
 def _version(package: str) -> str | None:
@@ -123,6 +119,8 @@ class EngineItems:
                     "prompt_tokens": completion.prompt_tokens, "kept_tokens": float(len(prompt_ids)),
                     "prefill_ms": completion.ttft_ms, "ttft_ms": completion.ttft_ms, "tpot_ms": completion.tpot_ms,
                     "decode_ms": completion.decode_ms, "new_tokens": len(completion.tokens),
+                    # the benchmark's fingerprint (results/record/fingerprint.py), as the runner's rows carry it
+                    "prompt_digest": token_digest(prompt_ids), "output_digest": token_digest(completion.tokens),
                     "stop": "eos" if completion.stop_token is not None else "max_new_tokens",
                     "kv_bytes_before": kv_bytes, "kv_bytes_after": kv_bytes, "engine_wall_ms": completion.wall_s * 1000,
                     "kl": None, "agreement": token_agreement(list(full.result.tokens), completion.tokens),
@@ -142,7 +140,8 @@ class EngineItems:
         latency = latency_figures([r["ttft_ms"] / 1000.0 for r in rows], [r["decode_ms"] / 1000.0 for r in rows],
                                   [r["new_tokens"] for r in rows], total_s)
         latency["decode_tokens_per_s_alone"] = latency["decode_tokens_per_s"]
-        latency |= {"ttft_ms": _mean(r["ttft_ms"] for r in rows), "tpot_ms": _mean(r["tpot_ms"] for r in rows)}
+        latency |= {"ttft_ms": mean_of_present(r["ttft_ms"] for r in rows),
+                    "tpot_ms": mean_of_present(r["tpot_ms"] for r in rows)}
         report = next((r for r in reports if r is not None), None)
         gguf = loaded.gguf or {}
         serving = records.Serving(
@@ -152,8 +151,8 @@ class EngineItems:
             kv_bytes_reported=report.reported_bytes if report else None,
             kv_bytes_allocated=report.allocated_bytes if report else None,
             kv_bytes_agree=agrees(report) if report else None,
-            agreement_engine=_mean(r["agreement_engine"] for r in rows),
-            top_n_kl=_mean(r["top_n_kl"] for r in rows), top_n=TOP_N, threads=self.threads,
+            agreement_engine=mean_of_present(r["agreement_engine"] for r in rows),
+            top_n_kl=mean_of_present(r["top_n_kl"] for r in rows), top_n=TOP_N, threads=self.threads,
             engine_started=engine_started)
         return replace(
             records.Record.identity(case, self.runner.run_id, case.protocol),
@@ -163,9 +162,11 @@ class EngineItems:
             task=from_json(records.TaskInfo, {"name": task.name, "suite": task.suite, "metric": task.metric_name,
                                               "context_length": case.context_length} | task.record_settings(), "task"),
             max_prompt_tokens=self.runner.grid.max_prompt_tokens, metric=task.metric_name,
+            benchmark=benchmark_of(task, loaded.eos_token_ids, getattr(loaded.tokenizer, "chat_template", None),
+                                   self.runner.device_description(loaded.device)),
             score=aggregate.get("score"), aggregate=aggregate, n_samples=len(rows), samples=rows,
             latency=from_json(records.Latency, latency, "latency"),
             memory=records.Memory(kind="engine cache (not metered: the engine runs in its own process)", **kv),
-            fidelity=records.Fidelity(agreement=_mean(r["agreement"] for r in rows)),
+            fidelity=records.Fidelity(agreement=mean_of_present(r["agreement"] for r in rows)),
             serving=serving,
         )

@@ -172,3 +172,13 @@ def test_broken_entry_point_is_a_clear_error(tmp_path, monkeypatch):
 def test_an_integer_parameter_beyond_64_bits_is_refused_in_one_line(value):
     with pytest.raises(MethodError, match=r"^snapkv: parameter 'window' is out of range \(a 64-bit integer"):
         get_method("snapkv", window=value)
+
+
+def test_every_public_name_resolves():
+    """`from kvmethods import *` and each name of __all__ (LayerInputs, Method, ... are imported on first use): a module
+    moved without its entry in the lazy table would fail here, not in a third party's method."""
+    for name in kvmethods.__all__:
+        assert getattr(kvmethods, name) is not None, name
+    namespace = {}
+    exec("from kvmethods import *", namespace)
+    assert namespace["LayerInputs"].__module__ == "kvmethods.core.layer_inputs"

@@ -1,6 +1,6 @@
 """The typed record: one serializer, a schema version, the migration of records written before it.
 
-tests/data/run_v1 holds four run directories that main wrote before records were typed (commit 6c49ac1:
+tests/results/data/run_v1 holds four run directories that main wrote before records were typed (commit 6c49ac1:
 smoke items full/snapkv on RULER, LongBench and SCBench; a run gated against baseline.json, so with
 verdicts; a seed-1 run; a query_agnostic run). They are version 1 records: no ``schema_version``.
 Every read command must still load them, and a record must survive a read and a write unchanged.

@@ -3,7 +3,7 @@
 Questions across runs ("snapkv's score at m0.125 on every commit since October") are SQL over one row per run,
 one per item and one per sample; Parquet files of the same tables feed pandas, polars and ``datasets``. The
 schema is written once, here: its Arrow types make the DuckDB views and the Parquet files, its descriptions
-make docs/query.md's column lists (tests/results/test_query_tables.py keeps the page in step).
+make docs/query.md's column lists (tests/cli/test_cli_query.py keeps the page in step).
 """
 
 from __future__ import annotations

@@ -139,12 +139,12 @@ class ScoreTable:
 
     def ttft_ms(self, method: str) -> float | None:
         """Time to first token: an engine's own (its prompt processing), a method's prefill."""
-        return _mean_of(r.latency.ttft_ms if r.latency.ttft_ms is not None else r.latency.prefill_ms
+        return mean_of_present(r.latency.ttft_ms if r.latency.ttft_ms is not None else r.latency.prefill_ms
                         for r in self.records[method])
 
     def tpot_ms(self, method: str) -> float | None:
         """Time per output token: an engine's own, a method's 1 / its own decode speed."""
-        engine = _mean_of(r.latency.tpot_ms for r in self.records[method])
+        engine = mean_of_present(r.latency.tpot_ms for r in self.records[method])
         if engine is not None:
             return engine
         speed = self.decode_tokens_per_s(method)
