@@ -81,7 +81,7 @@ def truncated_copy(source: Path, target: Path, keep: float = 0.7) -> Path:
 
 def write_gguf_with_tensor_type(path: Path, type_name: str) -> Path:
     """A whole Llama GGUF header whose one weight is stored as ``type_name`` (zero bytes), besides a float norm."""
-    import gguf
+    import gguf  # lazy: the [gguf] extra; its tests importorskip it
 
     qtype = gguf.GGMLQuantizationType[type_name]
     block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]

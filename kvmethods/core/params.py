@@ -46,8 +46,23 @@ class ParamSpec:
     odd: bool = False
 
     def describe(self) -> str:
+        """`pooling:str=avgpool (avgpool|maxpool)`, for error messages: the choices only, never the bounds (the
+        error messages and their tests name parameters this way)."""
         text = f"{self.name}:{self.kind.__name__}={self.default}"
-        return text + (f" ({'|'.join(self.choices)})" if self.choices else "")
+        return text + (f" ({self.value_range()})" if self.choices else "")
+
+    def value_range(self) -> str | None:
+        """The values the parameter accepts beyond its type: its choices, bounds, parity (None: any of its type)."""
+        if self.choices:
+            return "|".join(self.choices)
+        parts = []
+        if self.maximum is not None:
+            parts.append(f"[{self.minimum or 0:g}, {self.maximum:g}]")
+        elif self.minimum is not None:
+            parts.append(f">= {self.minimum:g}")
+        if self.odd:
+            parts.append("odd")
+        return ", ".join(parts) or None
 
 
 def declared_params(cls: type) -> tuple[ParamSpec, ...]:

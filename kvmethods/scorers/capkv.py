@@ -21,7 +21,7 @@ from ..core.base import Method, param
 from ..core.capabilities import SCORER, Capability
 from ..core.kernel_memo import layer_kernel
 from ..core.layer_inputs import LayerInputs
-from .expected_attention import averaged_rope_rotation
+from .expected_attention import future_queries, prepend_sinks
 from .scoring import score_dtype
 
 
@@ -29,10 +29,9 @@ from .scoring import score_dtype
 def capacity_scores(layer: LayerInputs, tau: float, n_future_positions: int, n_sink: int,
                     epsilon: float) -> torch.Tensor:
     """[batch, kv_heads, T] scores (the first n_sink +inf); budget-independent, so computed once per layer."""
-    sink = min(n_sink, layer.seq_len - 1)
     dtype = score_dtype(layer.keys)
-    queries = layer.queries(rope=False).to(dtype)[:, :, sink:]  # [batch, q_heads, T - sink, dim]
-    anchor = queries.mean(dim=2) @ averaged_rope_rotation(layer, layer.future_start, n_future_positions, dtype).T
+    future = future_queries(layer, n_future_positions, n_sink, dtype)
+    sink, anchor = future.sink, future.mean
     groups = layer.num_groups
     keys = layer.keys[:, :, sink:].to(dtype).repeat_interleave(groups, dim=1)  # [batch, q_heads, n, dim]
     values = layer.values[:, :, sink:].to(dtype).repeat_interleave(groups, dim=1)
@@ -46,8 +45,7 @@ def capacity_scores(layer: LayerInputs, tau: float, n_future_positions: int, n_s
     directions = values.transpose(-1, -2).float()  # the solve in float32, as CapPress's
     leverage = (directions * torch.linalg.solve(capacity.float(), directions)).sum(dim=-2)  # [batch, q_heads, n]
     scores = (weights * leverage).view(layer.keys.shape[0], layer.num_kv_heads, groups, -1).mean(dim=2)
-    sinks = scores.new_full((*scores.shape[:2], sink), float("inf"))
-    return torch.cat([sinks, scores], dim=-1)
+    return prepend_sinks(scores, sink)
 
 
 @dataclass

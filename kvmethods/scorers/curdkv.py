@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..core.base import Method, param
 from ..core.capabilities import SCORER
 from ..core.layer_inputs import LayerInputs
-from .scoring import row_norms, score_dtype
+from .scoring import layer_generator, row_norms, score_dtype
 
 LEVERAGE_TYPES = ("kv_product", "kv_avg", "key", "value")
 SKETCH = 20  # the random projection's dimension (CurDKV's r)
@@ -55,7 +55,7 @@ class CurDKV(Method):
         dtype = score_dtype(layer.keys)
         keys, values = layer.keys, layer.values
         if self.use_random_leverage:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + layer.layer_idx)
+            generator = layer_generator(self.seed, layer.layer_idx)
             sketch = torch.randn(keys.shape[-1], SKETCH, generator=generator, dtype=dtype) / math.sqrt(SKETCH)
             keys, values = (states.to(dtype) @ sketch.to(states.device) for states in (keys, values))
         k2, v2 = row_norms(keys).square(), row_norms(values).square()  # [batch, kv_heads, T]

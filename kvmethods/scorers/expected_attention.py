@@ -14,6 +14,7 @@ use_vnorm=True, epsilon=0 are ExpectedAttentionPress's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -36,17 +37,36 @@ def averaged_rope_rotation(layer: LayerInputs, start: int, count: int, dtype: to
     return torch.diag(cos) + sin.unsqueeze(0) * rotate_half
 
 
+class FutureQueries(NamedTuple):
+    """The prompt's pre-RoPE queries as a model of the future ones (expected_attention, capkv)."""
+
+    sink: int  # leading positions left out as outliers (at most T - 1)
+    queries: torch.Tensor  # [batch, q_heads, T - sink, dim] pre-RoPE queries after the sinks
+    rotation: torch.Tensor  # [dim, dim] RoPE rotation averaged over the next n_future_positions positions
+    mean: torch.Tensor  # [batch, q_heads, dim] the queries' mean, rotated by `rotation`
+
+
+def future_queries(layer: LayerInputs, n_future_positions: int, n_sink: int, dtype: torch.dtype) -> FutureQueries:
+    """The pre-RoPE queries after the first n_sink positions, and their mean rotated to the future positions."""
+    sink = min(n_sink, layer.seq_len - 1)
+    queries = layer.queries(rope=False).to(dtype)[:, :, sink:]
+    rotation = averaged_rope_rotation(layer, layer.future_start, n_future_positions, dtype)
+    return FutureQueries(sink, queries, rotation, queries.mean(dim=2) @ rotation.T)
+
+
+def prepend_sinks(scores: torch.Tensor, sink: int) -> torch.Tensor:
+    """[batch, kv_heads, sink + n]: the scores of the non-sink positions after `sink` +inf (always kept)."""
+    sinks = scores.new_full((*scores.shape[:2], sink), float("inf"))
+    return torch.cat([sinks, scores], dim=-1)
+
+
 @layer_kernel
 def expected_attention_scores(layer: LayerInputs, n_future_positions: int, n_sink: int, use_covariance: bool,
                               use_vnorm: bool, epsilon: float) -> torch.Tensor:
     """[batch, kv_heads, T] scores (the first n_sink +inf); they do not depend on the budget, so the
     selections of a shared prefill compute them once per layer."""
-    T, sink = layer.seq_len, min(n_sink, layer.seq_len - 1)
     dtype = score_dtype(layer.keys)
-    queries = layer.queries(rope=False).to(dtype)[:, :, sink:]  # [batch, q_heads, T - sink, dim]
-    mean = queries.mean(dim=2)  # [batch, q_heads, dim]
-    rotation = averaged_rope_rotation(layer, layer.future_start, n_future_positions, dtype)
-    mean = mean @ rotation.T
+    sink, queries, rotation, mean = future_queries(layer, n_future_positions, n_sink, dtype)
     batch, kv_heads, groups, dim = layer.keys.shape[0], layer.num_kv_heads, layer.num_groups, layer.head_dim
     keys = layer.keys[:, :, sink:].to(dtype)  # [batch, kv_heads, n, dim]
     keys_per_query_head = keys.repeat_interleave(groups, dim=1)
@@ -60,8 +80,7 @@ def expected_attention_scores(layer: LayerInputs, n_future_positions: int, n_sin
     scores = logits.softmax(dim=-1).view(batch, kv_heads, groups, -1).mean(dim=2)
     if use_vnorm:
         scores = (scores + epsilon) * layer.values[:, :, sink:].to(dtype).norm(dim=-1)
-    sinks = scores.new_full((batch, kv_heads, sink), float("inf"))
-    return torch.cat([sinks, scores], dim=-1)
+    return prepend_sinks(scores, sink)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import torch
 from ..core.base import Method, param
 from ..core.capabilities import SCORER
 from ..core.layer_inputs import LayerInputs
+from .scoring import layer_generator
 
 
 @dataclass
@@ -26,6 +27,6 @@ class Random(Method):
     seed: int = param(0, "seed of the per-layer generator", minimum=0)
 
     def score(self, layer: LayerInputs, n_keep: int) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + layer.layer_idx)
+        generator = layer_generator(self.seed, layer.layer_idx)
         batch, heads, T = layer.keys.shape[:3]
         return torch.rand(batch, heads, T, generator=generator).to(layer.keys.device)

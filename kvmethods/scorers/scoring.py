@@ -137,6 +137,11 @@ def pool_positions(scores: torch.Tensor, kernel: int, pooling: str) -> torch.Ten
     return pooled.reshape(shape)
 
 
+def layer_generator(seed: int, layer_idx: int) -> torch.Generator:
+    """A private CPU generator seeded per (seed, layer): reproducible, and the global RNG is left alone."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + layer_idx)
+
+
 def protect_last(scores: torch.Tensor, n: int) -> torch.Tensor:
     """Mark the last n positions as always kept (score +inf)."""
     if n > 0:

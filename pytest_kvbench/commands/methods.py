@@ -15,7 +15,6 @@ from tabulate import tabulate
 
 from kvmethods.core.capabilities import Capability
 from kvmethods.core.catalog import BUILTINS, KVPRESS_PREFIX, MethodEntry
-from kvmethods.core.params import ParamSpec
 from kvmethods.core.layout import COMPRESS, KEEP, refusal
 from kvmethods.core.family_table import FAMILIES, tested_layout
 
@@ -30,20 +29,6 @@ def kind_of(capabilities: Capability) -> str:
     """wrapper, compresses while decoding, storage (quantizers, channel pruning), per-layer selector (some layers
     kept whole), whole-prompt scorer, scorer, selector (positions without scores), or reference (keeps everything)."""
     return next((kind for flag, kind in KINDS if flag in capabilities), "reference")
-
-
-def value_range(spec: ParamSpec) -> str | None:
-    """The values a parameter accepts beyond its type: its choices, bounds, parity (None: any of its type)."""
-    if spec.choices:
-        return "|".join(spec.choices)
-    parts = []
-    if spec.maximum is not None:
-        parts.append(f"[{spec.minimum or 0:g}, {spec.maximum:g}]")
-    elif spec.minimum is not None:
-        parts.append(f">= {spec.minimum:g}")
-    if spec.odd:
-        parts.append("odd")
-    return ", ".join(parts) or None
 
 
 def refused_by(entry: MethodEntry, sliding: str) -> dict[str, str]:
@@ -61,7 +46,7 @@ def listing() -> list[dict]:
         rows.append({
             "name": name, "kind": kind_of(entry.capabilities), "paper": entry.paper or None,
             "params": [{"name": spec.name, "type": spec.kind.__name__, "default": spec.default,
-                        "range": value_range(spec), "help": spec.help} for spec in entry.params],
+                        "range": spec.value_range(), "help": spec.help} for spec in entry.params],
             "kvpress_press": entry.kvpress_press or None, "kvpress_name": entry.kvpress_name or None,
             "capabilities": [flag.name for flag in Capability if flag in entry.capabilities],
             "refused_by": kept,

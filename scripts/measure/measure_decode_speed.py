@@ -70,6 +70,7 @@ def timed(run) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    # lazy for startup time: torch and transformers load after the arguments are checked
     import torch
 
     from kvmethods import get_method

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = {"qwen2.5-0.5b": (14, 2, 64), "llama-3-8b": (32, 8, 128)}  # query heads, KV heads, head size
@@ -63,8 +64,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def h2o_call(args, torch):
-    from types import SimpleNamespace
-
     from kvmethods.core.layer_inputs import LayerInputs
     from kvmethods.scorers.scoring import accumulated_attention
 
@@ -82,8 +81,6 @@ def h2o_call(args, torch):
 
 
 def kvzip_call(args, torch):
-    from types import SimpleNamespace
-
     import kvmethods.scorers.kvzip as kvzip
     from kvmethods.attention.kvzip_attention import RepeatSpan, attend_and_score
 
@@ -135,8 +132,7 @@ def ragged_call(args, torch):
 
 def score_call(args, torch):
     """A built-in scorer's score() or its kvpress press's, over one random layer with working projections."""
-    from types import SimpleNamespace
-
+    # lazy: the child's --code copy (its PYTHONPATH), and torch only in the child
     from kvmethods import get_method
     from kvmethods.core.catalog import BUILTINS
     from kvmethods.core.layer_inputs import LayerInputs
@@ -153,7 +149,7 @@ def score_call(args, torch):
     keys = torch.randn(1, kv_heads, T, dim, generator=generator).to(dtype)
     values = torch.randn(1, kv_heads, T, dim, generator=generator).to(dtype)
     if args.side == "press":
-        import kvpress
+        import kvpress  # lazy: kvpress's environment, --side press only
 
         press = getattr(kvpress, BUILTINS[args.method].kvpress_press)()
         return lambda: press.score(module, states, keys, values, None, {})

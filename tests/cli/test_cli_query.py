@@ -183,7 +183,7 @@ def test_an_unknown_run_is_one_line(capsys, tmp_path):
 
 
 def test_parquet_export_loads_with_datasets_and_matches_the_query(capsys, tmp_path, monkeypatch):
-    from datasets import load_dataset
+    from datasets import load_dataset  # lazy for startup time: datasets (pyarrow, fsspec), this test only
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

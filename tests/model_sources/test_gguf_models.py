@@ -12,6 +12,7 @@ import pytest
 from gguf_helpers import truncated_copy, write_tiny_gguf
 from helpers import hook_records, run_bench
 from pytest_kvbench.model_sources import gguf_cache, gguf_file, gguf_index
+from pytest_kvbench.model_sources import named_models as names
 from pytest_kvbench.model_sources.gguf_file import GgufError, check_architecture, gguf_label, read_info
 from pytest_kvbench.model_sources.named_models import named_models
 from pytest_kvbench.results.record import Record
@@ -113,8 +114,7 @@ def test_an_architecture_transformers_does_not_map_is_refused(tmp_path):
 
 @pytest.mark.parametrize("template, has_chat", [("base", False), ("chat", True)])
 def test_a_named_base_model_is_prompted_without_its_chat_template(tiny, cache, monkeypatch, template, has_chat):
-    from pytest_kvbench.engine.models import ModelCache
-    from pytest_kvbench.model_sources import named_models as names
+    from pytest_kvbench.engine.models import ModelCache  # lazy for startup time: torch and transformers, this test only
 
     model = names.NamedModel(name="tiny-named", description="", gguf_distribution="none", gguf_file="x.gguf",
                              install="-", template=template)

@@ -20,6 +20,7 @@ from gguf_helpers import truncated_copy, write_gguf_with_tensor_type, write_tiny
 from test_bad_input import assert_one_line_usage_error
 from pytest_kvbench import cli
 from pytest_kvbench.model_sources import gguf_cache, hub
+from pytest_kvbench.model_sources.gguf_index import gguf_info
 from pytest_kvbench.model_sources.named_models import NamedModel
 
 
@@ -66,7 +67,6 @@ def test_a_tensor_type_the_loader_cannot_dequantize_is_named(workdir):
 
 def test_a_converted_file_s_layers_are_checked_like_a_folder_s(workdir, tiny):
     # what a conversion of a file with sliding layers leaves in the cache entry (the tiny file is a llama)
-    from pytest_kvbench.model_sources.gguf_index import gguf_info
 
     entry = gguf_cache.entry_dir(gguf_info(tiny).sha256)
     entry.mkdir(parents=True)

@@ -4,6 +4,7 @@ artifact, the exit) and checked against the records. Skips where the [wandb] ext
 expects that in the main environment; .ci/trackers-env.sh runs it where a skip fails CI)."""
 
 import json
+import socket
 import struct
 from pathlib import Path
 
@@ -23,7 +24,7 @@ BLOCK, HEADER = 32768, 7  # the log's blocks and each chunk's header: crc32 (4),
 def wandb_records(path: Path):
     """The protobuf records of a .wandb file: a 7-byte file header (':W&B', magic, version), then chunks in
     32 KiB blocks (type 1 whole, 2 first, 3 middle, 4 last), as LevelDB's log format lays them out."""
-    from wandb.proto import wandb_internal_pb2
+    from wandb.proto import wandb_internal_pb2  # lazy: the [wandb] extra, skipped above when missing
 
     data = path.read_bytes()
     assert data[:4] == b":W&B"
@@ -106,8 +107,6 @@ def test_the_items_table_is_the_items_view(offline_run):
 
 
 def test_an_unreachable_wandb_server_is_one_line_at_startup(tmp_path):
-    import socket
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -16,7 +16,7 @@ from kvmethods.core.engine_caches import engine_caches
 from kvmethods.spec import MethodSpec
 from pytest_kvbench.results.record import Record, Serving
 from pytest_kvbench.results.views.table_model import joins_table
-from pytest_kvbench.serving.backend import CacheReport
+from pytest_kvbench.serving.backend import CacheReport, EngineDied
 from pytest_kvbench.serving.engine_fidelity import token_agreement, top_n_kl
 from pytest_kvbench.serving.llamacpp.backend import completion_of, completion_request
 from pytest_kvbench.serving.llamacpp.kv_report import agrees, cache_report
@@ -144,8 +144,6 @@ def test_an_answer_is_cut_at_the_benchmark_s_stop_token():
 
 
 def test_an_error_answer_is_the_engine_s_failure():
-    from pytest_kvbench.serving.backend import EngineDied
-
     with pytest.raises(EngineDied, match="error"):
         completion_of({"error": {"message": "context too long"}}, 3, [2], 0.1)
 

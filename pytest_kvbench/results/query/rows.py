@@ -8,7 +8,6 @@ no reader of its own parses a file.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
@@ -17,7 +16,7 @@ from pathlib import Path
 from pytest_kvbench.results.record import Record, is_number
 from pytest_kvbench.results.run.directories import Run, RunError, load_run, run_dirs
 from pytest_kvbench.results.run.state import RunState
-from pytest_kvbench.results.views.table_model import TABLE_RESAMPLES
+from pytest_kvbench.results.views.table_model import sample_interval
 
 UNREADABLE = "unreadable"
 
@@ -97,13 +96,7 @@ def unreadable_row(path: Path, why: str) -> dict:
 
 def score_interval(record: Record) -> tuple[float | None, float | None]:
     """The 95% bootstrap interval of the item's score over its samples (x 100), as the tables print it."""
-    scores = record.sample_scores
-    if len(scores) < 2:
-        return None, None
-    from pytest_kvbench.stats import bootstrap_mean  # lazy for startup time: scipy, for items with samples only
-
-    _, low, high = bootstrap_mean(scores, n_resamples=TABLE_RESAMPLES)
-    return (low, high) if math.isfinite(low) and math.isfinite(high) else (None, None)
+    return sample_interval(record.sample_scores) or (None, None)
 
 
 def _stops(record: Record, reason: str) -> int | None:

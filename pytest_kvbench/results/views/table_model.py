@@ -50,12 +50,19 @@ class Cell:
     @property
     def sample_half_width(self) -> float | None:
         """Half-width of the 95% bootstrap interval of the mean over samples (one seed's spread)."""
-        if len(self.sample_scores) < 2:
-            return None
-        from pytest_kvbench.stats import bootstrap_mean  # lazy for startup time: scipy, only where an interval is shown
+        interval = sample_interval(self.sample_scores)
+        return (interval[1] - interval[0]) / 2 if interval else None
 
-        _, low, high = bootstrap_mean(self.sample_scores, n_resamples=TABLE_RESAMPLES)
-        return (high - low) / 2 if math.isfinite(low) and math.isfinite(high) else None
+
+def sample_interval(sample_scores: list[float]) -> tuple[float, float] | None:
+    """The 95% bootstrap interval (low, high) of the mean over one item's sample scores, as the tables print it;
+    None under two samples or when the bootstrap gives no finite bounds."""
+    if len(sample_scores) < 2:
+        return None
+    from pytest_kvbench.stats import bootstrap_mean  # lazy for startup time: scipy, only where an interval is shown
+
+    _, low, high = bootstrap_mean(sample_scores, n_resamples=TABLE_RESAMPLES)
+    return (low, high) if math.isfinite(low) and math.isfinite(high) else None
 
 
 @dataclass
