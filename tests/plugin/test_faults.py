@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 
 import pytest
 from helpers import add_bench_files, run_bench
@@ -133,13 +134,15 @@ def test_an_unwritable_results_path_is_refused_before_any_model_loads(pytester, 
 
 
 def test_a_model_that_cannot_load_fails_its_item_in_one_paragraph(tmp_path):
-    """A folder with config, tokenizer and a weights file passes configure (a folder without weights or
-    tokenizer is refused there: test_output_paths.py); weights that are not safetensors fail the item, briefly."""
+    """A folder with config, tokenizer and a whole safetensors file passes configure (a folder without weights or
+    tokenizer, or with a file that is not safetensors or is truncated, is refused there: test_output_paths.py,
+    test_startup_probes.py); weights that safetensors cannot read (a dtype it does not know) fail the item, briefly."""
     model = tmp_path / "corrupt_weights"
     model.mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         (model / name).write_text((models.DEFAULT_MODEL_DIR / name).read_text())
-    (model / "model.safetensors").write_bytes(b"not a safetensors file")
+    header = json.dumps({"bogus": {"dtype": "XX", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    (model / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(8))
     proc = run_bench(tmp_path / "work", "--kvbench-model", str(model), "--kvbench-data", "fixtures",
                      "--kvbench-methods", "full", "--kvbench-tasks", "passage_retrieval_en", "--kvbench-samples", "1",
                      "--kvbench-results", str(tmp_path / "res"), "-p", "no:cacheprovider")

