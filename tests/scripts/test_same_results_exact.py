@@ -55,3 +55,20 @@ def test_any_measured_field_that_differs_is_named_by_its_path(tmp_path, capsys):
     assert "samples[1].kl" in out and "samples[2].prediction" in out and "prefill_ms" not in out
     # without --exact the looser comparison (slurm.sh's) sees the prediction too
     assert same_results().main(list(two_runs(tmp_path / "loose", drifted))) == 1
+
+
+def test_the_merged_shards_comparison_lets_a_kl_move_in_its_fifth_digit_and_nothing_else(tmp_path, capsys):
+    """slurm.sh's comparison: a shard batches its samples with other members than one process does, which on some
+    CPUs moves a KL in its fifth significant digit; predictions, scores and agreement must still be equal."""
+    def rounded(record: dict) -> None:
+        for sample in record["samples"]:
+            sample["kl"] *= 1 + 3.5e-5
+        record["fidelity"]["kl"] *= 1 + 3.5e-5
+
+    assert same_results().main(list(two_runs(tmp_path / "kl", rounded))) == 0
+
+    def moved(record: dict) -> None:
+        record["samples"][1]["kl"] *= 1.01
+
+    assert same_results().main(list(two_runs(tmp_path / "moved", moved))) == 1
+    assert "samples" in capsys.readouterr().out
