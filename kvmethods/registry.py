@@ -16,16 +16,14 @@ built (`get_method`).
 
 from __future__ import annotations
 
-import importlib
-import reprlib
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from .core.capabilities import Capability
 from .core.catalog import BUILTINS, PER_TURN, PREFILL_CHUNK
 from .core.engine_caches import engine_caches, is_engine_name
 from .core.errors import MethodError
+from .core.lazy_registry import LazyRegistry
 from .core.params import declared_params, validated
 from .spec import BASE, MethodSpec
 
@@ -33,7 +31,6 @@ if TYPE_CHECKING:
     from .core.base import Method
 
 ENTRY_POINT_GROUP = "kvbench.methods"
-_registered: dict[str, type[Method]] = {}
 
 
 def _check_method_class(cls: Any, origin: str) -> type[Method]:
@@ -50,6 +47,13 @@ def _check_method_class(cls: Any, origin: str) -> type[Method]:
     return cls
 
 
+# The built-ins are the catalog's rows ("role.module:Class", imported when built); the machinery is shared with the
+# benchmark's tasks, named models and presets (core/lazy_registry.py)
+METHODS: LazyRegistry[type[Method]] = LazyRegistry(
+    "method", ENTRY_POINT_GROUP, lambda: {name: entry.target for name, entry in BUILTINS.items()},
+    error=MethodError, check=_check_method_class)
+
+
 def register_method(cls: type[Method] | None = None, *, name: str | None = None):
     """Register a Method subclass under `name` (default: cls.name). Works as `@register_method`,
     `@register_method(name=...)` or a plain call. Re-registering the same class is a no-op."""
@@ -58,53 +62,27 @@ def register_method(cls: type[Method] | None = None, *, name: str | None = None)
         if name is not None:
             target.name = name
         _check_method_class(target, "register_method")
-        existing = _registered.get(target.name) or _builtin_class(target.name)
-        if existing is not None and existing is not target:
-            raise MethodError(f"register_method: a method named {target.name!r} already exists ({existing.__module__})")
-        _registered[target.name] = target
-        return target
+        try:
+            return METHODS.register(target.name, target)
+        except MethodError as error:
+            raise MethodError(f"register_method: {error}") from None
 
     return add if cls is None else add(cls)
 
 
 def unregister_method(name: str) -> None:
     """Remove a runtime registration (tests, interactive sessions)."""
-    _registered.pop(name, None)
-
-
-def _entry_point_methods() -> dict[str, Any]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    METHODS.unregister(name)
 
 
 def available_methods() -> list[str]:
-    names = set(BUILTINS) | set(_registered) | set(_entry_point_methods())
-    return sorted(names)
-
-
-def _builtin_class(name: str) -> type[Method] | None:
-    """The class of a built-in method, its module imported now (None for other names)."""
-    entry = BUILTINS.get(name)
-    if entry is None:
-        return None
-    return getattr(importlib.import_module(entry.module), entry.class_name)
+    return METHODS.names()
 
 
 def _load(name: str) -> type[Method]:
-    if name in BUILTINS:
-        return _builtin_class(name)
-    if name in _registered:
-        return _registered[name]
-    entry = _entry_point_methods().get(name)
-    if entry is None:
-        raise MethodError(f"unknown method {reprlib.repr(name)}; valid methods: {', '.join(available_methods())}")
-    origin = f"entry point {name!r} ({ENTRY_POINT_GROUP}: {entry.value})"
-    try:
-        loaded = entry.load()
-    except Exception as error:  # a broken third-party package must not crash collection
-        raise MethodError(f"{origin} failed to load: {type(error).__name__}: {error}") from error
-    _check_method_class(loaded, origin)
-    if loaded.name != name:
-        raise MethodError(f"{origin}: class name attribute is {loaded.name!r}, expected {name!r}")
+    loaded = METHODS.get(name)
+    if name not in BUILTINS and loaded.name != name:
+        raise MethodError(f"{METHODS.origin(name)}: class name attribute is {loaded.name!r}, expected {name!r}")
     return loaded
 
 

@@ -16,6 +16,7 @@ import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvmethods.core.lazy_registry import LazyRegistry
 from pytest_kvbench.model_sources import gguf_parts, hub
 from pytest_kvbench.model_sources.gguf_file import GgufError
 
@@ -91,16 +92,25 @@ def named_models() -> dict[str, NamedModel]:
             for name, fields in data.items()}
 
 
+def _named_model(obj: object, origin: str) -> NamedModel:
+    if not isinstance(obj, NamedModel):
+        raise NamedModelError(f"{origin}: {obj!r} is not a pytest_kvbench.model_sources.named_models.NamedModel")
+    return obj
+
+
+# names -> models: named_models.toml's tables, and the `kvbench.models` entry-point group's NamedModel objects
+MODELS: LazyRegistry[NamedModel] = LazyRegistry(
+    "model", "kvbench.models", lambda: named_models(), error=NamedModelError, check=_named_model, sort=False,
+    plural="named models", note="nor an existing path or an org/name hub id (see `kvbench models`)")
+
+
 def unknown_name_message(name: str) -> str:
-    return (f"unknown model {name!r}: not a named model ({', '.join(named_models())}; see `kvbench models`), "
-            f"not an existing path and not an org/name hub id")
+    return str(MODELS.unknown(name))
 
 
 def resolve(name: str) -> Resolved:
     """The hub repo if cached or reachable, else the installed GGUF file; NamedModelError otherwise."""
-    model = named_models().get(name)
-    if model is None:
-        raise NamedModelError(unknown_name_message(name))
+    model = MODELS.get(name)
     if model.hub and (hub.model_cached(model.hub) or hub.hub_reachable()):
         return Resolved(HUB, model.hub)
     gguf = model.installed_gguf()
@@ -127,7 +137,7 @@ def listing() -> list[dict]:
     """Every named model, its sources and which are available here (``kvbench models``; a GGUF file in parts is
     listed, not assembled)."""
     rows = []
-    for model in named_models().values():
+    for model in map(MODELS.get, MODELS.names()):
         gguf = _gguf_here(model)
         hub_used = bool(model.hub) and (hub.model_cached(model.hub) or hub.hub_reachable())
         kind, reference = (HUB, model.hub) if hub_used else (GGUF, gguf) if gguf else (None, None)

@@ -32,7 +32,7 @@ def _exists(reference: str) -> bool:
 
 
 def is_named(reference: str) -> bool:
-    return reference in named_models.named_models() and not _exists(reference)
+    return reference in named_models.MODELS and not _exists(reference)
 
 
 def model_source(reference: str) -> ModelSource:
@@ -41,7 +41,7 @@ def model_source(reference: str) -> ModelSource:
         return ModelSource(reference, str(DEFAULT_MODEL_DIR))
     if is_named(reference):
         resolved = named_models.resolve(reference)
-        template = named_models.named_models()[reference].template
+        template = named_models.MODELS.get(reference).template
         if resolved.kind == named_models.GGUF:
             return ModelSource(reference, resolved.reference, Path(resolved.reference), template)
         return ModelSource(reference, resolved.reference, template=template)
@@ -56,7 +56,7 @@ def gguf_file_of(reference: str) -> Path | None:
     if reference == DEFAULT_MODEL:
         return None
     if is_named(reference):
-        return named_models.named_models()[reference].installed_gguf()
+        return named_models.MODELS.get(reference).installed_gguf()
     if looks_like_gguf(reference):
         return Path(reference).expanduser()
     return None

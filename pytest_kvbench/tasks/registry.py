@@ -6,18 +6,21 @@ need their long default, a small model or a quick run does not. RULER's niah, vt
 number of questions per haystack, ``niah_single_1:questions=4`` (the shared_context protocol), and SCBench's tasks
 the history of a conversation, ``scbench_kv:history=model`` (default gold answers). A suite whose optional
 dependency is missing is a TaskError naming the extra to install, so a run stops at collection.
+
+The names are the suites' tables (`_SUITE_TABLE`, each suite's specs) served by kvmethods' LazyRegistry, the one
+registry type of every kind; a third party adds a task through the `kvbench.tasks` entry-point group: a Task
+class or a function returning a Task whose `suite` is one of SUITES (its marker collects it), taking no settings.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import importlib
 import importlib.util
 from typing import NamedTuple
 
-from pytest_kvbench.input_values import shown
+from kvmethods.core.lazy_registry import LazyRegistry, unknown_name_message
 
 from .base import Task
 from .errors import TaskError
@@ -73,6 +76,28 @@ def _specs() -> dict[str, tuple[str, object]]:
     return specs
 
 
+def _task_factory(obj: object, origin: str):
+    if not callable(obj):
+        raise TaskError(f"{origin}: {obj!r} is not a Task class or a function returning a Task")
+    return obj
+
+
+# names -> (suite, spec) from the suites' tables; the entry-point group's names -> a Task factory
+TASKS = LazyRegistry("task", "kvbench.tasks", _specs, error=TaskError, check=_task_factory, sort=False)
+
+
+def _plugin_task(name: str, factory) -> Task:
+    """A third-party task built by its factory, checked: a Task of one of the suites."""
+    origin = TASKS.origin(name)
+    try:
+        task = factory()
+    except Exception as error:  # a broken third-party package must not crash collection: one line
+        raise TaskError(f"{origin} failed to build its task: {type(error).__name__}: {error}") from error
+    if not isinstance(task, Task) or getattr(task, "suite", None) not in SUITES:
+        raise TaskError(f"{origin}: {task!r} is not a pytest_kvbench Task of one of the suites {', '.join(SUITES)}")
+    return task
+
+
 def missing_dependency(suite: str) -> str | None:
     """One line saying what to install when the suite's optional dependency is absent, else None."""
     entry = _SUITE_TABLE[suite]
@@ -83,8 +108,10 @@ def missing_dependency(suite: str) -> str | None:
 
 def available_tasks(suite: str | None = None) -> list[str]:
     if suite is not None and suite not in SUITES:
-        raise TaskError(f"unknown suite {suite!r}; valid suites: {', '.join(SUITES)}")
-    return [name for name, (kind, _) in _specs().items() if suite is None or kind == suite]
+        raise TaskError(unknown_name_message("suite", suite, SUITES))
+    if suite is None:
+        return TASKS.names()
+    return [name for name in TASKS.names() if suite_of(name) == suite]
 
 
 def suite_of(name: str) -> str:
@@ -120,13 +147,12 @@ def split_name(name: str) -> tuple[str, dict[str, int | str]]:
 
 
 def _lookup(base: str) -> tuple[str, object]:
-    entry = _specs().get(base)
-    if entry is None:
-        names = list(_specs())
-        close = difflib.get_close_matches(base, names, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise TaskError(f"unknown task {shown(base)}{hint}; valid tasks: {', '.join(names)}")
-    return entry
+    """(suite, spec) of a built-in task; (suite, the task itself) of a third party's."""
+    entry = TASKS.get(base)
+    if isinstance(entry, tuple):
+        return entry
+    task = _plugin_task(base, entry)
+    return task.suite, task
 
 
 def get_task(name: str) -> Task:
@@ -135,6 +161,11 @@ def get_task(name: str) -> Task:
     missing = missing_dependency(suite)
     if missing:
         raise TaskError(f"task {base!r}: {missing}")
+    if isinstance(spec, Task):  # a third party's (kvbench.tasks)
+        if overrides:
+            raise TaskError(f"task {name!r}: {base} ({TASKS.origin(base)}) takes no settings")
+        spec.name = str(name)
+        return spec
     unknown = [key for key in overrides if not hasattr(spec, key)]
     if unknown:
         raise TaskError(f"task {name!r}: {base} takes no {unknown[0]} setting (questions: RULER niah, vt and qa "
@@ -159,8 +190,10 @@ def task_listing(suite: str | None = None) -> list[dict]:
     for name in available_tasks(suite):
         kind, spec = _lookup(name)
         rows.append({
-            "task": name, "suite": kind, "metric": spec.metric_name, "max_new_tokens": spec.max_new_tokens,
-            "source": spec.hub["path"] if isinstance(getattr(spec, "hub", None), dict) else _SUITE_TABLE[kind].source,
+            "task": name, "suite": kind, "metric": spec.metric_name,
+            "max_new_tokens": getattr(spec, "max_new_tokens", None),
+            "source": spec.hub["path"] if isinstance(getattr(spec, "hub", None), dict) else
+            TASKS.origin(name) if isinstance(spec, Task) else _SUITE_TABLE[kind].source,
             "missing": missing_dependency(kind),
         })
     return rows

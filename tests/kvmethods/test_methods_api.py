@@ -59,7 +59,8 @@ def test_bad_parameters_raise_one_line_method_errors(name, params, fragment):
 
 
 def test_unknown_method_names_the_valid_ones():
-    with pytest.raises(MethodError, match="unknown method 'snapk'; valid methods: adakv, capkv, chunkkv, criticalkv, .*, h2o, .*, snapkv"):
+    with pytest.raises(MethodError, match=r"^unknown method 'snapk' \(did you mean 'snapkv'.*\?\); "
+                                          "valid methods: adakv, capkv, chunkkv, criticalkv, .*, h2o, .*, snapkv"):
         get_method("snapk")
 
 

@@ -24,8 +24,9 @@ from importlib import resources
 from typing import Any
 
 from kvmethods import Budget
+from kvmethods.core.lazy_registry import LazyRegistry
 from pytest_kvbench.cases import Grid, GridError
-from pytest_kvbench.input_values import shown, shown_list
+from pytest_kvbench.input_values import shown_list
 from pytest_kvbench.tasks import get_task
 
 try:  # Python >= 3.11
@@ -68,18 +69,37 @@ def _preset_files():
     return resources.files("pytest_kvbench").joinpath("presets")
 
 
+def _shipped() -> dict[str, Any]:
+    """The shipped presets: NAME.toml files, read when named."""
+    return {entry.name.removesuffix(".toml"): entry for entry in sorted(_preset_files().iterdir(), key=str)
+            if entry.name.endswith(".toml")}
+
+
+def _preset_source(obj: Any, origin: str) -> Any:
+    """An entry point's preset: a Preset, or a TOML file in the shipped layout (a path or a resources file)."""
+    if isinstance(obj, Preset) or hasattr(obj, "read_text"):
+        return obj
+    raise GridError(f"{origin}: {obj!r} is neither a Preset nor a TOML file (a pathlib.Path or a resources file)")
+
+
+# names -> preset files; third parties add theirs through the `kvbench.presets` entry-point group (docs/protocols.md)
+PRESETS: LazyRegistry[Any] = LazyRegistry("preset", "kvbench.presets", _shipped, error=GridError,
+                                          check=_preset_source)
+
+
 def available_presets() -> list[str]:
-    return sorted(entry.name.removesuffix(".toml") for entry in _preset_files().iterdir()
-                  if entry.name.endswith(".toml"))
+    return PRESETS.names()
 
 
 @functools.cache
 def load_preset(name: str) -> Preset:
-    """The shipped preset ``name``; GridError (one line listing the presets) for any other name."""
+    """The preset ``name`` (shipped, or an entry point's); GridError (one line listing the presets) for any other
+    name."""
     name = str(name).strip()
-    if name not in available_presets():
-        raise GridError(f"unknown preset {shown(name)}; valid presets: {', '.join(available_presets())}")
-    data = tomllib.loads(_preset_files().joinpath(f"{name}.toml").read_text(encoding="utf-8"))
+    source = PRESETS.get(name)
+    if isinstance(source, Preset):
+        return source
+    data = tomllib.loads(source.read_text(encoding="utf-8"))
     settings = {}
     for key, table in data.get("settings", {}).items():
         if key not in SETTINGS or table.get("rule") not in RULES:  # a packaging mistake, caught by the tests
