@@ -2,7 +2,9 @@
 
 Each row is a family of kvmethods/testing.py's tiny models described from its config alone (core/family_table.layout_of, the
 same description the startup check uses, which tests/kvmethods/test_families.py checks against the probe of a
-loaded model), and each built-in method is asked the one rule table (core/layout.refusal). The table sits
+loaded model), and each capability a family may refuse is asked the one rule table (core/layout.refusal). The table
+names capabilities, not methods, so adding a method leaves it as it is; `kvbench methods` names each method's
+refusing families. The table sits
 between two markers in docs/models.md; `python scripts/family_table.py` rewrites it there, `--check` exits 1
 when it is out of date (tests/kvmethods/test_families.py runs the check).
 """
@@ -13,8 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvmethods.core.catalog import BUILTINS
-from kvmethods.core.layout import COMPRESS, SLIDING, refusal
+from kvmethods.core.capabilities import Capability
+from kvmethods.core.layout import COMPRESS, KEEP, SLIDING, refusal
 from kvmethods.core.family_table import FAMILIES, layout_of
 from kvmethods.testing import FAMILIES as TESTED, family_config
 
@@ -24,44 +26,60 @@ DOC = ROOT / "docs" / "models.md"
 START, END = "<!-- family-table: written by scripts/family_table.py -->", "<!-- family-table end -->"
 
 
+# The capabilities a family may refuse, each asked alone (an evicting method with it; a storage), so that the table
+# reads the same whatever methods exist: `kvbench methods` names the methods that declare each one
+REFUSABLE = (Capability.OWN_STORAGE, Capability.HEAD_ADAPTIVE, Capability.SCORES_WHOLE_PROMPT,
+             Capability.PRE_ROPE_QUERIES, Capability.PRE_ROPE_KEYS, Capability.MERGES_VALUES,
+             Capability.RUNS_PREFILL, Capability.COMPRESSES_WHILE_DECODING, Capability.RECOMPRESSES_PER_TURN,
+             Capability.KEEPS_LAYERS_WHOLE)
+
+
+def _asked(flag: Capability) -> Capability:
+    return flag if flag == Capability.OWN_STORAGE else Capability.COMPRESSES | flag
+
+
+def _refused(layout, sliding: str = KEEP) -> dict[str, list[str]]:
+    """reason -> the capabilities refused for it (a plain evicting method's own refusal under `everything`)."""
+    reasons: dict[str, list[str]] = {}
+    plain = refusal(layout, Capability.COMPRESSES, sliding)
+    if plain is not None:
+        return {plain: ["every method"]}
+    for flag in REFUSABLE:
+        reason = refusal(layout, _asked(flag), sliding)
+        if reason is not None:
+            reasons.setdefault(reason, []).append(f"`{flag.name}`")
+    return reasons
+
+
+def _cell(reasons: dict[str, list[str]]) -> str:
+    return "; ".join(f"{', '.join(flags)}: {reason}" for reason, flags in reasons.items()) or "none"
+
+
 def table() -> str:
-    methods = sorted(BUILTINS)
-    lines = ["| family | layers (tiny test model) | queries | what is special | refused methods (why) |",
+    lines = ["| family | layers (tiny test model) | queries | what is special | refused capabilities (why) |",
              "| --- | --- | --- | --- | --- |"]
-    supported = refused = 0
     for family in TESTED:
         layout = layout_of(family_config(family))
-        reasons: dict[str, list[str]] = {}
-        for name in methods:
-            reason = refusal(layout, BUILTINS[name].capabilities)
-            if reason is None:
-                supported += 1
-            else:
-                refused += 1
-                reasons.setdefault(reason, []).append(name)
         kinds = ", ".join(f"{sum(layer.kind == kind for layer in layout.layers)} {kind}" for kind in layout.kinds())
         queries = "from the attention call" if layout.needs_capture else "recomputed from q_proj"
-        cell = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in reasons.items()) or "none"
-        lines.append(f"| {family} | {kinds} | {queries} | {FAMILIES[family].note or '-'} | {cell} |")
-    lines.append("")
-    lines.append(f"{len(TESTED)} families x {len(methods)} built-in methods: {supported} supported, {refused} refused.")
-    lines += ["", _compressed_sliding(methods)]
+        lines.append(f"| {family} | {kinds} | {queries} | {FAMILIES[family].note or '-'} | {_cell(_refused(layout))} |")
+    lines += ["", _compressed_sliding()]
     return "\n".join(lines)
 
 
-def _compressed_sliding(methods: list[str]) -> str:
-    """The methods that families with sliding layers also refuse under --kvbench-sliding compress."""
+def _compressed_sliding() -> str:
+    """The capabilities that families with sliding layers also refuse under --kvbench-sliding compress."""
     sliding = [family for family in TESTED if SLIDING in layout_of(family_config(family)).kinds()]
     reasons: dict[str, list[str]] = {}
-    for name in methods:
-        for family in sliding:
-            layout = layout_of(family_config(family))
-            reason = refusal(layout, BUILTINS[name].capabilities, COMPRESS)
-            if reason is not None and refusal(layout, BUILTINS[name].capabilities) is None:
-                reasons.setdefault(reason, []).append(name)
-                break
-    cell = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in reasons.items()) or "none"
-    return f"With `--kvbench-sliding compress`, the families with sliding layers ({', '.join(sliding)}) also refuse {cell}."
+    for family in sliding:
+        layout = layout_of(family_config(family))
+        kept = _refused(layout)
+        for reason, flags in _refused(layout, COMPRESS).items():
+            for flag in flags:
+                if not any(flag in others for others in kept.values()) and flag not in reasons.get(reason, []):
+                    reasons.setdefault(reason, []).append(flag)
+    return (f"With `--kvbench-sliding compress`, the families with sliding layers ({', '.join(sliding)}) also refuse "
+            f"{_cell(reasons)}.")
 
 
 def rewritten(text: str) -> str:

@@ -9,6 +9,8 @@ value, as building the method does.
 """
 
 import importlib
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -72,6 +74,25 @@ def test_kvpress_specs_wrap_the_default_base_press():
 def test_every_builtin_is_listed():
     assert set(BUILTINS) <= set(available_methods())
     assert {"full", "snapkv", "adakv", "kivi", "think", "decoding", "rkv"} <= set(BUILTINS)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_builtin_has_a_row_in_the_methods_readme():
+    """kvmethods/README.md's method table (name, what it keeps, parameters, source) has a row per built-in: the
+    third of the four files a new method touches (DEVELOPERS.md, *Adding a built-in method*)."""
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \|", (ROOT / "kvmethods" / "README.md").read_text(), re.MULTILINE)
+    assert sorted(set(BUILTINS) - set(rows)) == []
+
+
+def test_every_builtin_is_named_by_a_test():
+    """Each built-in has a test of its own: a module under tests/ imports its class or names it in a spec (the
+    second of the four files); the tests over every built-in (families, batches, specs) come on top."""
+    texts = [path.read_text() for path in (ROOT / "tests").rglob("test_*.py")]
+    untested = [name for name, entry in BUILTINS.items()
+                if not any(re.search(rf"\b{entry.class_name}\b|[\"']{name}[\"':+]", text) for text in texts)]
+    assert untested == []
 
 
 def _outcome(build):
