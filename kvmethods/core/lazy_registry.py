@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -69,6 +71,30 @@ def import_target(target: str) -> Any:
     return obj
 
 
+_read: dict[str, tuple[tuple, dict[str, EntryPoint]]] = {}  # group -> (sys.path's state, its entry points)
+
+
+def _path_state() -> tuple:
+    """sys.path and each folder's modification time: a distribution installed or removed changes one."""
+    state = []
+    for folder in sys.path:
+        try:
+            state.append((folder, os.stat(folder or ".").st_mtime_ns))
+        except OSError:
+            state.append((folder, None))
+    return tuple(state)
+
+
+def group_entry_points(group: str) -> dict[str, EntryPoint]:
+    """An entry-point group's points by name, read again whenever sys.path or one of its folders changed (reading
+    every distribution's metadata takes tens of milliseconds; a stat of each folder, microseconds)."""
+    state = _path_state()
+    known = _read.get(group)
+    if known is None or known[0] != state:
+        known = _read[group] = (state, {point.name: point for point in entry_points(group=group)})
+    return dict(known[1])
+
+
 @dataclass
 class LazyRegistry(Generic[T]):
     """Names of one kind -> objects: the kind's own entries (lazy), the entry-point group's, registered ones.
@@ -93,7 +119,7 @@ class LazyRegistry(Generic[T]):
 
     def entry_points(self) -> dict[str, EntryPoint]:
         """The group's entry points now (a distribution installed or removed since is seen)."""
-        return {point.name: point for point in entry_points(group=self.group)}
+        return group_entry_points(self.group)
 
     def names(self) -> list[str]:
         """Every valid name, importing nothing (an entry point's name is its metadata)."""
