@@ -75,6 +75,9 @@ EQUAL_SETTINGS = [
      ("kvpress:LagKVPress", {"lag_size": 8, "n_sink": 2, "cross_scoring": True})),
     (("lagkv", {}), ("kvpress:LagKVPress", {})),  # 96 tokens < n_sink + 2 x 128: sinks + the most recent
     (("curdkv", {}), ("kvpress:CURPress", {})),
+    (("noncausal_attention", {}), ("kvpress:NonCausalAttnPress", {})),  # one chunk, padded: 96 tokens < 256
+    (("noncausal_attention", {"chunk_size": 32}), ("kvpress:NonCausalAttnPress", {"chunk_size": 32})),
+    (("noncausal_attention", {"chunk_size": 40}), ("kvpress:NonCausalAttnPress", {"chunk_size": 40})),
     (("curdkv", {"leverage_type": "kv_avg", "local_window_size": 7, "n_sink": 2}),
      ("kvpress:CURPress", {"leverage_type": "kv_avg", "local_window_size": 7, "num_sinks": 2})),
     (("curdkv", {"leverage_type": "value", "use_local_approximation": False}),
