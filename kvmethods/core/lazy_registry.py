@@ -56,8 +56,8 @@ def unknown_name_message(kind: str, name: Any, names: Iterable[str], plural: str
     names = list(names)
     close = close_names(name, names)
     quoted = [repr(c) for c in close]
-    hint = f" (did you mean {' or '.join([', '.join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)}?)" \
-        if close else ""
+    said = f"{', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else "".join(quoted)
+    hint = f" (did you mean {said}?)" if said else ""
     tail = f"; {note}" if note else ""
     return f"unknown {kind} {shown_name(name)}{hint}; valid {plural or kind + 's'}: {', '.join(names)}{tail}"
 
