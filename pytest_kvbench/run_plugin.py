@@ -209,8 +209,8 @@ def _shard_group(item: pytest.Item) -> str:
 
 
 def _shares_prefill(case) -> bool:
-    """The method's capability (engine.runner.shares_prefill builds it: torch is imported when items run)."""
-    from pytest_kvbench.engine.runner import shares_prefill  # lazy for startup time: the engine imports torch
+    """The method's capability (engine.case_methods.shares_prefill builds it: torch is imported when items run)."""
+    from pytest_kvbench.engine.case_methods import shares_prefill  # lazy for startup time: the engine imports torch
 
     return shares_prefill(case)
 

@@ -85,7 +85,7 @@ class SessionProgress:
              groups: dict[str, str] | None = None) -> None:
         """The cases this process runs; ``shared``: each reference group (or part of one: ``groups``, by case
         key) shares one prefill per sample, among the cases whose method can (``shares``:
-        engine.runner.shares_prefill); the others prefill alone. ``shares`` builds methods, so it is asked
+        engine.case_methods.shares_prefill); the others prefill alone. ``shares`` builds methods, so it is asked
         when the first item starts, not at collection."""
         cases = list(cases)
         self.items_total = len(cases)
