@@ -29,6 +29,21 @@ def pytest_kvbench_results_columns(config: pytest.Config) -> dict | None:
     """
 
 
+@pytest.hookspec(firstresult=True)
+def pytest_kvbench_item_id(case, default: str, config: pytest.Config) -> str | None:
+    """The pytest id of a benchmark item (``bench/test_ruler.py::test_ruler[<id>]``); return a str, or None to
+    leave ``default`` (the harness's own id, ``Case.id``: ``snapkv-128-niah_single_1-ctx4096``).
+
+    ``case`` is the item's ``pytest_kvbench.cases.Case`` (its ``method``, ``budget``, ``task``,
+    ``context_length``, ``seed``, ``model``, ``protocol``, ``key``). Called once per case of the grid, in every
+    process, before the items are collected; the first non-None answer wins. The id is what pytest prints, what
+    ``-k`` matches, the record's ``item_id`` and the run's lists of items; the record's ``key`` (what the gate,
+    baselines and ``--kvbench-resume`` match items by) never changes with it. Two items given one id, or an id
+    that is empty, not printable ASCII or holds ``[``, ``]`` or ``::``, is a usage error. Example:
+    docs/results.md, *Fields of your own*.
+    """
+
+
 @pytest.hookspec
 def pytest_kvbench_record_fields(record: dict, item: pytest.Item) -> dict | None:
     """Fields of your own for an item's record, before it is written and passed on; return a dict (or None).

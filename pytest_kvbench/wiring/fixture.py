@@ -30,7 +30,8 @@ class KvbenchFixture:
 
         # an engine's cache type (llamacpp:q8_0) runs in the serving engine, beside the worker's Runner
         runner = engine_items_of(self.config) if case.method.is_engine else runner_of(self.config)
-        progress = self.config.stash[PROGRESS_KEY].item(case)
+        item_id = self.item.callspec.id  # the id pytest shows (wiring/item_ids.py)
+        progress = self.config.stash[PROGRESS_KEY].item(case, item_id)
         record = None
         try:
             record = runner.run(case, progress)
@@ -39,7 +40,7 @@ class KvbenchFixture:
         except (ModelLoadError, TaskError, DataError, EngineDied, EngineStartError) as exc:
             # bad input found only now (a model that will not load, data too short): one paragraph,
             # without the chain of exceptions behind it (pytest prints a chain even with pytrace=False)
-            raise pytest.fail.Exception(f"{case.id}: {exc}", pytrace=False) from None
+            raise pytest.fail.Exception(f"{item_id}: {exc}", pytrace=False) from None
         except ItemOutOfMemory as exc:  # the runner already freed the memory the item held
             raise pytest.fail.Exception(str(exc), pytrace=False) from None
         finally:
