@@ -61,7 +61,7 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
     "sliding": ("sliding-window layers (gemma2/3, gpt-oss, cohere2, mistral with a window): keep (default: kept as "
                 "their window) or compress (compressed to the method's budget too); docs/models.md", "string"),
     "preset": ("a published protocol: kvpress-leaderboard or kvcache-factory-longbench; it sets tasks, context "
-               "length, budgets, protocol and samples, and refuses options that contradict it (docs/protocols.md)",
+               "length, budgets, protocol and samples, and refuses options that contradict it (docs/official-evaluations.md)",
                "string"),
 }
 

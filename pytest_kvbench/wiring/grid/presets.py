@@ -11,7 +11,7 @@ left unset, and a value the user did set must agree with it, by the setting's ru
 - ``at_most``: a positive number no larger than the preset's (a partial run, which the export names);
 - ``by_model_name``: a value chosen by a substring of the model name (KVCache-Factory's truncation).
 
-Anything else is refused in one line naming the option and the preset. docs/protocols.md describes
+Anything else is refused in one line naming the option and the preset. docs/official-evaluations.md describes
 each preset and the sources of its values.
 """
 
