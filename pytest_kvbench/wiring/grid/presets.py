@@ -1,4 +1,4 @@
-"""--kvbench-preset NAME: a published evaluation protocol, shipped as data (pytest_kvbench/presets/NAME.toml).
+"""--kvbench-preset NAME: a published evaluation's settings, shipped as data (pytest_kvbench/presets/NAME.toml).
 
 A preset fixes what makes a row comparable with a published table (tasks, context length, budgets,
 protocol, sample count, truncation) and leaves the rest open (model, methods, seeds, dtype, data
