@@ -272,7 +272,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if measured is None:
         session = item.config.stash[SESSION_KEY]
         measured = records.Record.identity(case, session.run_id, case.protocol)
-    record = measured.finished(status=status, nodeid=item.nodeid, item_id=item.callspec.id,
+    record = measured.finished(status=status, nodeid=item.nodeid, item_id=item_id(item.config, case),
                                message=None if report.passed else _one_line(report),
                                verdict=item.stash.get(VERDICT_KEY, None))
     for fields in item.config.hook.pytest_kvbench_record_fields(record=record.to_json(), item=item):
