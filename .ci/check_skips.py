@@ -54,7 +54,7 @@ ALLOWED = (
             "the kernels package installed: its not-installed message cannot be shown there"),
     Allowed(("main",), "tests.plugin.test_plugin_startup", "a GPU driver is present",
             "a machine with GPU drivers: the no-GPU start-up measurement cannot be made there"),
-    Allowed(ENVIRONMENTS, "tests.engine.test_hardware", "cannot reset VmHWM",
+    Allowed(ENVIRONMENTS, "tests.engine.test_cpu_peak_memory", "cannot reset VmHWM",
             "the kernel or sandbox refuses the per-item peak reset; the RSS-sampling fallback is tested"),
     Allowed(("kvpress",), "tests.serving.test_llamacpp_engine", "[llamacpp] extra",
             "xllamacpp is the main environment's extra (.ci/run installs it); the engine tests run there"),

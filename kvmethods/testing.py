@@ -131,7 +131,7 @@ def live_tensor_bytes(tensors=None) -> int:
 # -- one tiny model per decoder family the project describes (core/family_table.py)----------------
 # float32, 2 layers, hidden 64, vocabulary 128, from transformers' own config classes; every family here exists in
 # transformers 5.2 and 5.24 (both ends of the supported range). The family tests, the startup check's tests and
-# scripts/family_table.py (docs/models.md) use them.
+# scripts/write_family_table.py (docs/models.md) use them.
 
 WINDOW = 12  # sliding-window size of the tiny hybrid models: shorter than the test prompts
 

@@ -118,7 +118,7 @@ class Grid:
     attn_implementation: str = "sdpa"
     data_dir: str | None = None
     max_prompt_tokens: int | None = None
-    preset: str | None = None  # --kvbench-preset: the published protocol the grid follows
+    preset: str | None = None  # --kvbench-preset: the published evaluation the grid follows
     sliding: str = DEFAULT_SLIDING  # --kvbench-sliding: keep sliding-window layers as their window, or compress
 
     @property

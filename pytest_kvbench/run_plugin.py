@@ -27,6 +27,7 @@ from pytest_kvbench.wiring.grid import command_line, decode_batch_option, option
 from pytest_kvbench.wiring.distributed import xdist_hooks
 from pytest_kvbench.wiring.gate import Gate
 from pytest_kvbench.wiring.interrupts import InterruptShield, honour_sigint
+from pytest_kvbench.wiring.item_ids import item_id
 from pytest_kvbench.wiring.items import case_of, expect, is_empty_case_item, is_worker, lock_run
 from pytest_kvbench.wiring.grid.output_paths import check_run_outputs
 from pytest_kvbench.wiring.progress.live import ProgressPlugin, SessionProgress
@@ -162,7 +163,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks.append(pytest.mark.smoke)
         if (case.context_length or 0) >= SLOW_CONTEXT:
             marks.append(pytest.mark.slow)
-        params.append(pytest.param(case, id=case.id, marks=marks))
+        params.append(pytest.param(case, id=item_id(metafunc.config, case), marks=marks))
     metafunc.parametrize("kvbench_case", params)
 
 
@@ -209,8 +210,8 @@ def _shard_group(item: pytest.Item) -> str:
 
 
 def _shares_prefill(case) -> bool:
-    """The method's capability (engine.runner.shares_prefill builds it: torch is imported when items run)."""
-    from pytest_kvbench.engine.runner import shares_prefill  # lazy for startup time: the engine imports torch
+    """The method's capability (engine.case_methods.shares_prefill builds it: torch is imported when items run)."""
+    from pytest_kvbench.engine.case_methods import shares_prefill  # lazy for startup time: the engine imports torch
 
     return shares_prefill(case)
 
@@ -271,7 +272,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if measured is None:
         session = item.config.stash[SESSION_KEY]
         measured = records.Record.identity(case, session.run_id, case.protocol)
-    record = measured.finished(status=status, nodeid=item.nodeid, message=None if report.passed else _one_line(report),
+    record = measured.finished(status=status, nodeid=item.nodeid, item_id=item_id(item.config, case),
+                               message=None if report.passed else _one_line(report),
                                verdict=item.stash.get(VERDICT_KEY, None))
     for fields in item.config.hook.pytest_kvbench_record_fields(record=record.to_json(), item=item):
         record = record.with_fields(fields or {})

@@ -3,7 +3,7 @@
 The shared prefill of a sample makes the compressed cache of every member of the group (the items
 still to run). Keeping those caches until each member's item runs would hold (members - 1) x samples
 caches; instead each member's compressed generation is decoded at once (teacher-forced on the
-reference and compared with it there) and only its small outcome is kept (shared_prefills.DecodedSample).
+reference and compared with it there) and only its small outcome is kept (sample_outcomes.DecodedSample).
 Each cache is dropped as soon as it is decoded, so a worker holds at most one sample's group of
 compressed caches, and none between samples.
 
@@ -52,7 +52,7 @@ class SampleGroup:
     members: list[Case]
     shared: object
     decode: Decode  # one member alone
-    context: object = None  # what BatchDecoder.decode needs of the sample (group_prefill.SampleContext)
+    context: object = None  # what BatchDecoder.decode needs of the sample (sample_prefills.SampleContext)
 
 
 @dataclass

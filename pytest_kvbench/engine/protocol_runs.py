@@ -53,7 +53,7 @@ def generations(case, task, method, budget, loaded, samples: list, prompts: list
     """Every sample's generation under a group protocol (shared_context, multi_turn), group by group,
     with its kl and agreement against the group's full-cache reference (made once per worker in
     `references`); the runner gives the samples' prompts and dispatches here. One-prompt protocols run in
-    the runner (runner._single_prompts), where prefills are shared."""
+    the runner (Runner._single_prompts), where prefills are shared."""
     run_group = getattr(protocols, GROUP_RUNNERS[case.protocol])
     settings = {"keep_answers": task.turn_history != "gold"} if case.protocol == "multi_turn" else {}
     for context_index, group in enumerate(context_groups(samples, prompts)):

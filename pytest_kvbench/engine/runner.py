@@ -4,25 +4,25 @@ Everything expensive that does not depend on the method is shared between items 
 that live for the whole worker process: the model (models.py), the task's samples and tokenized
 prompts, the full-cache reference pass used for fidelity (fidelity.py), and the prefill itself:
 one forward per sample gives the reference's cache and the compressed cache of every planned item
-of the reference group (sample_prefills.py: of the next samples too when batching across samples), each
-decoded right away (group_decode.py); an item then takes its samples' outcomes (sample_outcomes.py) and
-scores them.
+of the reference group (the runner's GroupPrefiller, sample_prefills.py: of the next samples too when batching
+across samples), each decoded right away (group_decode.py); an item then takes its samples' outcomes
+(sample_outcomes.py) and scores them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
-from kvmethods import FULL_CACHE, get_method
 from kvmethods.core.clock import now
 from kvmethods.runtime.generation import GROUP_PROTOCOLS, generate, record_fields
-from kvmethods.runtime.shared_prefill import can_share_prefill
 from pytest_kvbench.cases import DEFAULT_PROTOCOL, Case, Grid
-from pytest_kvbench.engine.fidelity import ReferenceCache, fidelity_of, reference_of
+from pytest_kvbench.engine.case_methods import method_of, takes_shared_prefill
+from pytest_kvbench.engine.fidelity import ReferenceCache
 from pytest_kvbench.engine.decode_batching import DecodeBatching
-from pytest_kvbench.engine.sample_prefills import GroupPrefill
+from pytest_kvbench.engine.sample_decoding import decode_compressed, decode_reference, reference_key
+from pytest_kvbench.engine.sample_inputs import SampleInputs
+from pytest_kvbench.engine.sample_prefills import GroupPrefiller
 from pytest_kvbench.engine.hardware.device_description import describe_device
 from pytest_kvbench.engine.hardware.costs import kv_cache_figures, latency_figures
 from pytest_kvbench.engine.hardware.item_meter import ItemMeter
@@ -56,26 +56,7 @@ def _prefill_split(shared_reference=None) -> dict:
     return {"shared_prefill_ms": None, "compression_ms": None}
 
 
-def method_of(case: Case):
-    """The case's method, built; seeded methods follow the run's seed; sliding-window layers as the case says
-    (--kvbench-sliding)."""
-    params = dict(case.method.params)
-    method = get_method(case.method.name, **params)
-    if "seed" in method.params() and "seed" not in params:  # seeded methods follow the run's seed
-        method = get_method(case.method.name, **params, seed=case.seed)  # wrappers (prefill_chunk) too
-    return method.with_sliding_layers(case.sliding)
-
-
-def shares_prefill(case: Case) -> bool:
-    """Whether the case takes its prefill from its reference group's forward (the method's capability:
-    kvmethods.runtime.shared_prefill.can_share_prefill); the reference itself makes that forward. An engine's
-    cache type (serving/) prefills in the engine."""
-    if case.method.is_engine:
-        return False
-    return case.is_reference or can_share_prefill(method_of(case))
-
-
-class Runner(GroupPrefill):
+class Runner:
     """Runs cases; one instance per worker process (held by the session)."""
 
     def __init__(self, grid: Grid, run_id: str, timeout_s: float | None = None, share_prefill: bool = True,
@@ -87,26 +68,15 @@ class Runner(GroupPrefill):
         self.timeout_s = timeout_s
         self.models = ModelCache()
         self.references = ReferenceCache()
-        self._samples: dict[tuple, list] = {}
-        self._prompts: dict[tuple, Any] = {}
+        self.inputs = SampleInputs(grid)  # the cases' samples and prompts, made once
+        # the group's shared prefills: it fills `references` and the members' outcomes in `shared`
+        self.prefills = GroupPrefiller(self.shared, self.batching, self.references, self.inputs)
         self._devices: dict[str, dict] = {}
 
     # -- shared inputs -------------------------------------------------------------------------
-    def _load_samples(self, case: Case, task, loaded: LoadedModel) -> list:
-        key = (case.model, case.task, case.samples, case.seed, case.context_length, self.grid.data_dir)
-        if key not in self._samples:
-            self._samples[key] = task.load_samples(
-                loaded.tokenizer,
-                n=case.samples,
-                seed=case.seed,
-                data_dir=self.grid.data_dir,
-                context_length=case.context_length,
-            )
-        return self._samples[key]
-
     def samples_of(self, case: Case, task, loaded: LoadedModel) -> list:
         """The case's samples, loaded once per worker (a serving engine's items read the same: serving/)."""
-        return self._load_samples(case, task, loaded)
+        return self.inputs.samples(case, task, loaded)
 
     def full_cache_reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, limit: item_time_limit):
         """The sample's full-cache reference (a Reference: its generation and distributions), made once per worker
@@ -114,65 +84,20 @@ class Runner(GroupPrefill):
         return self._reference(case, task, sample, prompt, loaded, limit)
 
     def max_prompt_tokens(self, task, loaded: LoadedModel) -> int | None:
-        """The longest prompt the task may build for this model (--kvbench-max-prompt-tokens, else what its positions
-        leave after the answer)."""
-        if self.grid.max_prompt_tokens:
-            return self.grid.max_prompt_tokens
-        if loaded.max_positions:
-            return loaded.max_positions - task.max_new_tokens
-        return None
+        """The longest prompt the task may build for this model (SampleInputs.max_prompt_tokens)."""
+        return self.inputs.max_prompt_tokens(task, loaded)
 
     def prompt(self, case: Case, task, sample, loaded: LoadedModel):
         """The sample's prompt, built once per worker (every method and budget of the case's group reads it)."""
-        key = (case.model, case.task, case.seed, case.context_length, sample.id)
-        if key not in self._prompts:
-            self._prompts[key] = task.build_prompt(sample, loaded.tokenizer, self.max_prompt_tokens(task, loaded))
-        return self._prompts[key]
-
-    def _reference_key(self, case: Case, sample) -> tuple:
-        return (case.model, case.task, case.seed, case.context_length, sample.id, case.protocol)
+        return self.inputs.prompt(case, task, sample, loaded)
 
     def _reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, limit: item_time_limit):
-        """The full-cache pass of a sample, computed once per run and shared by every method. With sharing,
-        the first item of the group to need the sample (or a sharing item finding no outcome of its own)
-        runs the group's shared prefill and decoding for it."""
-        key = self._reference_key(case, sample)
+        """The full-cache pass of a sample, computed once per run and shared by every method; with sharing, made
+        by the group's shared prefill with its members' outcomes (GroupPrefiller.reference)."""
         if not self.shared.enabled:
-            return self.references.get(key, lambda: self._decode_reference(case, task, sample, prompt, loaded))
-        members = [c for c in self.shared.members(case, sample.id) if self._shares(c)]
-        if key not in self.references or (members and members[0] == case):
-            self._share_prefill(case, members, task, sample, prompt, loaded, limit)
-        return self.references.get(key, lambda: None)
-
-    def _decode_reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, shared=None):
-        """The reference's generation; from the full cache of `shared` (a SharedPrefill), which it empties."""
-        prefilled = None
-        if shared is not None:  # the full cache is freed with this decoding, before any compressed one
-            prefilled, shared.reference = shared.reference, None
-        result = generate(loaded.model, get_method(FULL_CACHE.spec), FULL_CACHE, prompt.input_ids,
-                          prompt.context_len, task.max_new_tokens, loaded.eos_token_ids, case.protocol,
-                          return_logprobs=True, prefilled=prefilled)
-        if shared is not None:
-            result.prefill_s = shared.forward_s
-        return reference_of(result, f"full-cache reference of {case.task} sample {sample.id}")
-
-    # -- the shared prefill (group_prefill.GroupPrefill) ----------------------------------------
-    def _method(self, case: Case):
-        return method_of(case)
-
-    def _shares(self, case: Case) -> bool:
-        """A compressed item taking its cache from the group's forward (the reference makes that forward)."""
-        return not case.is_reference and shares_prefill(case)
-
-    def _compressed(self, case: Case, method, budget, task, sample, prompt, loaded: LoadedModel, reference,
-                    prefilled=None) -> tuple:
-        """(generation, kl, agreement, decode_kl) of the sample under the case's method: teacher-forced on the
-        reference's output and its own decode compared with the reference at once (fidelity.py), so no
-        vocabulary-sized log-probs outlive this call."""
-        result = generate(loaded.model, method, budget, prompt.input_ids, prompt.context_len, task.max_new_tokens,
-                          loaded.eos_token_ids, case.protocol, teacher_targets=reference.target_ids,
-                          prefilled=prefilled, return_logprobs=True)
-        return (result, *fidelity_of(result, reference, f"{case.id} sample {sample.id}"))
+            return self.references.get(reference_key(case, sample),
+                                       lambda: decode_reference(case, task, sample, prompt, loaded))
+        return self.prefills.reference(case, task, sample, prompt, loaded, limit, self._time_left)
 
     # -- the item ------------------------------------------------------------------------------
     def run(self, case: Case, progress: Callable[..., None] | None = None) -> records.Record:
@@ -189,10 +114,10 @@ class Runner(GroupPrefill):
     def _run(self, case: Case, progress: Callable[..., None]) -> records.Record:
         started = now()
         task = get_task(case.task)
-        method = self._method(case)
-        sharing = self.shared.enabled and self._shares(case)
+        method = method_of(case)
+        sharing = self.shared.enabled and takes_shared_prefill(case)
         loaded, loaded_now = self.models.get(case.model, self.grid.dtype, self.grid.attn_implementation)
-        samples = self._load_samples(case, task, loaded)
+        samples = self.inputs.samples(case, task, loaded)
         rows: list[dict] = []
         scores: list[float] = []
         limit = item_time_limit(self._time_left(case))
@@ -265,8 +190,8 @@ class Runner(GroupPrefill):
                 yield Generation(sample, decoded.result, decoded.kl, decoded.agreement,
                                  decode_kl=decoded.decode_kl), decoded.timing
             else:
-                result, kl, agreement, decode_kl = self._compressed(case, method, budget, task, sample, prompt, loaded,
-                                                                    reference)
+                result, kl, agreement, decode_kl = decode_compressed(case, method, budget, task, sample, prompt, loaded,
+                                                                     reference)
                 yield Generation(sample, result, kl, agreement, decode_kl=decode_kl), _prefill_split()
 
     def _follow_up(self, task, sample, output: str, method, budget, loaded: LoadedModel,

@@ -1,8 +1,14 @@
 """The runner's shared prefills: one forward per sample for a reference group, and the window of samples whose
 members decode in the same batches.
 
-Split from runner.py (Runner inherits it), which reads a sample's outcomes; this part makes them. For the sample
-an item needs, one shared prefill (kvmethods.runtime.shared_prefill) gives the reference's full cache, decoded at
+The runner holds a GroupPrefiller (composition, not inheritance) and asks it for a sample's full-cache reference.
+Its interface: built from what it reads and fills (the worker's SharedPrefills: the plan and the members' outcomes;
+its DecodeBatching; its ReferenceCache; its SampleInputs), `reference(case, task, sample, prompt, loaded, limit,
+time_left)` returns the sample's reference and leaves every sharing member's outcome in SharedPrefills, which the
+items then take. It needs nothing else of the runner: the running item's time limit and a member's time left come
+with the call.
+
+For the sample an item needs, one shared prefill (kvmethods.runtime.shared_prefill) gives the reference's full cache, decoded at
 once (the members are teacher-forced on its output), and every member's compressed cache. Batching across
 samples (`--kvbench-decode-batch` above 1, once every member's first sample was decoded alone): the next samples
 of the item's list are prefilled too, as many whole groups as one batch holds
@@ -16,16 +22,22 @@ reaches it, where what it raises belongs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from kvmethods.runtime.batched_generation import BatchRequest, batch_kind, generate_batch
 from kvmethods.runtime.shared_prefill import shared_prefill
 from pytest_kvbench.cases import Case
+from pytest_kvbench.engine.case_methods import method_of, takes_shared_prefill
+from pytest_kvbench.engine.decode_batching import DecodeBatching
+from pytest_kvbench.engine.fidelity import Reference, ReferenceCache, fidelity_of
 from pytest_kvbench.engine.group_decode import BatchDecoder, Job, SampleGroup, decode_members
 from pytest_kvbench.engine.models import LoadedModel
 from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_of_memory
+from pytest_kvbench.engine.sample_decoding import decode_compressed, decode_reference, reference_key
+from pytest_kvbench.engine.sample_inputs import SampleInputs
+from pytest_kvbench.engine.sample_outcomes import SharedPrefills
 from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
-from pytest_kvbench.engine.fidelity import fidelity_of
 
 
 class SampleContext(NamedTuple):
@@ -38,25 +50,42 @@ class SampleContext(NamedTuple):
     reference: object  # the reference's generation: its target_ids teacher-force the members
 
 
-class GroupPrefill:
-    """Runner's shared-prefill methods (needs the runner's shared, batching, references, prompt, _load_samples,
-    _reference_key, _decode_reference, _compressed, _method, _shares and _time_left)."""
+class GroupPrefiller:
+    """A worker's shared prefills of reference groups (one per runner)."""
+
+    def __init__(self, shared: SharedPrefills, batching: DecodeBatching, references: ReferenceCache,
+                 inputs: SampleInputs) -> None:
+        self.shared = shared  # the plan (members of a group) and the members' outcomes it fills
+        self.batching = batching  # members per batch, samples per window; halved on out of memory
+        self.references = references  # the full-cache references it fills (sample_decoding.reference_key)
+        self.inputs = inputs  # the cases' samples and prompts
+
+    def reference(self, case: Case, task, sample, prompt, loaded: LoadedModel, limit: item_time_limit,
+                  time_left: Callable[[Case], float | None]) -> Reference | None:
+        """The sample's full-cache reference. The first item of the group to need the sample (or a sharing item
+        finding no outcome of its own) runs the group's shared prefill and decoding for it: every sharing member's
+        outcome is left in `shared` for its item; `limit` is the running item's, `time_left(member)` another
+        member's."""
+        members = [c for c in self.shared.members(case, sample.id) if takes_shared_prefill(c)]
+        if reference_key(case, sample) not in self.references or (members and members[0] == case):
+            self._share_prefill(case, members, task, sample, prompt, loaded, limit, time_left)
+        return self.references.get(reference_key(case, sample), lambda: None)
 
     def _share_prefill(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
-                       limit: item_time_limit) -> None:
+                       limit: item_time_limit, time_left: Callable[[Case], float | None]) -> None:
         """One prefill of the sample (and of the window's next samples) for the reference (if not made yet) and
         every member (sharing items of the group still to run), each member's cache decoded and only its outcome
         kept."""
         groups = [self._sample_group(case, members, task, sample, prompt, loaded, self._order(case, task, sample,
                                                                                                loaded))]
         groups += self._window(case, groups[0], task, loaded)
-        batch = BatchDecoder(self.batching, lambda member, state: batch_kind(self._method(member), state),
-                             self._compressed_batch, lambda states: self._batch_size(states, task, groups))
-        decode_members(case, groups, self.shared, limit, self._time_left, batch)
+        batch = BatchDecoder(self.batching, lambda member, state: batch_kind(method_of(member), state),
+                             self.compressed_batch, lambda states: self._batch_size(states, task, groups))
+        decode_members(case, groups, self.shared, limit, time_left, batch)
 
     def _order(self, case: Case, task, sample, loaded: LoadedModel) -> int:
         """The sample's place in the item's list (past its end where it is not in it: no window follows)."""
-        samples = self._load_samples(case, task, loaded)
+        samples = self.inputs.samples(case, task, loaded)
         return next((i for i, s in enumerate(samples) if s.id == sample.id), len(samples))
 
     def _batch_size(self, states: list, task, groups: list[SampleGroup]) -> int:
@@ -68,14 +97,14 @@ class GroupPrefill:
     def _sample_group(self, case: Case, members: list[Case], task, sample, prompt, loaded: LoadedModel,
                       order: int) -> SampleGroup:
         """The sample's shared prefill, its reference decoded (its full cache freed) unless made already."""
-        shared = self._prefill_for(members, task, prompt, loaded, case.protocol)
-        reference = self.references.get(self._reference_key(case, sample),
-                                        lambda: self._decode_reference(case, task, sample, prompt, loaded, shared))
+        shared = self.prefill(members, task, prompt, loaded, case.protocol)
+        reference = self.references.get(reference_key(case, sample),
+                                        lambda: decode_reference(case, task, sample, prompt, loaded, shared))
         shared.reference = None  # a reference made earlier: this full cache is not needed
 
         def decode(member: Case, state):
-            return self._compressed(member, self._method(member), member.budget, task, sample, prompt, loaded,
-                                    reference, state)
+            return self.compressed(member, method_of(member), member.budget, task, sample, prompt, loaded,
+                                   reference, state)
 
         return SampleGroup(sample.id, order, members, shared, decode,
                            SampleContext(task, sample, prompt, loaded, reference))
@@ -89,24 +118,24 @@ class GroupPrefill:
             return []
         kinds: dict[str, list] = {}  # the first sample's batchable states by batch kind
         for member, state in zip(first.members, first.shared.selections):
-            kind = None if state is None else batch_kind(self._method(member), state)
+            kind = None if state is None else batch_kind(method_of(member), state)
             if kind is not None:
                 kinds.setdefault(kind, []).append(state)
         if not kinds:
             return []
         together = min(self.batching.samples_together(self._batch_size(states, task, [first]), len(states))
                        for states in kinds.values())
-        samples = self._load_samples(case, task, loaded)
+        samples = self.inputs.samples(case, task, loaded)
         groups: list[SampleGroup] = []
         held = len(first.members)
         for order in range(first.order + 1, min(first.order + together, len(samples))):
             sample = samples[order]
-            members = [c for c in self.shared.members(case, sample.id) if self._shares(c)]
-            if not members or len(members) > len(first.members) or self._reference_key(case, sample) in self.references:
+            members = [c for c in self.shared.members(case, sample.id) if takes_shared_prefill(c)]
+            if not members or len(members) > len(first.members) or reference_key(case, sample) in self.references:
                 break
             try:
-                groups.append(self._sample_group(case, members, task, sample, self.prompt(case, task, sample, loaded),
-                                                 loaded, order))
+                prompt = self.inputs.prompt(case, task, sample, loaded)
+                groups.append(self._sample_group(case, members, task, sample, prompt, loaded, order))
             except ItemTimeout:
                 raise
             except Exception as exc:  # noqa: BLE001 - raised again when the item reaches the sample
@@ -118,18 +147,24 @@ class GroupPrefill:
             held += len(members)
         return groups
 
-    def _prefill_for(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
-        return shared_prefill(loaded.model, [(self._method(c), c.budget) for c in members], prompt.input_ids,
+    def prefill(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
+        """The sample's shared prefill (kvmethods.runtime.shared_prefill): the full cache and every member's."""
+        return shared_prefill(loaded.model, [(method_of(c), c.budget) for c in members], prompt.input_ids,
                               prompt.context_len, protocol, len(prompt.input_ids) + task.max_new_tokens)
 
-    def _compressed_batch(self, jobs: list[Job]) -> list:
-        """_compressed for several members, of one sample or several, at once (one batched decoding): per job
+    def compressed(self, case: Case, method, budget, task, sample, prompt, loaded: LoadedModel, reference,
+                   prefilled=None) -> tuple:
+        """One member's decoding of its prefilled cache (sample_decoding.decode_compressed)."""
+        return decode_compressed(case, method, budget, task, sample, prompt, loaded, reference, prefilled)
+
+    def compressed_batch(self, jobs: list[Job]) -> list:
+        """`compressed` for several members, of one sample or several, at once (one batched decoding): per job
         (generation, kl, agreement, decode_kl), or what failed that member alone (non-finite log-probs)."""
         task, loaded = jobs[0].group.context.task, jobs[0].group.context.loaded
         requests = []
         for job in jobs:
             sample_context = job.group.context
-            requests.append(BatchRequest(self._method(job.member), job.member.budget, job.state,
+            requests.append(BatchRequest(method_of(job.member), job.member.budget, job.state,
                                          len(sample_context.prompt.input_ids), sample_context.reference.target_ids))
         results = generate_batch(loaded.model, requests, None, task.max_new_tokens, loaded.eos_token_ids,
                                  return_logprobs=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_kvbench.results.record import Record
+from pytest_kvbench.wiring.item_ids import item_id
 from pytest_kvbench.wiring.runner_settings import engine_items_of, runner_of
 from pytest_kvbench.wiring.stash_keys import GATE_KEY, PROGRESS_KEY, RECORD_KEY, VERDICT_KEY
 
@@ -30,7 +31,8 @@ class KvbenchFixture:
 
         # an engine's cache type (llamacpp:q8_0) runs in the serving engine, beside the worker's Runner
         runner = engine_items_of(self.config) if case.method.is_engine else runner_of(self.config)
-        progress = self.config.stash[PROGRESS_KEY].item(case)
+        shown_id = item_id(self.config, case)  # the id pytest shows (wiring/item_ids.py)
+        progress = self.config.stash[PROGRESS_KEY].item(case, shown_id)
         record = None
         try:
             record = runner.run(case, progress)
@@ -39,7 +41,7 @@ class KvbenchFixture:
         except (ModelLoadError, TaskError, DataError, EngineDied, EngineStartError) as exc:
             # bad input found only now (a model that will not load, data too short): one paragraph,
             # without the chain of exceptions behind it (pytest prints a chain even with pytrace=False)
-            raise pytest.fail.Exception(f"{case.id}: {exc}", pytrace=False) from None
+            raise pytest.fail.Exception(f"{shown_id}: {exc}", pytrace=False) from None
         except ItemOutOfMemory as exc:  # the runner already freed the memory the item held
             raise pytest.fail.Exception(str(exc), pytrace=False) from None
         finally:

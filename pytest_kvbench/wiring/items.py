@@ -1,6 +1,6 @@
 """From a pytest item or node id back to the benchmark case it runs.
 
-Benchmark items are parametrized with one `Case` each (``file::test[case id]``); the hooks that see
+Benchmark items are parametrized with one `Case` each (``file::test[item id]``, item_ids.py); the hooks that see
 only an item (makereport, collection) or only a node id (xdist's collection and crash reports) look
 the case up here. Other tests in the same session map to None.
 """
@@ -13,8 +13,8 @@ import pytest
 
 from pytest_kvbench.cases import Case
 from pytest_kvbench.results.run.lock import RunInUse
-from pytest_kvbench.tasks.registry import SUITES, suite_of
 from pytest_kvbench.wiring.interrupts import honour_sigint, honour_sigterm
+from pytest_kvbench.wiring.item_ids import item_ids
 from pytest_kvbench.wiring.stash_keys import SESSION_KEY
 
 def is_worker(config: pytest.Config) -> bool:
@@ -36,10 +36,7 @@ def case_of_nodeid(config: pytest.Config, nodeid: str) -> Case | None:
     """The case behind a benchmark item's node id; None for other tests."""
     if not nodeid.endswith("]") or "[" not in nodeid:
         return None
-    run = config.stash[SESSION_KEY]
-    if run.cases_by_id is None:
-        run.cases_by_id = {case.id: case for suite in SUITES for case in run.grid.cases(suite, suite_of)}
-    return run.cases_by_id.get(nodeid.rsplit("[", 1)[1][:-1])
+    return item_ids(config).cases.get(nodeid.rsplit("[", 1)[1][:-1])
 
 
 def expect(config: pytest.Config, nodeids: Iterable[str]) -> None:
@@ -48,7 +45,9 @@ def expect(config: pytest.Config, nodeids: Iterable[str]) -> None:
     written (its items and provenance: RunSession.write_start)."""
     run = config.stash.get(SESSION_KEY, None)
     if run is not None and run.is_controller:
-        run.expect((case, nodeid) for nodeid in nodeids if (case := case_of_nodeid(config, nodeid)) is not None)
+        ids = item_ids(config).by_key
+        run.expect((case, ids[case.key], nodeid) for nodeid in nodeids
+                   if (case := case_of_nodeid(config, nodeid)) is not None)
         if run.expected and not config.option.collectonly:
             honour_sigint()
             honour_sigterm()

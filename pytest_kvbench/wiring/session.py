@@ -50,7 +50,6 @@ class RunSession:
         self.crashed: list[dict] = []  # ... and what crashed, then ran again
         self.written: list[str] = []  # what finish() wrote (wiring/final_writes.py) ...
         self.write_failures: list = []  # ... and what it could not, with the path and why
-        self.cases_by_id: dict | None = None  # filled by the plugin on first use
         self.lock = None  # the run directory's RunLock while this controller holds it (results/run/lock.py)
         self._tail = storage.RecordsTail(self.records_path)  # the newest record per key, for ``supersedes``
         self._started_with = 0  # how many expected items the run.json written at the start names
@@ -85,10 +84,11 @@ class RunSession:
             self.lock = None
 
     # -- what this run must finish -------------------------------------------------------------
-    def expect(self, cases_and_nodeids) -> None:
-        """The controller learns the selected items (its own collection, or each xdist worker's)."""
-        for case, nodeid in cases_and_nodeids:
-            self.expected.setdefault(case.key, (case.id, nodeid))
+    def expect(self, cases_and_ids) -> None:
+        """The controller learns the selected items (its own collection, or each xdist worker's): (case, item id,
+        node id) each."""
+        for case, item_id, nodeid in cases_and_ids:
+            self.expected.setdefault(case.key, (item_id, nodeid))
 
     def expected_items(self, previous: dict | None) -> list[dict]:
         """Every item the run must finish: an earlier attempt's (a resumed run) and this session's."""

@@ -25,8 +25,9 @@ class RunProgress(Protocol):
 
     items_total: int
 
-    def item(self, case: Any) -> Any:
-        """The progress of one running item (handed to the runner; `finish(record)` when it ends)."""
+    def item(self, case: Any, item_id: str | None = None) -> Any:
+        """The progress of one running item, shown by its pytest id (handed to the runner; `finish(record)` when it
+        ends)."""
 
 SESSION_KEY = pytest.StashKey["RunSession"]()
 RUNNER_SETTINGS_KEY = pytest.StashKey[object]()  # what the Runner is built from, at configure (runner_settings.py)
@@ -37,6 +38,7 @@ SHARING_GROUPS_KEY = pytest.StashKey[dict]()  # their sharing groups by case key
 SCHEDULED_GROUPS_KEY = pytest.StashKey[dict]()  # controller: the scheduler's sharing group of each item id
 GATE_KEY = pytest.StashKey["Gate"]()
 PROGRESS_KEY = pytest.StashKey[RunProgress]()
+ITEM_IDS_KEY = pytest.StashKey[object]()  # item_ids.ItemIds: every case's pytest id, named once per session
 RECORD_KEY = pytest.StashKey[dict]()  # item stash: the item's measured record
 VERDICT_KEY = pytest.StashKey[dict]()  # item stash: the gate's verdict on it
 SHIELD_KEY = pytest.StashKey["InterruptShield"]()  # holds a Ctrl-C off while the controller writes the run

@@ -45,13 +45,13 @@ def main() -> None:
         return live_tensor_bytes() - base - live_tensor_bytes(tensors_reachable(runner.references))
 
     held, between, in_flight = [], [], []
-    decode = runner._compressed
+    decode = runner.prefills.compressed
 
     def measured_decode(*decode_args, **kwargs):
         in_flight.append(beyond_model_and_references())
         return decode(*decode_args, **kwargs)
 
-    runner._compressed = measured_decode
+    runner.prefills.compressed = measured_decode
 
     def progress(done: int, total: int, decoded: tuple = (), samples_decoded: int = 0) -> None:
         held.append(live_tensor_bytes(tensors_reachable(runner.shared)))

@@ -122,7 +122,7 @@ def test_out_of_memory_across_samples_shrinks_the_batch_and_loses_no_sample(monk
     tried = []
 
     def patch(runner):
-        decode = runner._compressed_batch
+        decode = runner.prefills.compressed_batch
 
         def small_batches_only(jobs):
             tried.append((len(jobs), len({job.group.sample_id for job in jobs})))
@@ -130,7 +130,7 @@ def test_out_of_memory_across_samples_shrinks_the_batch_and_loses_no_sample(monk
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
             return decode(jobs)
 
-        runner._compressed_batch = small_batches_only
+        runner.prefills.compressed_batch = small_batches_only
 
     runner, batched = run_group(AUTO, samples=4, patch=patch)
     assert calls and tried[0] == (21, 3) and runner.batching.limit == 5
@@ -148,7 +148,7 @@ def test_a_later_samples_prefill_that_fails_ends_the_window_and_loses_no_sample(
     calls, failed = [], []
 
     def patch(runner):
-        prefill = runner._prefill_for
+        prefill = runner.prefills.prefill
 
         def third_fails(*args):
             calls.append(args)
@@ -157,7 +157,7 @@ def test_a_later_samples_prefill_that_fails_ends_the_window_and_loses_no_sample(
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
             return prefill(*args)
 
-        runner._prefill_for = third_fails
+        runner.prefills.prefill = third_fails
 
     runner, batched = run_group(32, samples=4, patch=patch)
     assert failed and runner.batching.limit == 13 and len(calls) == 5
@@ -189,7 +189,7 @@ def test_an_out_of_memory_batch_shrinks_and_loses_no_sample():
     tried = []
 
     def patch(runner):
-        decode = runner._compressed_batch
+        decode = runner.prefills.compressed_batch
 
         def small_batches_only(jobs):
             tried.append(len(jobs))
@@ -197,7 +197,7 @@ def test_an_out_of_memory_batch_shrinks_and_loses_no_sample():
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
             return decode(jobs)
 
-        runner._compressed_batch = small_batches_only
+        runner.prefills.compressed_batch = small_batches_only
 
     runner, batched = run_group(8, samples=2, methods=METHODS[:5], patch=patch)
     assert tried[0] == 5 and set(tried[1:]) <= {1, 2} and 2 in tried
@@ -211,14 +211,14 @@ def test_an_out_of_memory_batch_shrinks_and_loses_no_sample():
 
 def test_a_members_own_failure_in_a_batch_fails_that_member_only():
     def patch(runner):
-        decode = runner._compressed_batch
+        decode = runner.prefills.compressed_batch
 
         def h2o_fails(jobs):
             made = decode(jobs)
             return [ValueError("h2o's log-probs are not finite") if job.member.method.name == "h2o" else result
                     for job, result in zip(jobs, made)]
 
-        runner._compressed_batch = h2o_fails
+        runner.prefills.compressed_batch = h2o_fails
 
     grid_methods = ["snapkv", "h2o", "tova"]
     grid = Grid(methods=[MethodSpec(m) for m in ["full", *grid_methods]], budgets=[Budget.parse("16")],
@@ -267,7 +267,7 @@ def test_a_failure_on_a_later_sample_of_a_window_raises_when_its_item_reaches_th
     cases = [case for case in grid.cases("ruler", lambda task: "ruler") if case.method.name != "full"]
     runner = Runner(grid, "run", decode_batch=32)
     runner.shared.plan(cases)
-    decode = runner._compressed_batch
+    decode = runner.prefills.compressed_batch
 
     def failing(jobs):
         made = decode(jobs)
@@ -276,7 +276,7 @@ def test_a_failure_on_a_later_sample_of_a_window_raises_when_its_item_reaches_th
                 and (job.member.method.name == "h2o" or job.group.order == 2) else result
                 for job, result in zip(jobs, made)]
 
-    runner._compressed_batch = failing
+    runner.prefills.compressed_batch = failing
     outcomes = {}
     for case in cases:
         done = []
@@ -303,7 +303,7 @@ def test_a_decoded_batchs_caches_are_freed_before_the_next_batch_decodes():
     held_at_start: list[int] = []
 
     def patch(runner):
-        decode = runner._compressed_batch
+        decode = runner.prefills.compressed_batch
 
         def recording(jobs):
             gc.collect()
@@ -311,7 +311,7 @@ def test_a_decoded_batchs_caches_are_freed_before_the_next_batch_decodes():
             earlier.extend(weakref.ref(job.state) for job in jobs)
             return decode(jobs)
 
-        runner._compressed_batch = recording
+        runner.prefills.compressed_batch = recording
 
     run_group(2, samples=2, methods=METHODS[:5], patch=patch)
     assert len(held_at_start) >= 2 and held_at_start == [0] * len(held_at_start)

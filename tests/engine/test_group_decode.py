@@ -46,13 +46,13 @@ def measured_run():
     loaded, _ = runner.models.get("default", runner.grid.dtype, runner.grid.attn_implementation)
     base = live_tensor_bytes()
     between, in_flight = [], []
-    decode = runner._compressed
+    decode = runner.prefills.compressed
 
     def measured_decode(case, method, budget, task, sample, prompt, loaded, reference, prefilled=None):
         in_flight.append((sample.id, live_bytes_beyond(runner, base)))
         return decode(case, method, budget, task, sample, prompt, loaded, reference, prefilled)
 
-    runner._compressed = measured_decode
+    runner.prefills.compressed = measured_decode
 
     def progress(done, total, decoded=(), samples_decoded=0):
         between.append((live_tensor_bytes(tensors_reachable(runner.shared)), live_bytes_beyond(runner, base)))
@@ -104,7 +104,7 @@ def failing_member_run(error: BaseException | None, timeout_s: float | None = No
     Returns the records or exceptions of each item, in order."""
     runner, cases = runner_and_cases(["snapkv", "h2o"], samples=2, timeout_s=timeout_s)
     h2o = cases[2]
-    decode, calls = runner._compressed, []
+    decode, calls = runner.prefills.compressed, []
 
     def failing_decode(case, method, budget, task, sample, prompt, loaded, reference, prefilled=None):
         calls.append(case.method.name)
@@ -116,7 +116,7 @@ def failing_member_run(error: BaseException | None, timeout_s: float | None = No
             raise error
         return decode(case, method, budget, task, sample, prompt, loaded, reference, prefilled)
 
-    runner._compressed = failing_decode
+    runner.prefills.compressed = failing_decode
     outcomes = []
     for case in cases:
         try:

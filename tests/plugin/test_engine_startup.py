@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import add_bench_files
-from test_bad_input import assert_one_line_usage_error
+from bad_input_helpers import assert_one_line_usage_error
 from pytest_kvbench.model_sources.named_models import named_models
 from pytest_kvbench.wiring.grid import engine_checks
 

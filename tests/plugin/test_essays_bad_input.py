@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_bad_input import assert_one_line_usage_error
+from bad_input_helpers import assert_one_line_usage_error
 from test_tasks_support import install_fake_essays
 
 pytestmark = pytest.mark.transformers_independent

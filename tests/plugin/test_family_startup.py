@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from test_bad_input import assert_one_line_usage_error
+from bad_input_helpers import assert_one_line_usage_error
 from kvmethods.core.catalog import BUILTINS
 from kvmethods.core.layout import refusal
 from kvmethods.core.family_table import layout_of

@@ -17,7 +17,7 @@ import gguf  # noqa: F401 - imported outside pytester's runs, which drop the mod
 import pytest
 
 from gguf_helpers import truncated_copy, write_gguf_with_tensor_type, write_tiny_gguf
-from test_bad_input import assert_one_line_usage_error
+from bad_input_helpers import assert_one_line_usage_error
 from pytest_kvbench import cli
 from pytest_kvbench.model_sources import gguf_cache, hub
 from pytest_kvbench.model_sources.gguf_index import gguf_info

@@ -1,4 +1,4 @@
-"""--kvbench-preset: each shipped preset selects exactly its published protocol's items (tasks, context length,
+"""--kvbench-preset: each shipped preset selects exactly its published evaluation's items (tasks, context length,
 budgets, protocol, sample count, truncation), leaves model and methods open, and refuses a contradicting option
 or an unknown name in one line (exit 4)."""
 

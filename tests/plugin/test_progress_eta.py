@@ -124,7 +124,7 @@ def test_the_plan_asks_each_method_whether_it_shares_the_groups_forward():
     from kvmethods import FULL_CACHE, Budget
     from kvmethods.spec import MethodSpec
     from pytest_kvbench.cases import Case
-    from pytest_kvbench.engine.runner import shares_prefill  # lazy: the engine imports torch (startup tests above)
+    from pytest_kvbench.engine.case_methods import shares_prefill  # lazy: the engine imports torch (startup tests above)
 
     def case(method, params=(), budget="m0.125"):
         budget = FULL_CACHE if method == "full" else Budget.parse(budget)

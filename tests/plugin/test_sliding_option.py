@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from helpers import run_bench
-from test_bad_input import assert_one_line_usage_error
+from bad_input_helpers import assert_one_line_usage_error
 from kvmethods.testing import family_model
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
 from pytest_kvbench.record_key import ItemKey

@@ -21,7 +21,7 @@ import struct
 import pytest
 
 from gguf_helpers import write_tiny_gguf
-from test_bad_input import assert_one_line_usage_error
+from bad_input_helpers import assert_one_line_usage_error
 from pytest_kvbench.model_sources import gguf_cache
 from pytest_kvbench.model_sources.embedded import DEFAULT_MODEL_DIR
 

@@ -140,7 +140,7 @@ def test_a_record_appended_after_another_process_s_crash_record_supersedes_it(ca
 
 def test_a_run_that_wrote_its_start_and_was_killed_names_every_item_it_did_not_finish(capsys, tmp_path):
     run = session(tmp_path, is_controller=True)
-    cases = [(SimpleNamespace(key=r["key"], id=r["item_id"]), f"t.py::t[{r['item_id']}]") for r in standard_records()[:3]]
+    cases = [(SimpleNamespace(key=r["key"]), r["item_id"], f"t.py::t[{r['item_id']}]") for r in standard_records()[:3]]
     run.expect(cases)
     run.write_start()
     run.add(standard_records()[0])  # then kill -9: no end

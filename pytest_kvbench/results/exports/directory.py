@@ -2,8 +2,8 @@
 under one output directory, written only when none of them would replace a file already there.
 
 These exports lay a run out as another project's evaluation writes it, so its own readers (and people
-used to its folders) take our rows next to theirs. Records outside that protocol (another suite, budget
-kind or protocol) are left out and counted, never silently dropped.
+used to its folders) take our rows next to theirs. Records outside that evaluation (another suite,
+budget kind or cache protocol) are left out and counted, never silently dropped.
 """
 
 from __future__ import annotations

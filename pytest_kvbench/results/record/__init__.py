@@ -266,12 +266,13 @@ class Record:
                    seed=case.seed, task=TaskInfo(name=case.task, suite=case.suite, context_length=case.context_length))
 
     def finished(self, *, status: str, nodeid: str, message: str | None = None,
-                 verdict: dict | None = None) -> Record:
-        """The finished record: pytest's outcome, and the gate's verdict when it judged the item."""
+                 verdict: dict | None = None, item_id: str | None = None) -> Record:
+        """The finished record: pytest's outcome, and the gate's verdict when it judged the item; `item_id`: the
+        id the item ran under when it is not the case's own (the pytest_kvbench_item_id hook renamed it)."""
         if status not in STATUSES:
             raise ValueError(f"record status must be one of {', '.join(STATUSES)}, got {status!r}")
         return replace(self, nodeid=nodeid, status=status, message=message or self.message,
-                       verdict=verdict if verdict is not None else self.verdict)
+                       verdict=verdict if verdict is not None else self.verdict, item_id=item_id or self.item_id)
 
     def with_fields(self, fields: dict) -> Record:
         """This record with fields of a user's own in its ``extra`` (the pytest_kvbench_record_fields hook);

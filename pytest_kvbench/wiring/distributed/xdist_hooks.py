@@ -16,9 +16,9 @@ from dataclasses import replace
 import pytest
 
 from pytest_kvbench.results import record as records
-from pytest_kvbench.tasks.registry import SUITES, suite_of
 from pytest_kvbench.wiring.distributed.gpu_slots import (SLOTS_KEY, DeviceSlots, apply_environment, assign_device,
                                                          cuda_device_count)
+from pytest_kvbench.wiring.item_ids import item_id, item_ids
 from pytest_kvbench.wiring.items import case_of_nodeid, expect
 from pytest_kvbench.wiring.stash_keys import INTERRUPTED_WORKERS_KEY, SCHEDULED_GROUPS_KEY, SESSION_KEY
 from pytest_kvbench.wiring.distributed.group_parts import sharing_groups
@@ -81,14 +81,14 @@ def pytest_xdist_make_scheduler(config, log):
     one worker."""
     if config.getvalue("dist") != "loadgroup":
         return None
-    grid = config.stash[SESSION_KEY].grid
-    cases = {case.id: case for suite in SUITES for case in grid.cases(suite, suite_of)}
+    cases = item_ids(config).cases  # by the items' pytest ids
 
     def groups_of(ids, workers: int) -> dict[str, str]:
         """The cut, once: the session ETA's model of the groups (progress/live.py) reads it from the stash."""
         selected = [cases[i] for i in ids if i in cases]
         parts = sharing_groups(selected, workers)
-        named = config.stash[SCHEDULED_GROUPS_KEY] = {case.id: xdist_group_name(parts[case.key]) for case in selected}
+        named = config.stash[SCHEDULED_GROUPS_KEY] = {item_id(config, case): xdist_group_name(parts[case.key])
+                                                      for case in selected}
         return named
 
     return reference_group_scheduler(config, log, groups_of)
@@ -111,6 +111,6 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
     run = config.stash[SESSION_KEY]
     message = (f"worker {worker} crashed while running this item (the process died: killed, out of host "
                f"memory or a hard crash); run it again with --kvbench-resume {run.run_id}")
-    record = records.Record.identity(case, run.run_id, case.protocol).finished(status="error", nodeid=crashitem,
-                                                                               message=message)
+    record = records.Record.identity(case, run.run_id, case.protocol).finished(
+        status="error", nodeid=crashitem, message=message, item_id=item_id(config, case))
     run.add(replace(record, crashed=True))

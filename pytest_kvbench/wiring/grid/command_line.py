@@ -60,9 +60,9 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
     "max-prompt-tokens": ("maximum prompt tokens before middle truncation (default: model maximum - generation length)", "string"),
     "sliding": ("sliding-window layers (gemma2/3, gpt-oss, cohere2, mistral with a window): keep (default: kept as "
                 "their window) or compress (compressed to the method's budget too); docs/models.md", "string"),
-    "preset": ("a published protocol: kvpress-leaderboard or kvcache-factory-longbench; it sets tasks, context "
-               "length, budgets, protocol and samples, and refuses options that contradict it (docs/protocols.md)",
-               "string"),
+    "preset": ("a published evaluation's settings: kvpress-leaderboard or kvcache-factory-longbench; it sets tasks, "
+               "context length, budgets, protocol and samples, and refuses options that contradict it "
+               "(docs/official-evaluations.md)", "string"),
 }
 
 # Every ini key with its default: one set to anything else says kvbench is used (plugin.py)

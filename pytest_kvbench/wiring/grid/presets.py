@@ -1,4 +1,4 @@
-"""--kvbench-preset NAME: a published evaluation protocol, shipped as data (pytest_kvbench/presets/NAME.toml).
+"""--kvbench-preset NAME: a published evaluation's settings, shipped as data (pytest_kvbench/presets/NAME.toml).
 
 A preset fixes what makes a row comparable with a published table (tasks, context length, budgets,
 protocol, sample count, truncation) and leaves the rest open (model, methods, seeds, dtype, data
@@ -11,7 +11,7 @@ left unset, and a value the user did set must agree with it, by the setting's ru
 - ``at_most``: a positive number no larger than the preset's (a partial run, which the export names);
 - ``by_model_name``: a value chosen by a substring of the model name (KVCache-Factory's truncation).
 
-Anything else is refused in one line naming the option and the preset. docs/protocols.md describes
+Anything else is refused in one line naming the option and the preset. docs/official-evaluations.md describes
 each preset and the sources of its values.
 """
 
@@ -82,7 +82,7 @@ def _preset_source(obj: Any, origin: str) -> Any:
     raise GridError(f"{origin}: {obj!r} is neither a Preset nor a TOML file (a pathlib.Path or a resources file)")
 
 
-# names -> preset files; third parties add theirs through the `kvbench.presets` entry-point group (docs/protocols.md)
+# names -> preset files; third parties add theirs through the `kvbench.presets` entry-point group (docs/plugins.md)
 PRESETS: LazyRegistry[Any] = LazyRegistry("preset", "kvbench.presets", _shipped, error=GridError,
                                           check=_preset_source)
 

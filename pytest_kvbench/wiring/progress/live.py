@@ -85,7 +85,7 @@ class SessionProgress:
              groups: dict[str, str] | None = None) -> None:
         """The cases this process runs; ``shared``: each reference group (or part of one: ``groups``, by case
         key) shares one prefill per sample, among the cases whose method can (``shares``:
-        engine.runner.shares_prefill); the others prefill alone. ``shares`` builds methods, so it is asked
+        engine.case_methods.shares_prefill); the others prefill alone. ``shares`` builds methods, so it is asked
         when the first item starts, not at collection."""
         cases = list(cases)
         self.items_total = len(cases)
@@ -102,8 +102,8 @@ class SessionProgress:
             self._estimate = self._planned()
         return self._estimate
 
-    def item(self, case) -> ItemProgress:
-        return ItemProgress(self, case)
+    def item(self, case, item_id: str | None = None) -> ItemProgress:
+        return ItemProgress(self, case, item_id)
 
     def session_part(self, running: ItemProgress | None = None, done: int = 0, total: int = 0) -> str:
         elapsed = self.clock() - running.started if running is not None else 0.0
@@ -141,9 +141,9 @@ class ItemProgress:
     the `decode_batch` of each member the item's run decoded for the sample, samples_decoded: of how many samples
     (more than one: a batch across samples; engine/sample_outcomes.py)."""
 
-    def __init__(self, session: SessionProgress, case) -> None:
+    def __init__(self, session: SessionProgress, case, item_id: str | None = None) -> None:
         self.session = session
-        self.item_id, self.key = case.id, case.key
+        self.item_id, self.key = item_id or case.id, case.key  # the pytest id shown (wiring/item_ids.py)
         self.started = self.last_sample = session.clock()
         session.estimate.start(self.key)
 
@@ -221,13 +221,13 @@ def sharing_estimate(config: pytest.Config) -> WorkersEstimate | None:
     if config.getvalue("dist") != "loadgroup" or settings is None or not settings.share_prefill or run is None \
             or not groups:
         return None
-    cases = [case for _, nodeid in run.expected.values()
-             if (case := case_of_nodeid(config, nodeid)) is not None and case.id in groups]
+    cases = {item: case for item, nodeid in run.expected.values()  # by the items' pytest ids (item_ids.py)
+             if (case := case_of_nodeid(config, nodeid)) is not None and item in groups}
     if not cases:
         return None
-    alone = {case.id for case in cases if not case.is_reference
+    alone = {item for item, case in cases.items() if not case.is_reference
              and prefills_alone(describe_method(case.method.name, **case.method.param_dict).capabilities)}
-    return WorkersEstimate({case.id: groups[case.id] for case in cases}, alone)
+    return WorkersEstimate({item: groups[item] for item in cases}, alone)
 
 
 class ProgressPlugin:

@@ -1,11 +1,11 @@
-"""Write docs/models.md's family x method table from the family descriptions (kvmethods/core/family_table.py).
+"""Write docs/models.md's family x capability table from the family descriptions (kvmethods/core/family_table.py).
 
 Each row is a family of kvmethods/testing.py's tiny models described from its config alone (core/family_table.layout_of, the
 same description the startup check uses, which tests/kvmethods/test_families.py checks against the probe of a
 loaded model), and each capability a family may refuse is asked the one rule table (core/layout.refusal). The table
 names capabilities, not methods, so adding a method leaves it as it is; `kvbench methods` names each method's
 refusing families. The table sits
-between two markers in docs/models.md; `python scripts/family_table.py` rewrites it there, `--check` exits 1
+between two markers in docs/models.md; `python scripts/write_family_table.py` rewrites it there, `--check` exits 1
 when it is out of date (tests/kvmethods/test_families.py runs the check).
 """
 
@@ -23,7 +23,7 @@ from kvmethods.testing import FAMILIES as TESTED, family_config
 ROOT = Path(__file__).resolve().parents[1]
 
 DOC = ROOT / "docs" / "models.md"
-START, END = "<!-- family-table: written by scripts/family_table.py -->", "<!-- family-table end -->"
+START, END = "<!-- family-table: written by scripts/write_family_table.py -->", "<!-- family-table end -->"
 
 
 # The capabilities a family may refuse, each asked alone (an evicting method with it; a storage), so that the table
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     new = rewritten(text)
     if args.check:
         if new != text:
-            print(f"{DOC}: the family table is out of date; run python scripts/family_table.py", file=sys.stderr)
+            print(f"{DOC}: the family table is out of date; run python scripts/write_family_table.py", file=sys.stderr)
             return 1
         return 0
     DOC.write_text(new, encoding="utf-8")
