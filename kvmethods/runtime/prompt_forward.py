@@ -2,8 +2,9 @@
 
 The single-prompt road (generation.py), the shared prefill (shared_prefill.py), the protocols and batched
 decoding all run the model the same way: explicit original RoPE positions, per-layer masks when layers hold
-different lengths or are ragged, sliding-window layers over their band of keys in a multi-token forward, sdpa kept off cuDNN over a filled cache on CUDA, the request checked the
-same way and a quantizer handed every kept layer. Written here once so that no road imports another's
+different lengths or are ragged, sliding-window layers over their band of keys in a multi-token forward
+(attention/banded_attention.py), sdpa kept off cuDNN over a filled cache on CUDA, the request checked the same way
+and a quantizer handed every kept layer. Written here once so that no road imports another's
 private helpers.
 """
 

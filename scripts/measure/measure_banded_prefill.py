@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> None:
         kept = [torch.isin(a, b).float().mean().item() for a, b in zip(before.selections[0].kept_indices,
                                                                         after.selections[0].kept_indices)
                 if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != torch.bool]
+        same = bool(before.reference.next_logits.argmax() == after.reference.next_logits.argmax())
         print(f"{args.task}@{length} ({len(ids)} prompt tokens), load average {statistics.median(loads):.1f}; "
-              f"reference next-token logits moved by {moved:.2e} at most, greedy token "
-              f"{'equal' if before.reference.next_logits.argmax() == after.reference.next_logits.argmax() else 'DIFFERS'}"
+              f"reference next-token logits moved by {moved:.2e} at most, greedy token {'equal' if same else 'DIFFERS'}"
               f"; {args.method}'s kept positions shared in {100 * statistics.mean(kept) if kept else 100:.2f}% "
               f"over {len(kept)} compressed layers")
         for side in SIDES:

@@ -9,7 +9,8 @@ import contextlib
 import pytest
 import torch
 
-from kvmethods.adapters.transformers_compat import DynamicCache, attention_implementation, cache_argument, sdpa_attention_forward
+from kvmethods.adapters.transformers_compat import (DynamicCache, attention_implementation, cache_argument,
+                                                    sdpa_attention_forward)
 from kvmethods.attention.banded_attention import (ATTENTION_NAME, banded_attention, banded_sdpa_attention,
                                                   query_bands)
 from kvmethods.attention.query_capture import capturing_queries
