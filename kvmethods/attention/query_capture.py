@@ -75,6 +75,22 @@ def _registered_name(wrapped: str) -> str:
 
 
 @contextmanager
+def wrapping_instead(wrapped: str, replacement: str) -> Iterator[None]:
+    """While active, the active capture of `wrapped` calls the implementation registered as `replacement` in its
+    place (one that computes the same attention otherwise: attention/banded_attention.py); the capture stays
+    outermost, so it keeps what the model handed the attention call."""
+    calls: CapturedCalls | None = _active.get()
+    if calls is None or calls.wrapped != wrapped:
+        yield
+        return
+    calls.wrapped = replacement
+    try:
+        yield
+    finally:
+        calls.wrapped = wrapped
+
+
+@contextmanager
 def capturing_queries(model, keep_kwargs: bool = False, keep_kv: bool = False) -> Iterator[CapturedCalls]:
     """While active, each attention call's queries (and, keep_kwargs, its keyword arguments; keep_kv, its keys
     and values) are kept per layer; the forward computes what it computes without it."""

@@ -2,8 +2,9 @@
 
 The single-prompt road (generation.py), the shared prefill (shared_prefill.py), the protocols and batched
 decoding all run the model the same way: explicit original RoPE positions, per-layer masks when layers hold
-different lengths or are ragged, sdpa kept off cuDNN over a filled cache on CUDA, the request checked the
-same way and a quantizer handed every kept layer. Written here once so that no road imports another's
+different lengths or are ragged, sliding-window layers over their band of keys in a multi-token forward
+(attention/banded_attention.py), sdpa kept off cuDNN over a filled cache on CUDA, the request checked the same way
+and a quantizer handed every kept layer. Written here once so that no road imports another's
 private helpers.
 """
 
@@ -20,6 +21,7 @@ from ..core.errors import MethodError
 from ..attention.prefill_compression import per_layer_causal_masks
 from ..storage.ragged import RaggedLayer
 from ..attention.ragged_attention import ragged_attention
+from ..attention.banded_attention import banded_attention
 from ..storage.window_layer import WindowLayer, keep_window
 from ..adapters.mixed_cache import is_state_layer, resumes_stepwise, token_layers
 from ..adapters.transformers_compat import DynamicCache, DynamicLayer, cache_argument
@@ -69,7 +71,8 @@ def forward(model, cache, ids: list[int], start: int, uneven: bool, logits_to_ke
     positions = torch.arange(start, start + len(ids), device=device).unsqueeze(0)
     kwargs = dict(input_ids=input_ids, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                   **cache_argument(model, cache))
-    with cached_forward_kernels(model, start), layer_masks(model, cache, uneven and not masked):
+    banded = banded_attention(model) if len(ids) > 1 else contextlib.nullcontext()
+    with banded, cached_forward_kernels(model, start), layer_masks(model, cache, uneven and not masked):
         return model(**kwargs).logits[0]
 
 

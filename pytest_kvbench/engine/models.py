@@ -107,6 +107,10 @@ class ModelCache:
     def _load(self, name: str, dtype: str, attn_implementation: str) -> LoadedModel:
         device = pick_device()
         torch_dtype = _torch_dtype(dtype, device)
+        if dtype == "bfloat16" and device == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+            # a CPU without bfloat16 is refused at configure (wiring/grid/dtype_support.py); a GPU only torch knows
+            raise ModelLoadError(f"could not load model {name!r}: --kvbench-dtype bfloat16: this GPU "
+                                 f"({torch.cuda.get_device_name()}) has no bfloat16 arithmetic; use float16 or float32")
         start = time.perf_counter()
         gguf = None
         try:

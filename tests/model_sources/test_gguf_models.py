@@ -225,6 +225,23 @@ def test_a_gguf_row_is_titled_with_its_file_and_quantization_and_never_joins_the
         ("smollm2-135m", 90.0), ("smollm2-135m: SmolLM2-135M-Instruct (GGUF Q4_1)", 40.0)]
 
 
+def _in_dtype(model: str, gguf: dict | None, dtype: str, score: float = 50.0) -> Record:
+    record = _record(model, gguf, score)
+    info = {"name": model, "dtype": dtype} | ({"gguf": gguf} if gguf else {})
+    return Record.from_json(record.to_json() | {"model": info})
+
+
+def test_a_half_precision_run_is_titled_with_its_dtype_and_never_joins_the_float32_rows():
+    gguf = {"file": "gemma-3-270m.Q4_K_M.gguf", "quantization": "Q4_K_M", "sha256": "c" * 64}
+    titled = "gemma3-270m: gemma-3-270m (GGUF Q4_K_M) (bfloat16)"
+    assert _in_dtype("gemma3-270m", gguf, "bfloat16").model_title == titled
+    assert _in_dtype("gemma3-270m", gguf, "float32").model_title == "gemma3-270m: gemma-3-270m (GGUF Q4_K_M)"
+    assert _in_dtype("tiny", None, "float16").model_title == "tiny (float16)"
+    tables = score_tables([_in_dtype("tiny", None, "bfloat16", 40.0), _in_dtype("tiny", None, "float32", 90.0)])
+    assert sorted((t.model, t.value("full", "niah_single_1@256")) for t in tables) == [
+        ("tiny", 90.0), ("tiny (bfloat16)", 40.0)]
+
+
 def test_the_gate_never_compares_a_gguf_run_with_a_float_baseline_or_another_file():
     from pytest_kvbench.comparison.baseline_file import BaselineEntry
     from pytest_kvbench.comparison.tolerances import parse_tolerances

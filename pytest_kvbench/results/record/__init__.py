@@ -40,6 +40,9 @@ def budget_sort_key(spec: str) -> tuple:
         return (3, 0.0, str(spec))  # a spec this version cannot parse (an old or hand-made file): last
 
 
+HALF_DTYPES = ("bfloat16", "float16")  # dtypes a table's model title names (float32 is the CPU's default)
+
+
 # -- the typed record -------------------------------------------------------------------------
 # Each part is a small frozen dataclass; ``extra`` keeps the keys a part does not declare (a newer or
 # hand-made file), so a record read and written back (``kvbench merge``) loses nothing.
@@ -308,13 +311,15 @@ class Record:
     def model_title(self) -> str:
         """The model as tables title it: the key's model, and for a GGUF-derived one the file and its
         quantization (``smollm2-135m: SmolLM2-135M-Instruct (GGUF Q4_1)``), so that its rows are never
-        taken for the float model's. Records without ``model.gguf`` (all older ones) keep the key's name."""
+        taken for the float model's. Records without ``model.gguf`` (all older ones) keep the key's name. A model
+        run in half precision says so (``gemma3-270m: ... (bfloat16)``): its rows are not float32's either."""
         name = self.labels.model
+        half = f" ({self.model.dtype})" if self.model.dtype in HALF_DTYPES else ""
         gguf = self.model.gguf
         if not isinstance(gguf, dict) or not gguf.get("file") or not gguf.get("quantization"):
-            return name
+            return name + half
         label = gguf_label(str(gguf["file"]), str(gguf["quantization"]))
-        return label if looks_like_gguf(name) else f"{name}: {label}"
+        return (label if looks_like_gguf(name) else f"{name}: {label}") + half
 
     @property
     def sample_scores(self) -> list[float]:

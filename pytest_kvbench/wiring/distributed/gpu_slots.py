@@ -15,15 +15,15 @@ from collections.abc import Mapping, MutableMapping
 
 import pytest
 
+from pytest_kvbench.wiring.grid.dtype_support import GPU_DRIVER_PATHS, gpu_driver_present  # noqa: F401 - one list
+
 OVERSUBSCRIBE_OPTION = "--kvbench-allow-oversubscribe"
-# Where a GPU driver shows itself (NVIDIA, AMD ROCm, WSL): without any of them torch would count no GPU.
-GPU_DRIVER_PATHS = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
 
 
 def cuda_device_count() -> int:
     """torch.cuda.device_count() (NVML: CUDA is not started), or 0 without importing torch on a machine with
     no GPU driver: every `pytest -n N` of a user's project with the plugin installed goes through here."""
-    if not any(os.path.exists(path) for path in GPU_DRIVER_PATHS):
+    if not gpu_driver_present():
         return 0
     import torch  # lazy for startup time: only where a GPU driver is present
 

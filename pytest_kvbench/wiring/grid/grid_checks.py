@@ -18,6 +18,7 @@ from pytest_kvbench.tasks import DataError, TaskError, check_context_length, get
 from pytest_kvbench.tasks.ruler.external import check_essay_source
 from pytest_kvbench.tasks.sources import is_fixture_dir
 from pytest_kvbench.wiring.grid import canonical, model_refs, named_tasks
+from pytest_kvbench.wiring.grid import dtype_support
 from pytest_kvbench.wiring.grid.engine_checks import check_engine_methods
 from pytest_kvbench.wiring.grid.cache_protocols import (check_decoding_intervals, check_per_turn,
                                                         check_tasks_serve_protocols)
@@ -81,6 +82,9 @@ def validate_grid(grid: Grid, budgets: list[str], selection: tuple[str | None, s
               for model in grid.models}
     _check_context_lengths(grid, limits)
     model_refs.check_attention_implementation(grid.attn_implementation)
+    problem = dtype_support.dtype_problem(grid.dtype, dtype_support.gpu_driver_present(), dtype_support.cpu_flags())
+    if problem:  # bfloat16 on a CPU without bfloat16 instructions
+        raise GridError(problem)
     if grid.data_dir is None and grid.models == [DEFAULT_MODEL]:
         grid.data_dir = "fixtures"  # the embedded model runs on the shipped fixture data, never the hub
     if grid.data_dir and grid.data_dir != "fixtures":
