@@ -84,6 +84,25 @@ def test_the_reference_output_is_held_exactly_where_the_run_is_deterministic():
     assert verdict_against(fingerprinted(), fingerprinted(outputs=moved)).status == "ok"
 
 
+def test_the_same_reference_output_scored_differently_is_a_changed_metric():
+    """A metric read as match-any instead of match-all raises the reference and every method alike: the score
+    gate is one-sided and fidelity cancels it out, but the full cache's unchanged outputs now score differently."""
+    baseline = fingerprinted("full", "full")
+    rescored = fingerprinted("full", "full")
+    for sample in rescored.samples[:4]:
+        sample["score"] = 1.0  # two samples that scored 0 now score 1, from the same output tokens
+    verdict = verdict_against(baseline, rescored)
+    assert verdict.status == "benchmark"
+    assert verdict.reasons == ["scoring of qasper (1 of 6 samples' unchanged full-cache outputs score differently: "
+                               "the metric changed)"]
+    moved = fingerprinted("full", "full", outputs=[0, 99, 2, 3, 4, 5])
+    moved.samples[1]["score"] = 1.0  # a new output may score anything: that is the output check's to say
+    assert "scoring of" not in verdict_against(baseline, moved).message
+    gpu = {"type": "cuda", "name": "H100", "torch": "2.13.0"}
+    assert verdict_against(fingerprinted("full", "full", device=gpu), fingerprinted("full", "full", device=gpu)
+                           ).status == "ok"
+
+
 def test_a_baseline_saved_before_fingerprints_still_gates_and_says_so_once(tmp_path):
     old = fingerprinted()
     old_json = old.to_json()
