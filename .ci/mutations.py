@@ -3,7 +3,8 @@
 CI gate commands run against it, and the gates must FAIL (issue 37 item 3); the unmodified tree must pass.
 
 The gates are the commands .ci/run runs: the smoke gate (`pytest bench/ -m smoke --kvbench-compare
-results/baseline-smoke.json`) and, for a mutation of one of its methods that the smoke gate missed, the real-model
+results/baseline-smoke.json`), the gate configs (bench/configs/gate-NAME.toml against results/baseline-NAME.json:
+the methods, budget kind and protocols the smoke grid leaves out) and, for a mutation of one of its methods that the smoke gate missed, the real-model
 gate (.ci/real-model.sh's ARGS against results/baseline-real-smoke.json), each restricted with -k to the items the
 mutation can move. One copy of the tree per parallel job is prepared once and reused: a mutation is applied,
 the gates run with PYTHONPATH on the copy, the file is put back. A mutation is caught when a gate exits 1 (an
@@ -34,6 +35,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ["bench/", "-m", "smoke", "--kvbench-compare", "results/baseline-smoke.json"]
+GATE_CONFIGS = "bench/configs/gate-*.toml"  # the gates beside the smoke gate that cover the rest of the product
+
+
+def config_gates() -> list[tuple[str, list[str]]]:
+    """Each bench/configs/gate-NAME.toml as .ci/run runs it: its grid against results/baseline-NAME.json."""
+    gates = []
+    for config in sorted(ROOT.glob(GATE_CONFIGS)):
+        name = config.stem.removeprefix("gate-")
+        gates.append((name, ["bench/test_ruler.py", "--kvbench-config", str(config.relative_to(ROOT)),
+                             "--kvbench-compare", f"results/baseline-{name}.json"]))
+    return gates
 FAILING = ("regression", "changed")
 
 
@@ -48,7 +60,7 @@ class Mutation:
 @dataclass
 class Outcome:
     name: str
-    caught_by: str = ""  # "smoke" | "real" | "" (missed)
+    caught_by: str = ""  # "smoke" | a gate config's name | "real" | "" (missed)
     metrics: list[str] = field(default_factory=list)
     seconds: float = 0.0
     cpu: float = 0.0  # CPU seconds of its gate runs (user + system, the pytest processes and their children)
@@ -143,7 +155,7 @@ def try_mutation(mutation: Mutation, tree: Path, scratch: Path) -> Outcome:
         for file, old, new in mutation.edits:
             path = tree / file
             path.write_text(path.read_text().replace(old, new, 1))
-        gates = [("smoke", SMOKE)] + ([("real", real_args())] if mutation.real else [])
+        gates = [("smoke", SMOKE), *config_gates()] + ([("real", real_args())] if mutation.real else [])
         notes = []
         for gate, args in gates:
             code, metrics, cpu = run_gate(tree, args, selection(mutation), scratch)
@@ -163,7 +175,7 @@ def try_mutation(mutation: Mutation, tree: Path, scratch: Path) -> Outcome:
 def control(tree: Path, scratch: Path) -> Outcome:
     """The unmodified tree through both whole gates: must pass."""
     started = time.monotonic()
-    codes = [run_gate(tree, args, None, scratch) for args in (SMOKE, real_args())]
+    codes = [run_gate(tree, args, None, scratch) for args in (SMOKE, *(a for _, a in config_gates()), real_args())]
     failed = [m for code, metrics, _ in codes if code != 0 for m in metrics or [f"exit {code}"]]
     return Outcome("unmodified", "FALSE ALARM" if failed else "", failed, time.monotonic() - started,
                    sum(cpu for _, _, cpu in codes), ", ".join(f"exit {code}" for code, _, _ in codes))

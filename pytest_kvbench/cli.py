@@ -88,10 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap random seed (default 0)")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("coverage", parents=[common], help="exit 1 unless RUN's gate compared every entry of BASELINE "
-                                                          "(a CI step after --kvbench-compare)")
-    p.add_argument("run", metavar="RUN", help="the gated run")
-    p.add_argument("baseline_file", metavar="BASELINE", help="the baseline file it was gated on (--kvbench-compare)")
+    p = sub.add_parser("coverage", parents=[common],
+                       help="what the gates cover: method x budget kind x protocol from the gates' baseline files, "
+                            "exit 1 when a built-in method, budget kind or protocol has no entry that can fail; "
+                            "with RUN BASELINE: exit 1 unless RUN's gate compared every entry of BASELINE "
+                            "(a CI step after --kvbench-compare)")
+    p.add_argument("run", metavar="RUN", nargs="?", help="the gated run (with BASELINE)")
+    p.add_argument("baseline_file", metavar="BASELINE", nargs="?",
+                   help="the baseline file it was gated on (--kvbench-compare)")
+    p.add_argument("--baseline", action="append", metavar="FILE", dest="gate_baselines",
+                   help="a gate's baseline file, repeatable (default: every baseline*.json in the results directory)")
+    p.add_argument("--json", action="store_true", help="machine-readable matrix")
     p.set_defaults(func=cmd_coverage)
 
     p = sub.add_parser("export", parents=[common], help="export a run's tables: md, csv, latex or json; its "

@@ -1,5 +1,5 @@
 """The ``kvbench`` verbs that judge runs: ``compare`` (a run against a run or a baseline file), ``coverage``
-(every baseline entry compared), ``variance`` (seeds needed)."""
+(every baseline entry compared; without a run, the gates' coverage matrix: coverage_matrix.py), ``variance`` (seeds needed)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tabulate import tabulate
 from pytest_kvbench import user_paths
 from pytest_kvbench.cli_checks import UsageError
 from pytest_kvbench.commands.common import EXIT_OK, EXIT_REGRESSION, load
+from pytest_kvbench.commands.coverage_matrix import cmd_gate_matrix
 from pytest_kvbench.comparison.baseline_file import Baseline, BaselineError, check_same_protocols, load_baseline
 from pytest_kvbench.comparison.gate_coverage import coverage_message, uncompared
 from pytest_kvbench.comparison.power import power_lines
@@ -72,6 +73,15 @@ def cmd_compare(args) -> int:
 
 
 def cmd_coverage(args) -> int:
+    """With RUN and BASELINE: every baseline entry judged by RUN's gate; without: the gates' coverage matrix."""
+    if args.run is None:
+        if args.baseline_file is None:
+            return cmd_gate_matrix(args)
+    if args.baseline_file is None:
+        raise UsageError("give RUN and BASELINE (the gate's coverage of its baseline), or neither (the gates' "
+                         "coverage of the product)")
+    if args.gate_baselines or args.json:
+        raise UsageError("--baseline and --json belong to the matrix (kvbench coverage without RUN BASELINE)")
     try:
         user_paths.checked(args.baseline_file, "BASELINE")
     except user_paths.PathError as exc:

@@ -29,12 +29,12 @@ CPU = {"type": "cpu", "cpu_model": "Xeon", "torch": "2.13.0+cpu", "threads": 1}
 
 
 def fingerprinted(budget="128", method="snapkv", prompts=range(6), outputs=range(6), max_new_tokens=32, version=1,
-                  metric="f1", device=None) -> Record:
+                  metric="f1", device=None, params=None) -> Record:
     samples = make_samples(SCORES, prefix="qasper")
     for sample, prompt, output in zip(samples, prompts, outputs):
         sample["prompt_digest"] = token_digest([prompt, 7, 7])
         sample["output_digest"] = token_digest([output])
-    record = make_record(SCORES, samples=samples, budget=budget, method=method, metric=metric)
+    record = make_record(SCORES, samples=samples, budget=budget, method=method, metric=metric, params=params)
     record["benchmark"] = {"task_version": version, "metric": metric,
                            "settings": {"max_new_tokens": max_new_tokens, "stop": STOP_RULE, "eos_token_ids": [1],
                                         "chat_template": None}}
@@ -82,6 +82,40 @@ def test_the_reference_output_is_held_exactly_where_the_run_is_deterministic():
                                                                        device=other_torch)).status == "ok"
     # a compressed method's own outputs are its result, judged by the scores and fidelity, not held exactly
     assert verdict_against(fingerprinted(), fingerprinted(outputs=moved)).status == "ok"
+
+
+def test_the_same_reference_output_scored_differently_is_a_changed_metric():
+    """A metric read as match-any instead of match-all raises the reference and every method alike: the score
+    gate is one-sided and fidelity cancels it out, but the full cache's unchanged outputs now score differently."""
+    baseline = fingerprinted("full", "full")
+    rescored = fingerprinted("full", "full")
+    for sample in rescored.samples[:4]:
+        sample["score"] = 1.0  # two samples that scored 0 now score 1, from the same output tokens
+    verdict = verdict_against(baseline, rescored)
+    assert verdict.status == "benchmark"
+    assert verdict.reasons == ["scoring of qasper (1 of 6 samples' unchanged full-cache outputs score differently: "
+                               "the metric changed)"]
+    moved = fingerprinted("full", "full", outputs=[0, 99, 2, 3, 4, 5])
+    moved.samples[1]["score"] = 1.0  # a new output may score anything: that is the output check's to say
+    assert "scoring of" not in verdict_against(baseline, moved).message
+    gpu = {"type": "cuda", "name": "H100", "torch": "2.13.0"}
+    assert verdict_against(fingerprinted("full", "full", device=gpu), fingerprinted("full", "full", device=gpu)
+                           ).status == "ok"
+
+
+def test_a_seeded_methods_output_is_held_exactly_where_the_run_is_deterministic():
+    """`random` drawing from the global RNG instead of its seeded generator keeps the same kind of random choice:
+    its scores and fidelity move both ways and pass; its outputs for the same seed are what changed."""
+    moved = [0, 1, 2, 3, 99, 5]
+    verdict = verdict_against(fingerprinted(method="random", params={"seed": 0}),
+                              fingerprinted(method="random", params={"seed": 0}, outputs=moved))
+    assert verdict.status == "benchmark"
+    assert verdict.reasons == ["seeded output of random on qasper (1 of 6 samples' output tokens differ for the "
+                               "same seed, on the same CPU and torch)"]
+    gpu = {"type": "cuda", "name": "H100", "torch": "2.13.0"}
+    assert verdict_against(fingerprinted(method="random", params={"seed": 0}, device=gpu),
+                           fingerprinted(method="random", params={"seed": 0}, outputs=moved, device=gpu)
+                           ).status == "ok"
 
 
 def test_a_baseline_saved_before_fingerprints_still_gates_and_says_so_once(tmp_path):
