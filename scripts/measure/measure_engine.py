@@ -11,7 +11,8 @@ settings (f16 cache, flash attention, one thread): the backend's wall time over 
 server call's own time inside the engine process (what the pipes and JSON add, free of the two engines' noise).
 
 speed: time to first token and per output token of transformers' full cache (kvmethods' generate: prefill, then
-greedy steps) and of llama.cpp's cache types (its own timings), on the same random prompt of each context length,
+greedy steps) and of llama.cpp's cache types (its own timings), on the same random prompt of each context length (the prompt is the context less the
+--new tokens, so that both fill the context as a RULER length counts it: SmolLM2's 8,192 is also llama.cpp's cap),
 interleaved per repeat so both see the same load (several models, comma-separated, in the same run; the order of
 the rows of one model and context rotates each repeat; the load average is sampled after every measurement and
 progress goes to stderr). transformers runs the GGUF's float conversion, llama.cpp the GGUF's
@@ -112,7 +113,7 @@ def speed(args) -> dict:
             for model in models:
                 loaded, _ = cache.get(model, "auto", "sdpa")
                 for context in contexts:
-                    ids = prompt_ids(context)
+                    ids = prompt_ids(context - args.new)  # prompt and answer fill the context, as RULER counts it
                     names = ["transformers full", *(f"llamacpp:{kind}" for kind in caches)]
                     shift = repeat % len(names)
                     for name in names[shift:] + names[:shift]:
