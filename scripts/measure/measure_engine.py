@@ -14,9 +14,9 @@ speed: time to first token and per output token of transformers' full cache (kvm
 greedy steps) and of llama.cpp's cache types (its own timings), on the same random prompt of each context length
 (the prompt is the context less the --new tokens, so that both fill the context as a RULER length counts it:
 SmolLM2's 8,192 is also llama.cpp's cap), interleaved per repeat so both see the same load (several models,
-comma-separated, in the same run; the order of the rows of one model and context rotates each repeat; the load average is sampled after every measurement and
-progress goes to stderr). transformers runs the GGUF's float conversion, llama.cpp the GGUF's
-quantized weights.
+comma-separated, in the same run; the order of the rows of one model and context rotates each repeat; the load
+average is sampled after every measurement and progress goes to stderr). transformers runs the GGUF's float
+conversion, llama.cpp the GGUF's quantized weights.
 """
 
 from __future__ import annotations
