@@ -34,6 +34,7 @@ class Allowed(NamedTuple):
 
 KVPRESS_ELSEWHERE = "kvpress is the second environment's extra: .ci/kvpress-env.sh runs these"
 TRACKERS_ELSEWHERE = "the [mlflow] and [wandb] extras (and the mlflow server) are .ci/trackers-env.sh's: it runs these"
+LLAMACPP_ELSEWHERE = "xllamacpp is the main environment's extra (.ci/run installs it); the engine tests run there"
 ALLOWED = (
     Allowed(("main",), "tests.kvmethods.test_kvpress_adapter", "No module named 'kvpress'", KVPRESS_ELSEWHERE),
     Allowed(("main",), "tests.scripts.test_compare_kvpress", "No module named 'kvpress'", KVPRESS_ELSEWHERE),
@@ -56,8 +57,9 @@ ALLOWED = (
             "a machine with GPU drivers: the no-GPU start-up measurement cannot be made there"),
     Allowed(ENVIRONMENTS, "tests.engine.test_cpu_peak_memory", "cannot reset VmHWM",
             "the kernel or sandbox refuses the per-item peak reset; the RSS-sampling fallback is tested"),
-    Allowed(("kvpress",), "tests.serving.test_llamacpp_engine", "[llamacpp] extra",
-            "xllamacpp is the main environment's extra (.ci/run installs it); the engine tests run there"),
+    Allowed(("kvpress",), "tests.serving.test_llamacpp_engine", "[llamacpp] extra", LLAMACPP_ELSEWHERE),
+    Allowed(("kvpress",), "tests.serving.test_llamacpp_xdist", "[llamacpp] extra", LLAMACPP_ELSEWHERE),
+    Allowed(("kvpress",), "tests.serving.test_llamacpp_follow_up", "[llamacpp] extra", LLAMACPP_ELSEWHERE),
     Allowed(("main",), "tests.project.test_import_graph", "got empty parameter set",
             "no known import circle is allowed, so the check that each allowance is still needed has none"),
 )

@@ -2,7 +2,7 @@
 transformers' full cache.
 
     python scripts/measure/measure_engine.py overhead [--model smollm2-135m] [--tokens 512] [--new 32] [--repeats 5]
-    python scripts/measure/measure_engine.py speed [--model smollm2-135m|FILE.gguf] [--contexts 2048,8192]
+    python scripts/measure/measure_engine.py speed [--model smollm2-135m,gemma3-270m|FILE.gguf] [--contexts 2048,8192]
                                                    [--new 32] [--repeats 2] [--caches f16,q8_0,q4_0]
 
 overhead: the same prompt's completion through the benchmark's backend (serving/llamacpp/backend.py: the server in a
@@ -11,9 +11,12 @@ settings (f16 cache, flash attention, one thread): the backend's wall time over 
 server call's own time inside the engine process (what the pipes and JSON add, free of the two engines' noise).
 
 speed: time to first token and per output token of transformers' full cache (kvmethods' generate: prefill, then
-greedy steps) and of llama.cpp's cache types (its own timings), on the same random prompt of each context length,
-interleaved per repeat so both see the same load. transformers runs the GGUF's float conversion, llama.cpp the GGUF's
-quantized weights.
+greedy steps) and of llama.cpp's cache types (its own timings), on the same random prompt of each context length
+(the prompt is the context less the --new tokens, so that both fill the context as a RULER length counts it:
+SmolLM2's 8,192 is also llama.cpp's cap), interleaved per repeat so both see the same load (several models,
+comma-separated, in the same run; the order of the rows of one model and context rotates each repeat; the load
+average is sampled after every measurement and progress goes to stderr). transformers runs the GGUF's float
+conversion, llama.cpp the GGUF's quantized weights.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 from common import prompt_ids  # also puts this checkout first on sys.path
@@ -78,42 +82,65 @@ def _transformers(loaded, ids: list[int], new: int) -> tuple[float, float]:
     from kvmethods import FULL_CACHE, get_method  # lazy: torch, the speed command only
     from kvmethods.runtime.generation import generate
 
-    out = generate(loaded.model, get_method(FULL_CACHE.spec), FULL_CACHE, ids, len(ids), new, set(), "question_in_window")
+    out = generate(loaded.model, get_method(FULL_CACHE.spec), FULL_CACHE, ids, len(ids), new, set(),
+                   "question_in_window")
     steps = max(len(out.tokens) - 1, 1)  # the first token comes with the prefill
     return out.prefill_s * 1000, out.decode_s * 1000 / steps
 
 
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
 def speed(args) -> dict:
+    """Every (model, context) measured once per repeat, the rows of one (model, context) back to back in an order
+    that rotates each repeat (transformers first, then an engine first, ...), so no row always runs first or last."""
     from pytest_kvbench.engine.models import ModelCache  # lazy: torch, the speed command only
 
-    loaded, _ = ModelCache().get(args.model, "auto", "sdpa")
+    models = args.model.split(",")
     caches = args.caches.split(",")
     contexts = [int(c) for c in args.contexts.split(",")]
-    engines = {cache: LlamaCppBackend(EngineSettings(_model_file(args.model), cache, cache, max(contexts) + args.new
-                                                     + 64, 1)) for cache in caches}
+    cache = ModelCache()
+    engines = {(model, kind): LlamaCppBackend(EngineSettings(_model_file(model), kind, kind,
+                                                             max(contexts) + args.new + 64, 1))
+               for model in models for kind in caches}
     for engine in engines.values():
         engine.start()
     rows: dict[tuple, list[tuple[float, float]]] = {}
+    loads = [_load()]
+    started = time.perf_counter()
     try:
-        for _ in range(args.repeats):
-            for context in contexts:
-                ids = prompt_ids(context)
-                rows.setdefault(("transformers full", context), []).append(_transformers(loaded, ids, args.new))
-                for cache, engine in engines.items():
-                    done = engine.complete(ids, args.new, [], 10)
-                    rows.setdefault((f"llamacpp:{cache}", context), []).append((done.ttft_ms, done.tpot_ms or 0.0))
+        for repeat in range(args.repeats):
+            for model in models:
+                loaded, _ = cache.get(model, "auto", "sdpa")
+                for context in contexts:
+                    ids = prompt_ids(context - args.new)  # prompt and answer fill the context, as RULER counts it
+                    names = ["transformers full", *(f"llamacpp:{kind}" for kind in caches)]
+                    shift = repeat % len(names)
+                    for name in names[shift:] + names[:shift]:
+                        if name == "transformers full":
+                            value = _transformers(loaded, ids, args.new)
+                        else:
+                            done = engines[(model, name.split(":", 1)[1])].complete(ids, args.new, [], 10)
+                            value = (done.ttft_ms, done.tpot_ms or 0.0)
+                        rows.setdefault((model, name, context), []).append(value)
+                        loads.append(_load())
+                        print(f"[{time.perf_counter() - started:7.0f} s] repeat {repeat} {model} {context} {name}: "
+                              f"TTFT {value[0]:.0f} ms, TPOT {value[1]:.1f} ms, load {loads[-1]:.1f}",
+                              file=sys.stderr, flush=True)
     finally:
         for engine in engines.values():
             engine.close()
     table = []
-    for (name, context), values in rows.items():
-        full = rows[("transformers full", context)]
+    for (model, name, context), values in rows.items():
+        full = rows[(model, "transformers full", context)]
         ttft, tpot = _median([v[0] for v in values]), _median([v[1] for v in values])
-        table.append({"row": name, "context": context, "ttft_ms": ttft, "tpot_ms": tpot,
+        table.append({"model": model, "row": name, "context": context, "ttft_ms": ttft, "tpot_ms": tpot,
                       "ttft_vs_full": ttft / _median([v[0] for v in full]),
-                      "tpot_vs_full": tpot / _median([v[1] for v in full])})
-    return {"what": "speed", "model": args.model, "new": args.new, "repeats": args.repeats,
-            "load": os.getloadavg()[0], "rows": table}
+                      "tpot_vs_full": tpot / _median([v[1] for v in full]), "values": values})
+    return {"what": "speed", "models": models, "new": args.new, "repeats": args.repeats,
+            "load_min": min(loads), "load_median": _median(loads), "load_max": max(loads),
+            "wall_s": time.perf_counter() - started, "rows": table}
 
 
 def main() -> None:
@@ -129,9 +156,10 @@ def main() -> None:
     result = overhead(args) if args.what == "overhead" else speed(args)
     print(json.dumps(result, indent=1))
     if args.what == "speed":
-        print("| row | context | TTFT ms | TPOT ms | TTFT / full | TPOT / full |\n|---|---|---|---|---|---|")
+        print("| model | row | context | TTFT ms | TPOT ms | TTFT / full | TPOT / full |")
+        print("|---|---|---|---|---|---|---|")
         for row in result["rows"]:
-            print(f"| {row['row']} | {row['context']} | {row['ttft_ms']:.0f} | {row['tpot_ms']:.1f} | "
+            print(f"| {row['model']} | {row['row']} | {row['context']} | {row['ttft_ms']:.0f} | {row['tpot_ms']:.1f} | "
                   f"{row['ttft_vs_full']:.2f} | {row['tpot_vs_full']:.2f} |")
 
 

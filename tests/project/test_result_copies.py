@@ -1,9 +1,10 @@
 """The result tables that README.md and docs/ copy equal their source files, and documented defaults equal the code.
 
 Why: README's real-model table, docs/real-model.md's and docs/default-selection.md's are hand copies of
-results/real/RESULTS.md and default_model/task_scores.toml; a regenerated source left them stale (issue 37 item 6),
-and README documented "all built-ins" as the default methods when the default was 8 of 17. Each copy is parsed
-and compared cell by cell, at the precision the copy prints.
+results/real/RESULTS.md and default_model/task_scores.toml (README's llama.cpp table of results/engine/RESULTS.md);
+a regenerated source left them stale (issue 37 item 6), and README documented "all built-ins" as the default
+methods when the default was 8 of 17. Each copy is parsed and compared cell by cell, at the precision the copy
+prints.
 """
 
 from __future__ import annotations
@@ -117,3 +118,40 @@ def test_the_documented_default_methods_are_the_default(page):
     default = row.strip().strip("|").split("|")[-1]
     assert re.findall(r"`([a-z0-9_]+)`", default) == DEFAULT_METHODS
     assert "`kvbench methods` lists every built-in" in default  # no count to keep equal by hand
+
+
+ENGINE_RESULTS = ROOT / "results" / "engine" / "RESULTS.md"
+
+
+def engine_results() -> dict[str, dict[str, dict[str, str]]]:
+    """results/engine/RESULTS.md: budget -> row -> {column: cell as printed}."""
+    text = ENGINE_RESULTS.read_text()
+    found = {}
+    for budget in re.findall(r"^## .* — budget (\S+)$", text, re.MULTILINE):
+        header, *rows = table_after(text, f"— budget {budget}")
+        found[budget] = {row[0]: dict(zip(header, row)) for row in rows}
+    return found
+
+
+def test_readme_engine_table_equals_results_engine():
+    """README's llama.cpp table: each score (± half-width), Agree and KV MiB cell is the source's cell of that row
+    in the budget table(s) its `budget table` column names; `not run` where the source has no score."""
+    source = engine_results()
+    text = (ROOT / "README.md").read_text()
+    header, *rows = table_after(text, "| row | budget table | niah_single_1 |")
+    tasks = [f"{name}@2048" for name in header[2:header.index("Agree")]]
+    assert {base_label(row[0]) for row in rows} == {name for table in source.values() for name in table}
+    for row in rows:
+        name = base_label(row[0])
+        budgets = [b for b in source if name in source[b]] if row[1] == "both" else row[1].split(" / ")
+        for column, cell in zip([*tasks, "Agree", "KV MiB"], row[2:]):
+            parts = cell.split(" / ")
+            for budget, part in zip(budgets, parts * len(budgets) if len(parts) == 1 else parts):
+                want = source[budget][name][column]
+                if part == "not run":
+                    assert want == "-", (name, budget, column, want)
+                    continue
+                score, half_width = CELL.match(part).groups()
+                want_score, want_half = CELL.match(want).groups()
+                assert equal_as_printed(score, float(want_score)), (name, budget, column, part, want)
+                assert half_width is None or equal_as_printed(half_width, float(want_half or 0)), (name, budget, part)
