@@ -82,9 +82,12 @@ def query_bands(mask: torch.Tensor, rows: int) -> list[tuple[int, int, int, int]
     return bands
 
 
-def banded_sdpa_attention(module, query, key, value, attention_mask, **kwargs):
+def banded_sdpa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
     """A transformers attention function: a sliding layer's multi-token forward under a boolean mask, chunk by
-    chunk over each chunk's band of keys (transformers' sdpa per chunk); any other call, transformers' sdpa."""
+    chunk over each chunk's band of keys (transformers' sdpa per chunk); any other call, transformers' sdpa.
+    `dropout` is a named positional parameter, as in transformers' own attention functions: a wrapper that passes it
+    by position (kvpress's attention patch does) must reach it."""
+    kwargs["dropout"] = dropout
     banding: _Banding | None = _active.get()
     window = banding.windows.get(getattr(module, "layer_idx", None)) if banding is not None else None
     rows = chunk_queries(window) if window is not None else 0
