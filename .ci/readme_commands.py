@@ -24,6 +24,7 @@ it is checked, nothing run).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -183,18 +184,25 @@ def filled(text: str, work: Path | None = None) -> str:
 
 
 def disjoint_runs(work: Path) -> list[str]:
-    """Two run directories under work/results/runs whose items differ (what shards of one sweep are)."""
+    """Two run directories under work/results/runs whose items differ and whose grids agree on what merge requires
+    (what shards of one sweep are). Which runs README's commands make, and the order of their random ids, vary:
+    a pair that merge must refuse (another data folder) is not one to try."""
     from pytest_kvbench.results.run.directories import RunError, load_run  # lazy: only the kvbench commands need it
+    from pytest_kvbench.results.run.merge import MERGE_MUST_AGREE  # lazy: as above
 
-    keys = {}
+    keys, settings = {}, {}
     for directory in sorted((work / "results" / "runs").iterdir()):
         try:
-            keys[directory] = {record.key for record in load_run(str(directory)).records}
+            run = load_run(str(directory))
         except RunError:
             continue
+        keys[directory] = {record.key for record in run.records}
+        grid = run.info.get("grid") if isinstance(run.info.get("grid"), dict) else {}
+        settings[directory] = json.dumps([grid.get(name) for name in MERGE_MUST_AGREE], sort_keys=True)
     for first in keys:
         for second in keys:
-            if first < second and keys[first] and keys[second] and not keys[first] & keys[second]:
+            if (first < second and keys[first] and keys[second] and not keys[first] & keys[second]
+                    and settings[first] == settings[second]):
                 return [str(first.relative_to(work)), str(second.relative_to(work))]
     return ["results/runs/*"]  # none: merge says why
 

@@ -23,7 +23,7 @@ from pytest_kvbench.results.run.state import run_expected, unfinished_of
 
 # Grid settings that change what an item measures without appearing in its key: runs that
 # disagree on them cannot become one run.
-_MERGE_MUST_AGREE = ("protocol", "dtype", "attn_implementation", "samples", "max_prompt_tokens", "data_dir",
+MERGE_MUST_AGREE = ("protocol", "dtype", "attn_implementation", "samples", "max_prompt_tokens", "data_dir",
                      "preset")  # shards of one preset run merge into a run of that preset
 _MERGE_UNION = ("models", "methods", "budgets", "tasks", "context_lengths", "seeds")
 _MERGE_UNION_WHEN_SET = ("storage_budgets",)  # lists a grid records only when set (cases.Grid.as_dict)
@@ -39,7 +39,7 @@ def _merged_grid(runs: list[Run]) -> dict:
     owned = [(r, r.info.get("grid")) for r in runs if isinstance(r.info.get("grid"), dict)]
     grids = [grid for _, grid in owned]
     merged: dict = {}
-    for name in _MERGE_MUST_AGREE:
+    for name in MERGE_MUST_AGREE:
         values = {json.dumps(g.get(name), sort_keys=True) for g in grids}
         if len(values) > 1:
             shown = ", ".join(f"{r.run_id}: {(r.info.get('grid') or {}).get(name)!r}" for r in runs)
