@@ -11,6 +11,7 @@ Bytecode caching is on in the child (PYTHONDONTWRITEBYTECODE dropped), as on a u
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -105,3 +106,10 @@ def prompt_ids(length: int) -> list[int]:
     import torch  # the timing helpers above are used by scripts that never load torch
 
     return torch.randint(3, 32000, (length,), generator=torch.Generator().manual_seed(0)).tolist()
+
+
+def require_positive(parser: argparse.ArgumentParser, args: argparse.Namespace, names: tuple[str, ...]) -> None:
+    """Refuse, in argparse's one line, any of these integer options below 1 (a count of rounds, tokens, threads...)."""
+    for name in names:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be a positive integer")

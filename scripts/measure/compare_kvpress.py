@@ -38,7 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import Timing, print_medians, print_ratio, timed_command, timed_pytest
+from common import Timing, print_medians, print_ratio, require_positive, timed_command, timed_pytest
 
 from kvmethods.core.capabilities import Capability
 from kvmethods.core.catalog import BASE, BUILTINS
@@ -109,9 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.output and not (args.ours_run and args.kvpress_run):
         parser.error("--output needs --ours-run and --kvpress-run (the runs it names)")
-    for name in ("repeat", "samples", "context_length", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be a positive integer")
+    require_positive(parser, args, ("repeat", "samples", "context_length", "threads"))
     return args
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from common import require_positive  # noqa: E402
+
 DTYPES = ("float32", "bfloat16")
 
 
@@ -38,9 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=32, help="greedy tokens each side decodes (no early stop)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    for name in ("context_length", "samples", "tokens", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be a positive integer")
+    require_positive(parser, args, ("context_length", "samples", "tokens", "threads"))
     return args
 
 

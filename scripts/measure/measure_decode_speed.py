@@ -35,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from common import require_positive  # noqa: E402
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -48,9 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=5, help="interleaved rounds; medians are printed")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    for name in ("context_length", "tokens", "repeat", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be a positive integer")
+    require_positive(parser, args, ("context_length", "tokens", "repeat", "threads"))
     return args
 
 

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import require_positive
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,9 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--code", type=Path, action="append", help="a copy of the code (repeatable; default .)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for name in ("context_length", "tokens", "rounds", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be a positive integer")
+    require_positive(parser, args, ("context_length", "tokens", "rounds", "threads"))
     return args
 
 

@@ -39,7 +39,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from common import prompt_ids, run_child, status_kib
+from common import prompt_ids, require_positive, run_child, status_kib
 from tabulate import tabulate
 
 from kvmethods import MethodError, get_method
@@ -127,9 +127,7 @@ def main() -> None:
                         help="two runs' (layers, plain, kvzip CPU s): print kvzip's ratio at 32 layers and exit")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    for name in ("prompt", "repeats", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be a positive integer")
+    require_positive(parser, args, ("prompt", "repeats", "threads"))
     try:
         for name in args.methods.split(","):
             get_method(name)

@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from common import require_positive
+
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = {"qwen2.5-0.5b": (14, 2, 64), "llama-3-8b": (32, 8, 128)}  # query heads, KV heads, head size
 
@@ -55,9 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--code", type=Path, action="append", help="a copy of the code (repeatable; default .)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for name in ("tokens", "chunk", "steps", "calls", "rounds", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be a positive integer")
+    require_positive(parser, args, ("tokens", "chunk", "steps", "calls", "rounds", "threads"))
     if (args.kernel == "score") != bool(args.method):
         parser.error("--method goes with --kernel score, and --kernel score needs it")
     return args
