@@ -19,7 +19,8 @@ class UsageError(ValueError):
 
 
 _POSITIONALS = {"run": "RUN", "runs": "RUN", "baseline": "A", "current": "B", "baseline_file": "BASELINE",
-               "sql": "SQL"}  # dest -> metavar in messages
+               "sql": "SQL",
+               "gate_baselines": "--baseline"}  # dest -> what the user typed, where it is not "--" + dest
 
 
 def check_no_blank_arguments(args: argparse.Namespace) -> None:

@@ -108,6 +108,11 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys):
         assert (code, out) == (2, "") and err.startswith("kvbench coverage: error: ") and err.count("\n") == 1, argv
 
 
+def test_a_blank_baseline_names_the_option_typed(capsys):
+    code, out, err = run_cli(capsys, "coverage", "--baseline", "")
+    assert (code, out) == (2, "") and "--baseline is empty" in err and "gate-baselines" not in err
+
+
 def test_the_matrix_imports_no_torch():
     code = ("import sys; from pytest_kvbench.cli import main; code = main(['coverage']); "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'; "
