@@ -89,14 +89,50 @@ def bootstrap_mean(
         return mean, math.nan, math.nan
     if _all_equal(data):
         return mean, mean, mean
+    return (mean, *_bootstrap_interval((data,), _mean, n_resamples, confidence, seed))
+
+
+def stratified_bootstrap_mean(
+    groups: Sequence[Sequence[float]],
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Mean over ``groups`` of each group's mean, and its bootstrap interval resampling every group on its own.
+
+    A method's score averaged over tasks weights each task equally; the tasks are fixed and only their samples
+    could have been others, so each task's samples are resampled within that task (strata), never pooled: a
+    pooled bootstrap would let one task's samples stand in for another's and mix the tasks' difficulty into the
+    spread. Equal values in every group give a collapsed interval; a group of one value NaN bounds.
+    """
+    arrays = tuple(np.asarray(g, dtype=float) for g in groups)
+    if not arrays or any(a.ndim != 1 or a.size == 0 for a in arrays):
+        raise ValueError("every group needs at least one value")
+    mean = float(np.mean([a.mean() for a in arrays]))
+    if any(a.size < 2 for a in arrays):
+        return mean, math.nan, math.nan
+    if all(_all_equal(a) for a in arrays):
+        return mean, mean, mean
+
+    def mean_of_means(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean([np.mean(x, axis=axis) for x in samples], axis=0)
+
+    return (mean, *_bootstrap_interval(arrays, mean_of_means, n_resamples, confidence, seed))
+
+
+def _bootstrap_interval(data: tuple[np.ndarray, ...], statistic, n_resamples: int, confidence: float,
+                        seed: int) -> tuple[float, float]:
+    """scipy's bootstrap interval of ``statistic`` (BCa, else percentile where BCa gives no finite bounds), each
+    array of ``data`` resampled on its own; NaN bounds when neither does."""
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # batching bounds memory for items with many samples
             result = _scipy_stats.bootstrap(
-                (data,),
-                _mean,
+                data,
+                statistic,
                 vectorized=True,
+                paired=False,
                 batch=_BATCH,
                 n_resamples=n_resamples,
                 confidence_level=confidence,
@@ -105,8 +141,8 @@ def bootstrap_mean(
             )
         low, high = result.confidence_interval
         if math.isfinite(low) and math.isfinite(high):
-            return mean, float(low), float(high)
-    return mean, math.nan, math.nan
+            return float(low), float(high)
+    return math.nan, math.nan
 
 
 def paired_ttest(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:

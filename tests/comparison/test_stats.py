@@ -7,12 +7,14 @@ import pytest
 from scipy import stats as scipy_stats
 
 from pytest_kvbench.stats import (
+    bootstrap_mean,
     coefficient_of_variation,
     compare_paired,
     paired_bootstrap,
     paired_ttest,
     seed_summary,
     seeds_needed,
+    stratified_bootstrap_mean,
     variation_curve,
 )
 
@@ -153,3 +155,30 @@ def test_variation_curve_reports_cv_against_seed_count_and_what_is_needed():
     assert loose.needed == 1 and loose.enough
     single = variation_curve([50.0], threshold=0.01)
     assert single.points == () and single.needed is None and not single.enough
+
+
+def test_stratified_bootstrap_of_one_group_is_the_plain_bootstrap():
+    values = [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
+    assert stratified_bootstrap_mean([values], n_resamples=2_000) == bootstrap_mean(values, n_resamples=2_000)
+
+
+def test_stratified_bootstrap_weights_tasks_equally_and_keeps_their_spread_apart():
+    """Mean of the task means (not of the pooled samples); the spread is each task's own: a task where every
+    sample agrees adds none, so the interval matches the normal approximation of the varying task alone."""
+    varying = [float(i % 2) for i in range(40)]  # mean 0.5, sd 0.5
+    constant = [1.0] * 10
+    mean, low, high = stratified_bootstrap_mean([varying, constant])
+    assert mean == pytest.approx(0.75)  # the pooled mean would be 0.6
+    expected_half = 1.96 * 0.5 / math.sqrt(40) / 2  # the varying task's half-width, halved by the average
+    assert (high - low) / 2 == pytest.approx(expected_half, rel=0.2)
+    pooled = bootstrap_mean(varying + constant)
+    assert (pooled[2] - pooled[1]) / 2 > 1.3 * (high - low) / 2  # pooling mixes the tasks' difference into it
+
+
+def test_stratified_bootstrap_edge_cases():
+    assert stratified_bootstrap_mean([[1.0, 1.0], [0.0, 0.0]]) == (0.5, 0.5, 0.5)
+    mean, low, high = stratified_bootstrap_mean([[1.0, 0.0], [1.0]])
+    assert mean == 0.75 and math.isnan(low) and math.isnan(high)  # a task of one sample: its spread is unknown
+    for bad in ([], [[]], [[1.0], []]):
+        with pytest.raises(ValueError):
+            stratified_bootstrap_mean(bad)

@@ -3,6 +3,7 @@
 import pytest
 
 from pytest_kvbench.results.record import Record
+from pytest_kvbench.results.views.task_averages import task_average_tables
 from pytest_kvbench.results.views.tables import budget_tables, needle_heatmaps, results_markdown
 
 pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
@@ -113,3 +114,29 @@ def test_results_md_says_the_command_versions_and_whether_the_tree_was_dirty():
     assert ("Made by `pytest bench/test_ruler.py` with Python 3.11.7, pytest-kvbench 0.1.0, torch 2.13.0, "
             "transformers 5.24.0; Linux-x86_64; tree (with uncommitted changes).") in markdown
     assert "datasets" not in markdown
+
+
+def test_averages_over_tasks_one_table_per_model_method_by_budget_with_a_stratified_interval():
+    def scores(right, n=20):
+        return [{"score": 1.0 if i < right else 0.0} for i in range(n)]
+
+    recs = [record("full", "full", "a", 100.0, samples=scores(20)), record("full", "full", "b", 100.0, samples=scores(20))]
+    for budget, (a, b) in {"m0.125": (10, 20), "m0.25": (20, 20)}.items():
+        recs += [record("snapkv", budget, "a", a * 5.0, samples=scores(a)), record("snapkv", budget, "b", b * 5.0, samples=scores(b))]
+    recs.append(record("h2o", "m0.125", "a", 0.0, samples=scores(0)))  # no task b: no average
+    ((heading, table),) = task_average_tables(recs)
+    assert heading == "m — Avg over 2 tasks"
+    lines = table.splitlines()
+    assert [c.strip() for c in lines[0].split("|")[1:4]] == ["Method", "m0.125", "m0.25"]
+    rows = {l.split("|")[1].strip(): [c.strip() for c in l.split("|")[2:4]] for l in lines[2:]}
+    assert rows["full"] == ["100.0 ± 0.0", "100.0 ± 0.0"]
+    mean, half = rows["snapkv"][0].split(" ± ")
+    assert mean == "75.0" and 8.0 < float(half) < 14.0  # task a alone: 50 +- ~22, halved by the average over 2
+    assert rows["snapkv"][1] == "100.0 ± 0.0"
+    assert rows["h2o"] == ["-", "-"]
+    assert "## Averages over tasks" in results_markdown({"run_id": "r"}, recs)
+
+
+def test_no_average_table_for_a_single_task():
+    assert task_average_tables(RECORDS[:1] + [record("snapkv", "128", "qasper", 35.0)]) == []
+    assert "Averages over tasks" not in results_markdown({"run_id": "r"}, [RECORDS[0], RECORDS[2]])

@@ -16,6 +16,7 @@ from tabulate import tabulate
 from pytest_kvbench.results.views.needle_grid import needle_grids
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.views.table_model import ScoreTable, cell_text, score_tables
+from pytest_kvbench.results.views.task_averages import task_average_tables
 
 HEADERS_AFTER_TASKS = ["KL", "Agree", "KV MiB", "Dec tok/s", "Peak MiB"]
 BUDGET_USE = "KV/budget"  # only in the tables of byte budgets ("m0.25")
@@ -95,6 +96,10 @@ def gguf_models(records: list[Record]) -> list[str]:
             for title, g in seen.items()]
 
 
+AVERAGES_NOTE = [
+    "Per model, each method's score averaged over the tasks (every task weighted equally, the Avg column below), ±",
+    "the half-width of its 95% interval: a bootstrap resampling each task's samples within that task.",
+]
 ENGINE_NOTE = [
     "Rows named `llamacpp:TYPE` ran in llama.cpp with that KV-cache type (keys and values; `llamacpp(k=..,v=..)`",
     "sets them apart), on the same prompt tokens, decoded greedily and scored by the same scorer. llama.cpp runs the",
@@ -181,6 +186,11 @@ def results_markdown(run: dict, records: list[Record], columns: Columns | None =
     engines = engine_rows(records)
     if engines:
         lines += ["## Serving engine rows", "", *ENGINE_NOTE, "", *engines, ""]
+    averages = task_average_tables(records)
+    if averages:
+        lines += ["## Averages over tasks", "", *AVERAGES_NOTE, ""]
+        for heading, table in averages:
+            lines += [f"### {heading}", "", table, ""]
     for heading, table in budget_tables(records, columns=columns):
         lines += [f"## {heading}", "", table, ""]
     heatmaps = needle_heatmaps(records)
