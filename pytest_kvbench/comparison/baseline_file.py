@@ -41,7 +41,9 @@ class BaselineModel:
     extra: dict = field(default_factory=dict)
 
 
-_SAMPLE_FIELDS = ("id", "score", "prefill_ms", "decode_ms", "kl", "agreement", "decode_kl", *SAMPLE_DIGESTS)
+# prompt_tokens: with the multi-turn protocol it counts the history the model saw (earlier questions and answers)
+_SAMPLE_FIELDS = ("id", "score", "prefill_ms", "decode_ms", "kl", "agreement", "decode_kl", "prompt_tokens",
+                  *SAMPLE_DIGESTS)
 FIDELITY_FIELDS = ("kl", "agreement", "decode_kl")  # per-sample distance to the full cache, gated two-sided
 
 

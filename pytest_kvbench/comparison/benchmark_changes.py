@@ -5,7 +5,7 @@ cancels out of fidelity and barely moves scores, so a baseline from before it wo
 the same benchmark. The record's fingerprint (results/record/fingerprint.py) names what was measured; here it is
 compared with the entry's, in the order a user can act on: the prompts (per sample, by id), the generation
 settings, the metric and its task's version, and, where the run is deterministic, the full-cache reference's
-own output and its scores (the same output scored differently: the metric changed), and a seeded method's output. Each difference is one phrase naming what changed; the gate fails on any.
+history (a multi-turn sample's prompt counts the earlier turns the model saw), its own output and its scores (the same output scored differently: the metric changed), and a seeded method's output. Each difference is one phrase naming what changed; the gate fails on any.
 
 Deterministic means on CPU with the same torch, CPU model and thread count as the baseline: there the
 full-cache reference is bitwise reproducible, so it is held to its baseline's outputs exactly, not within a
@@ -81,6 +81,10 @@ def benchmark_changes(record: Record, entry: BaselineEntry) -> list[str] | None:
             changes.append(f"seeded output of {record.method.name} on {task} ({differing} of {paired} samples' "
                            f"output tokens differ for the same seed, on the same CPU and torch)")
     if record.budget.spec == FULL_CACHE.spec and is_deterministic(record, entry):
+        differing, paired = _differing(record, entry, "prompt_tokens")
+        if differing and not changes:  # a changed prompt changes its length too: said above
+            changes.append(f"history of {task} ({differing} of {paired} samples' full-cache prompts, earlier turns "
+                           f"included, differ in length with the same prompt, on the same CPU and torch)")
         differing, paired = _differing(record, entry, "output_digest")
         if differing:
             changes.append(f"reference output of {task} ({differing} of {paired} samples' full-cache output "

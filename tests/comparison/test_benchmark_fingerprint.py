@@ -84,6 +84,27 @@ def test_the_reference_output_is_held_exactly_where_the_run_is_deterministic():
     assert verdict_against(fingerprinted(), fingerprinted(outputs=moved)).status == "ok"
 
 
+def test_a_reference_history_that_changed_length_is_a_changed_benchmark():
+    """Multi-turn: a sample's prompt counts the earlier questions and answers the model saw. Dropping a token of
+    each earlier answer from the history moves neither the prompt digest (the turn's own question) nor, on a
+    small model, the reference's answers; the length of what the reference was shown does move."""
+    baseline, shorter = fingerprinted("full", "full"), fingerprinted("full", "full")
+    for turn, (before, after) in enumerate(zip(baseline.samples, shorter.samples)):
+        before["prompt_tokens"], after["prompt_tokens"] = 1000 + 40 * turn, 1000 + 39 * turn
+    verdict = verdict_against(baseline, shorter)
+    assert verdict.status == "benchmark"
+    assert verdict.reasons == ["history of qasper (5 of 6 samples' full-cache prompts, earlier turns included, "
+                               "differ in length with the same prompt, on the same CPU and torch)"]
+    assert verdict_against(baseline, baseline).status == "ok"
+    older = fingerprinted("full", "full")  # a baseline saved before prompt_tokens were kept: nothing to pair
+    for sample in older.samples:
+        del sample["prompt_tokens"]
+    assert verdict_against(older, shorter).status == "ok"
+    reworded = fingerprinted("full", "full", prompts=[0, 1, 2, 3, 4, 50])
+    reworded.samples[5]["prompt_tokens"] = 1199
+    assert [r.split(" (")[0] for r in verdict_against(baseline, reworded).reasons] == ["prompt of qasper"]
+
+
 def test_the_same_reference_output_scored_differently_is_a_changed_metric():
     """A metric read as match-any instead of match-all raises the reference and every method alike: the score
     gate is one-sided and fidelity cancels it out, but the full cache's unchanged outputs now score differently."""
