@@ -140,3 +140,16 @@ def test_averages_over_tasks_one_table_per_model_method_by_budget_with_a_stratif
 def test_no_average_table_for_a_single_task():
     assert task_average_tables(RECORDS[:1] + [record("snapkv", "128", "qasper", 35.0)]) == []
     assert "Averages over tasks" not in results_markdown({"run_id": "r"}, [RECORDS[0], RECORDS[2]])
+
+
+def test_a_merged_run_says_what_made_each_of_its_sources():
+    def environment(commit, command):
+        return {"git_commit": commit, "command": command, "python": "3.11.7", "platform": "Linux", "versions": {}}
+
+    run = {"run_id": "m", "environment": environment("aaa", "pytest one"),
+           "merged_from": [{"run_id": "r1", "environment": environment("aaa", "pytest one")},
+                           {"run_id": "r2", "environment": environment("bbb", "pytest two --kvbench-sliding compress")}]}
+    markdown = results_markdown(run, RECORDS)
+    assert "Merged by `kvbench merge` from 2 runs:" in markdown
+    assert "- `r1` (commit `aaa`): Made by `pytest one`" in markdown
+    assert "- `r2` (commit `bbb`): Made by `pytest two --kvbench-sliding compress`" in markdown

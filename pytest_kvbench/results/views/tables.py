@@ -146,6 +146,17 @@ def zero_scores(records: list[Record]) -> list[str]:
     return sorted(str(r.item_id) for r in records if r.score == 0)
 
 
+def _made_by(run: dict, environment: dict) -> list[str]:
+    """The provenance line, or for a merged run (`kvbench merge`) one per source run: each ran its own command,
+    perhaps at another commit, which the merged run's single environment (its first source's) would hide."""
+    sources = run.get("merged_from") or []
+    if not sources:
+        return [provenance(environment)]
+    return [f"Merged by `kvbench merge` from {len(sources)} runs:", "",
+            *(f"- `{source.get('run_id')}` (commit `{(source.get('environment') or {}).get('git_commit') or 'n/a'}`): "
+              f"{provenance(source.get('environment') or {})}" for source in sources)]
+
+
 def provenance(environment: dict) -> str:
     """What made the run, in one line: the command, Python and the packages' versions, the platform, and
     whether the git tree had uncommitted changes to tracked files."""
@@ -165,7 +176,7 @@ def results_markdown(run: dict, records: list[Record], columns: Columns | None =
         f"Run `{run['run_id']}` — {run.get('start', '')} — commit `{environment.get('git_commit') or 'n/a'}`"
         + (" (incomplete)" if not run.get("complete", True) else ""),
         "",
-        provenance(environment),
+        *_made_by(run, environment),
         "",
         "Scores are the task's official metric x 100 (mean over samples; mean over seeds when several ran),",
         "± the half-width of their 95% interval: Student t over seeds when several ran, else a bootstrap over samples.",
