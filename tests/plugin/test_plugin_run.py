@@ -91,9 +91,11 @@ def test_run_directory_and_results_md_are_written_and_parseable(bench_run):
     assert json.loads((item / "metrics.json").read_text())["item_id"] == "snapkv-32-niah_single_1-ctx256"
     table = (results / "RESULTS.md").read_text()
     assert "## default — budget 32" in table
-    header = next(line for line in table.splitlines() if line.startswith("| Method"))
+    averages, per_budget = table.split("## default — budget 32")
+    assert "### default — Avg over 2 tasks" in averages  # the compact table first, method x budget
+    header = next(line for line in per_budget.splitlines() if line.startswith("| Method"))
     assert "niah_single_1@256" in header and "passage_retrieval_en" in header and "Avg" in header
-    rows = [line for line in table.splitlines() if line.startswith("| full") or line.startswith("| snapkv")]
+    rows = [line for line in per_budget.splitlines() if line.startswith("| full") or line.startswith("| snapkv")]
     assert rows[0].startswith("| full")
 
 
