@@ -153,3 +153,8 @@ def test_a_merged_run_says_what_made_each_of_its_sources():
     assert "Merged by `kvbench merge` from 2 runs:" in markdown
     assert "- `r1` (commit `aaa`): Made by `pytest one`" in markdown
     assert "- `r2` (commit `bbb`): Made by `pytest two --kvbench-sliding compress`" in markdown
+    run["merged_from"][1]["complete"] = False
+    run["unfinished"] = [{"item_id": "snapkv-128-trec", "reason": "no record"}]
+    markdown = results_markdown(run, RECORDS)
+    assert "The run is incomplete. Finish `r2` with its own command and `--kvbench-resume RUN`, then merge again." \
+        in markdown and "None" not in markdown

@@ -146,6 +146,17 @@ def zero_scores(records: list[Record]) -> list[str]:
     return sorted(str(r.item_id) for r in records if r.score == 0)
 
 
+def _how_to_finish(run: dict) -> str:
+    """The command that finishes an incomplete run; a merged run has none of its own: its unfinished sources do."""
+    if run.get("resume_command"):
+        return f"Finish it with `{run['resume_command']}`."
+    unfinished = [s.get("run_id") for s in run.get("merged_from") or [] if not s.get("complete", True)]
+    if unfinished:
+        return (f"Finish {', '.join(f'`{r}`' for r in unfinished)} with its own command and `--kvbench-resume RUN`, "
+                f"then merge again.")
+    return "Run its missing items again."
+
+
 def _made_by(run: dict, environment: dict) -> list[str]:
     """The provenance line, or for a merged run (`kvbench merge`) one per source run: each ran its own command,
     perhaps at another commit, which the merged run's single environment (its first source's) would hide."""
@@ -214,8 +225,7 @@ def results_markdown(run: dict, records: list[Record], columns: Columns | None =
         lines += ["## Items scoring exactly 0", "", ", ".join(f"`{z}`" for z in zeros), ""]
     unfinished = run.get("unfinished") or []
     if unfinished:
-        lines += ["## Items not finished", "",
-                  f"The run is incomplete. Finish it with `{run.get('resume_command')}`.", ""]
+        lines += ["## Items not finished", "", f"The run is incomplete. {_how_to_finish(run)}", ""]
         lines += [f"- `{u['item_id']}`: {u.get('reason')}" for u in unfinished]
         lines.append("")
     crashed = run.get("crashed") or []
