@@ -45,10 +45,6 @@ def _all_equal(values: np.ndarray) -> bool:
     return float(np.ptp(values)) <= 1e-12 * scale
 
 
-def _mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(values, axis=axis)
-
-
 def paired_bootstrap(
     a: Sequence[float],
     b: Sequence[float],
@@ -84,12 +80,9 @@ def bootstrap_mean(
     bounds (the spread is unknown). A fixed ``seed`` makes it reproducible.
     """
     data = np.asarray(values, dtype=float)
-    mean = float(np.mean(data))
-    if data.size < 2:
-        return mean, math.nan, math.nan
-    if _all_equal(data):
-        return mean, mean, mean
-    return (mean, *_bootstrap_interval((data,), _mean, n_resamples, confidence, seed))
+    if data.size == 0:
+        return math.nan, math.nan, math.nan
+    return stratified_bootstrap_mean((data,), n_resamples, confidence, seed)  # one stratum: the plain bootstrap
 
 
 def stratified_bootstrap_mean(
