@@ -186,6 +186,10 @@ def _read_entry(path: Path, key: object, entry: object) -> BaselineEntry:
             if sample.get(name) is not None and not is_number(sample[name]):
                 raise BaselineError(f"{where}: sample {sample['id']!r} has {name} {sample[name]!r}; it must be a "
                                     f"finite number or null")
+        tokens = sample.get("prompt_tokens")  # held exactly for the reference (benchmark_changes: its history)
+        if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
+            raise BaselineError(f"{where}: sample {sample['id']!r} has prompt_tokens {tokens!r}; it must be a "
+                                f"whole number >= 0 or null")
     n_samples = entry.get("n_samples")
     if n_samples is not None and (not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 1):
         raise BaselineError(f"{where}: 'n_samples' must be a positive integer, got {n_samples!r}")

@@ -143,7 +143,9 @@ def _first_entry(sample_change=None, **entry_change):
     (_first_entry(samples=[]), "has no samples"),
     (_first_entry(lambda samples: samples[1].update(id=samples[0]["id"])), "appears twice (samples pair by id)"),
     (_first_entry(n_samples=-1), "'n_samples' must be a positive integer, got -1"),
-], ids=["kl-infinity", "no-samples", "repeated-id", "negative-count"])
+    (_first_entry(lambda samples: samples[0].update(prompt_tokens="882")), "has prompt_tokens '882'; it must be a whole"),
+    (_first_entry(lambda samples: samples[0].update(prompt_tokens=-1)), "has prompt_tokens -1; it must be a whole"),
+], ids=["kl-infinity", "no-samples", "repeated-id", "negative-count", "prompt-tokens-text", "prompt-tokens-negative"])
 def test_a_baseline_that_cannot_gate_is_refused(workdir, baseline, problem):
     (workdir.path / "baseline.json").write_text(json.dumps(baseline))  # json writes Infinity for inf
     assert problem in assert_one_line_usage_error(workdir, "--kvbench-compare", "baseline.json")
