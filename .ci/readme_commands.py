@@ -118,7 +118,7 @@ def ci_lines() -> list[str]:
 
 
 # Options of a .ci/run line that only say where output goes: without them, the line is the README's command.
-OUTPUT_OPTIONS = {"--kvbench-results": 1, "--junitxml": 1, "-rs": 0}
+OUTPUT_OPTIONS = {"--kvbench-results": 1, "--junitxml": 1, "-rs": 0, "-rfEs": 0}
 
 
 def ci_commands() -> list[list[str]]:

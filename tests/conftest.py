@@ -28,6 +28,24 @@ from kvmethods.core.catalog import BUILTINS
 for _entry in BUILTINS.values():
     importlib.import_module(_entry.module)
 
+
+def _import_family_modeling_modules() -> None:
+    """Every test family's transformers modeling module, imported before any in-process pytester run. pytester drops
+    the modules first imported during a test, but transformers' auto mappings keep the model classes they loaded,
+    and a class whose module is gone from sys.modules cannot change its attention implementation
+    (PreTrainedModel._can_set_attn_implementation reads the module's source, and says no without one): a later
+    test's query capture then saw no queries (deepseek_v3's nine MLA tests failed in CI whenever
+    tests/plugin/test_startup_probes.py's deepseek test ran first in the same worker)."""
+    from kvmethods.testing import FAMILIES
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    for family in FAMILIES:  # gemma3_text's module is also the gemma3 GGUF model's
+        MODEL_FOR_CAUSAL_LM_MAPPING[CONFIG_MAPPING[family]]
+
+
+_import_family_modeling_modules()
+
 INDEPENDENT = "transformers_independent"
 
 

@@ -62,10 +62,13 @@ class Bench:
         for fifo in (self.ready, self.release):
             if not fifo.exists():
                 os.mkfifo(fifo)
+        # --kvbench-results=DIR, one token: pytest takes a separate existing path argument into its rootdir, and the
+        # controller creates DIR, so an xdist worker started after it saw the parent as rootdir ('Different tests
+        # were collected between gw0 and gw1': work/test_longbench.py against test_longbench.py)
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONHASHSEED="0", KVBENCH_TEST_BLOCK=block,
                    KVBENCH_TEST_READY=str(self.ready), KVBENCH_TEST_RELEASE=str(self.release))
         self.proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *GRID,
-                                      "--kvbench-results", str(results), *args], cwd=work, env=env,
+                                      f"--kvbench-results={results}", *args], cwd=work, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.out = self.err = ""

@@ -23,7 +23,7 @@ def by_item(records):
 def test_two_workers_record_everything_once_with_the_same_scores(small_run, tmp_path):
     _, _, serial_results, _ = small_run
     results = tmp_path / "res"
-    proc = run_bench(tmp_path / "work", *SMALL_GRID, "-n", "2", "--kvbench-results", str(results))
+    proc = run_bench(tmp_path / "work", *SMALL_GRID, "-n", "2", f"--kvbench-results={results}")
     assert proc.returncode == 0, proc.stdout[-3000:]
     run_dir, run = run_json(results)
     lines = storage.read_records(run_dir / "records.jsonl")
@@ -49,7 +49,7 @@ def test_loadgroup_keeps_each_task_on_one_worker_and_spreads_tasks(tmp_path):
     """Under --dist loadgroup a task's items share a worker (one reference pass per sample),
     and a one-model grid still uses both workers."""
     work = workdir_with(tmp_path, WHERE)
-    proc = run_bench(work, *SMALL_GRID, "-n", "2", "--dist", "loadgroup", "--kvbench-results", str(tmp_path / "res"))
+    proc = run_bench(work, *SMALL_GRID, "-n", "2", "--dist", "loadgroup", f"--kvbench-results={tmp_path / 'res'}")
     assert proc.returncode == 0, proc.stdout[-3000:]
     ran = [line.split() for line in (work / "where.txt").read_text().splitlines()]
     assert len(ran) == 6
@@ -80,7 +80,7 @@ def workdir_with(tmp_path, conftest: str):
 def test_a_worker_killed_mid_item_loses_only_that_item(tmp_path):
     work = workdir_with(tmp_path, KILLER)
     results = tmp_path / "res"
-    proc = run_bench(work, *SMALL_GRID, "-n", "2", "--kvbench-results", str(results))
+    proc = run_bench(work, *SMALL_GRID, "-n", "2", f"--kvbench-results={results}")
     assert "snapkv-32-passage_retrieval_en" in proc.stdout  # reported as crashed
     run_dir, run = run_json(results)
     finished = {r["item_id"] for r in run["records"] if r["status"] == "passed"}
