@@ -87,7 +87,8 @@ def _direction(check) -> str:
     """Which way a failing metric moved, in words (fidelity: away from or towards the full cache)."""
     if check.metric in _DIRECTION:
         worse, better = _DIRECTION[check.metric]
-        if check.status == "regression":
+        rose = (check.delta or 0.0) > 0
+        if check.status == "regression" or rose == (worse == "higher"):
             return f"{check.metric} {worse} (further from the full cache):"
         return f"{check.metric} {better} (closer to the full cache: the method changed):"
     if check.status == "changed":

@@ -139,6 +139,45 @@ def test_a_seeded_methods_output_is_held_exactly_where_the_run_is_deterministic(
                            ).status == "ok"
 
 
+def test_every_methods_fidelity_is_held_to_rounding_where_the_run_is_deterministic():
+    """Expected Attention's future queries rotated the wrong way round lowered KL on every sample, far below the
+    statistical tolerance, and left the outputs as they were. On the same CPU and torch a sample's KL is a function
+    of the code, so a move past rounding (decoding alone instead of batched: up to 3.6e-5) fails as a changed
+    method; rounding passes, a metric set off or one-sided is left to the user's choice, and elsewhere (a GPU)
+    only the statistics judge."""
+    baseline = fingerprinted(method="expected_attention")
+    rounded = fingerprinted(method="expected_attention")
+    for sample in rounded.samples:
+        sample["kl"] += 4e-5
+    assert verdict_against(baseline, rounded).status == "ok"
+    rotated = fingerprinted(method="expected_attention")
+    rotated.samples[3]["kl"] -= 0.004
+    rotated.samples[5]["kl"] -= 0.0012
+    verdict = verdict_against(baseline, rotated)
+    assert verdict.status == "changed" and verdict.failed
+    (kl,) = [check for check in verdict.checks if check.status == "changed"]
+    assert kl.metric == "kl" and kl.note.startswith("2 of 6 samples moved past float rounding on the same CPU")
+    assert "changed against the baseline: kl lower (closer to the full cache: the method changed)" in verdict.message
+    assert "beyond the tolerance kl: 0.0001 of each sample's value (a deterministic run)" in verdict.message
+    worse = fingerprinted(method="expected_attention")
+    worse.samples[0]["kl"] += 0.002
+    assert "kl higher (further from the full cache)" in verdict_against(baseline, worse).message
+    large = fingerprinted(method="expected_attention")
+    for sample, value in zip(large.samples, [16.0, 16.1, 16.2, 16.3, 16.4, 16.5]):
+        sample["kl"] = value
+    nudged = copy.deepcopy(large)
+    nudged.samples[0]["kl"] += 0.0015  # within 1e-4 of a KL of 16
+    assert verdict_against(large, nudged).status == "ok"
+    for off in ("kl:off", "kl:0.05:one-sided"):
+        assert compare_record(rotated, Baseline.from_records([baseline]).entry(rotated),
+                              parse_tolerances([off])).status == "ok"
+    gpu = {"type": "cuda", "name": "H100", "torch": "2.13.0"}
+    on_gpu = fingerprinted(method="expected_attention", device=gpu)
+    moved = fingerprinted(method="expected_attention", device=gpu)
+    moved.samples[3]["kl"] -= 0.004
+    assert verdict_against(on_gpu, moved).status == "ok"
+
+
 def test_a_baseline_saved_before_fingerprints_still_gates_and_says_so_once(tmp_path):
     old = fingerprinted()
     old_json = old.to_json()
