@@ -118,7 +118,9 @@ def ci_lines() -> list[str]:
 
 
 # Options of a .ci/run line that only say where output goes: without them, the line is the README's command.
-OUTPUT_OPTIONS = {"--kvbench-results": 1, "--junitxml": 1, "-rs": 0, "-rfEs": 0}
+# (pytest's -rCHARS, which outcomes the summary lists, is one too: REPORT_CHARS.)
+OUTPUT_OPTIONS = {"--kvbench-results": 1, "--junitxml": 1}
+REPORT_CHARS = re.compile(r"-r[a-zA-Z]+")
 
 
 def ci_commands() -> list[list[str]]:
@@ -131,6 +133,8 @@ def ci_commands() -> list[list[str]]:
         while words:
             word = words.pop(0)
             name = word.split("=", 1)[0]
+            if REPORT_CHARS.fullmatch(word):
+                continue
             if name in OUTPUT_OPTIONS:
                 if "=" not in word:
                     del words[:OUTPUT_OPTIONS[name]]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from pytest_kvbench import user_paths
 from pytest_kvbench.atomic_files import atomic_write_json
-from pytest_kvbench.results.record import BudgetInfo, Device, Latency, Memory, MethodInfo, Record, TaskInfo, is_number
+from pytest_kvbench.results.record import (BudgetInfo, Device, Latency, Memory, MethodInfo, Record, TaskInfo, is_number,
+                                            is_whole)
 from pytest_kvbench.results.record.fingerprint import SAMPLE_DIGESTS
 from pytest_kvbench.results.record.serializer import OMITTED_AT_DEFAULT, RecordShapeError, from_json, to_json
 from pytest_kvbench.record_key import DEFAULT_PROTOCOL
@@ -187,11 +188,11 @@ def _read_entry(path: Path, key: object, entry: object) -> BaselineEntry:
                 raise BaselineError(f"{where}: sample {sample['id']!r} has {name} {sample[name]!r}; it must be a "
                                     f"finite number or null")
         tokens = sample.get("prompt_tokens")  # held exactly for the reference (benchmark_changes: its history)
-        if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
+        if tokens is not None and not (is_whole(tokens) and tokens >= 0):
             raise BaselineError(f"{where}: sample {sample['id']!r} has prompt_tokens {tokens!r}; it must be a "
                                 f"whole number >= 0 or null")
     n_samples = entry.get("n_samples")
-    if n_samples is not None and (not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 1):
+    if n_samples is not None and not (is_whole(n_samples) and n_samples >= 1):
         raise BaselineError(f"{where}: 'n_samples' must be a positive integer, got {n_samples!r}")
     for name in ("method", "latency", "memory", "task", "benchmark"):
         if entry.get(name) is not None and not isinstance(entry.get(name), dict):

@@ -336,6 +336,11 @@ def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def is_whole(value: object) -> bool:
+    """An int that is not a bool: what JSON may hold where a count goes."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def mean_of_present(values: Iterable[object]) -> float | None:
     """The mean of the measurements among `values`, the one mean of record figures (the runner's per-item means of
     its samples, the KV-cache and latency figures, the views' cells): a missing value (None, and anything that is
