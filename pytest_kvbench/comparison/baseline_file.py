@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pytest_kvbench import user_paths
 from pytest_kvbench.atomic_files import atomic_write_json
+from pytest_kvbench.input_values import shown
 from pytest_kvbench.results.record import (BudgetInfo, Device, Latency, Memory, MethodInfo, Record, TaskInfo, is_number,
                                             is_whole)
 from pytest_kvbench.results.record.fingerprint import SAMPLE_DIGESTS
@@ -185,15 +186,15 @@ def _read_entry(path: Path, key: object, entry: object) -> BaselineEntry:
             raise BaselineError(f"{where}: sample {sample['id']!r} has no numeric 'score'")
         for name in FIDELITY_FIELDS:  # Infinity or NaN would drop the sample from that check without a word
             if sample.get(name) is not None and not is_number(sample[name]):
-                raise BaselineError(f"{where}: sample {sample['id']!r} has {name} {sample[name]!r}; it must be a "
+                raise BaselineError(f"{where}: sample {sample['id']!r} has {name} {shown(sample[name])}; it must be a "
                                     f"finite number or null")
         tokens = sample.get("prompt_tokens")  # held exactly for the reference (benchmark_changes: its history)
         if tokens is not None and not (is_whole(tokens) and tokens >= 0):
-            raise BaselineError(f"{where}: sample {sample['id']!r} has prompt_tokens {tokens!r}; it must be a "
+            raise BaselineError(f"{where}: sample {sample['id']!r} has prompt_tokens {shown(tokens)}; it must be a "
                                 f"whole number >= 0 or null")
     n_samples = entry.get("n_samples")
     if n_samples is not None and not (is_whole(n_samples) and n_samples >= 1):
-        raise BaselineError(f"{where}: 'n_samples' must be a positive integer, got {n_samples!r}")
+        raise BaselineError(f"{where}: 'n_samples' must be a positive integer, got {shown(n_samples)}")
     for name in ("method", "latency", "memory", "task", "benchmark"):
         if entry.get(name) is not None and not isinstance(entry.get(name), dict):
             raise BaselineError(f"{where}: {name!r} must be an object")
