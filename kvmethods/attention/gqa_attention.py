@@ -17,6 +17,11 @@ group of rows needs only the slots from its own longest row's first token on: wh
 `buckets()`, each group of rows attends over its own slice (the same mask, sliced), one sdpa call per group, and
 the outputs are stacked back. Masked slots weigh nothing, so the result is the same attention, up to the float
 rounding of a shorter sequence.
+
+A decoding step of a half-precision (bfloat16, float16) model on CPU, one query per row, is computed here in
+float32 matmuls (`_one_query_in_float32`): torch's CPU sdpa kernels in bfloat16 spend 5-10x longer on one query
+over thousands of keys, which made a bfloat16 model's decoding at 4k tokens slower than float32's. Decoding loops
+open `masked_gqa(model)` around their steps (generation.decode_greedy, batched_generation) for it.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ def _buckets(module, key, attention_mask) -> list[tuple[int, int, int]] | None:
 
 
 def _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs):
+    if _one_query_in_float32_fits(query, key, dropout, kwargs):
+        return _one_query_in_float32(query, key, value, attention_mask, scaling), None
     groups = getattr(module, "num_key_value_groups", 1)
     if (attention_mask is None or query.shape[2] == 1 or groups == 1 or query.device.type != "cpu"
             or any(kwargs.get(name) is not None for name in ("position_bias", "softcap"))
@@ -74,13 +81,50 @@ def _attention(module, query, key, value, attention_mask, dropout, scaling, is_c
     return out.transpose(1, 2).contiguous(), None
 
 
+# Extra arguments that change the attention itself (T5's bias, Gemma 2's softcap, gpt-oss's sink logits): with any,
+# transformers' sdpa attention runs instead of the float32 single-query path.
+_CHANGES_ATTENTION = ("position_bias", "softcap", "s_aux", "sinks")
+
+
+def _one_query_in_float32_fits(query, key, dropout: float, kwargs) -> bool:
+    """A decoding step of a half-precision model on CPU: one query per row, nothing but a mask changing it."""
+    return (query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16) and query.shape[2] == 1
+            and not dropout and query.shape[1] % key.shape[1] == 0 and not kwargs.get("output_attentions", False)
+            and all(kwargs.get(name) is None for name in _CHANGES_ATTENTION))
+
+
+def _one_query_in_float32(query, key, value, attention_mask, scaling):
+    """[batch, 1, heads, dim] attention of one query per row over `key`/`value`, computed in float32 with the
+    query heads of a KV head grouped (no repeated KV heads), returned in the query's dtype. For a decoding step
+    of a bfloat16 model on CPU, torch's sdpa kernels took 5-10x longer than these float32 matmuls (SmolLM2's
+    shapes, 4,096 keys: 4.5-5.9 ms a layer against 0.55-0.66; docs/performance.md), and compute in float32
+    inside as well, so the output agrees with theirs up to the rounding of the order of the sums."""
+    batch, heads, _, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[-2]
+    groups = heads // kv_heads
+    scale = dim ** -0.5 if scaling is None else scaling
+    logits = torch.matmul(query.reshape(batch, kv_heads, groups, dim).float(), key.float().transpose(-1, -2))
+    logits.mul_(scale)  # [batch, kv_heads, groups, length]
+    if attention_mask is not None:
+        mask = attention_mask[:, :, -1, :length]  # [batch, 1 or heads, length]
+        mask = mask.reshape(batch, 1, 1, length) if mask.shape[1] == 1 else mask.reshape(batch, kv_heads, groups,
+                                                                                           length)
+        if mask.dtype == torch.bool:
+            logits.masked_fill_(~mask, float("-inf"))
+        else:
+            logits.add_(mask.float())
+    out = torch.matmul(torch.softmax(logits, dim=-1), value.float())  # [batch, kv_heads, groups, value dim]
+    return out.reshape(batch, heads, 1, -1).transpose(1, 2).contiguous().to(query.dtype)
+
+
 register_attention(ATTENTION_NAME, masked_gqa_attention, sdpa_mask)
 
 
 @contextmanager
 def masked_gqa(model, cache=None) -> Iterator[None]:
     """While active, a model running transformers' sdpa on CPU attends with masked_gqa_attention (the rows of
-    `cache`'s layers that offer buckets() in groups); any other model is left as it is."""
+    `cache`'s layers that offer buckets() in groups, a half-precision decoding step in float32); any other model
+    is left as it is."""
     if not _TORCH_HAS_GQA or attention_implementation(model) != "sdpa" or \
             next(model.parameters()).device.type != "cpu":
         yield

@@ -29,6 +29,7 @@ from ..core.budget import Budget
 from ..core.capabilities import REWRITES_WHILE_DECODING, Capability
 from ..core.catalog import GROUP_PROTOCOLS, PROTOCOLS  # noqa: F401 (this contract's names too)
 from ..attention.families import check_family, sliding_windows
+from ..attention.gqa_attention import masked_gqa
 from ..attention.prefill_compression import capturing_window_queries, compressing_prefill, store_selection
 from ..storage.ragged import RaggedLayer, cache_bytes, kept_tokens_per_head
 from ..attention.ragged_attention import kernel_name
@@ -249,7 +250,7 @@ def decode_greedy(model, state: PrefilledPrompt, max_new_tokens: int, eos: set[i
     steps: list[torch.Tensor] = []
     logits = state.next_logits
     with (method.while_decoding(model, state) if method is not None else contextlib.nullcontext([])) as lengths, \
-            layer_masks(model, state.cache, state.uneven):  # the mask hooks once for the loop, not per step
+            masked_gqa(model), layer_masks(model, state.cache, state.uneven):  # hooks once for the loop, not per step
         while True:
             if return_logprobs:
                 steps.append(torch.log_softmax(logits.float(), dim=-1))
