@@ -71,3 +71,18 @@ def plan_budget(model, method: Method, budget: Budget | str, prompt_len: int, co
         raise MethodError(f"{method.name}: layer_budgets must give {n_layers} positive counts, got {split}")
     layer_budgets = split if compresses else [compressed_len] * n_layers
     return BudgetPlan(method, budget, prompt_len, compressed_len, n_layers, tokens, layer_budgets, compresses)
+
+
+def selection_key(model, method: Method, budget: Budget | str, prompt_len: int, context_len: int,
+                  protocol: str) -> tuple | None:
+    """What decides the cache a shared prefill makes for (method, budget) on this prompt: the method's
+    configuration (its repr: class and parameters; and how it treats sliding-window layers) and each layer's
+    count. Two requests with equal keys get equal caches, the same method code reading the same layer inputs
+    and keeping as many tokens, so one prefill and one decoding can stand for both: a quantizer at two byte
+    budgets that both hold its whole cache, or any method at budgets that all keep the whole prompt.
+    None where the plan itself fails: that request's own prefill raises its error."""
+    try:
+        plan = plan_budget(model, method, budget, prompt_len, context_len, protocol)
+    except MethodError:
+        return None
+    return repr(method), getattr(method, "sliding_layers", None), tuple(plan.layer_budgets), plan.compresses

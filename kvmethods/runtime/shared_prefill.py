@@ -63,6 +63,9 @@ class SharedPrefill:
     forward_s: float  # the shared forward, the selections' own work excluded
     own_s: list[float] = field(default_factory=list)  # per selection: its compression (+ its question pass)
     errors: list[BaseException | None] = field(default_factory=list)  # per selection: what its method raised
+    # per selection: the earlier one whose cache it equals, its own left None (a caller that prefills such requests
+    # once: pytest_kvbench/engine/twins.py); empty: every selection is its own
+    twin_of: list[int | None] = field(default_factory=list)
 
 
 @dataclass

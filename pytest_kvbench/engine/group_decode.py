@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvmethods.core.clock import now
 from pytest_kvbench.cases import Case
@@ -38,6 +38,7 @@ from pytest_kvbench.engine.decode_batching import DecodeBatching
 from pytest_kvbench.engine.out_of_memory import free_accelerator_memory, is_out_of_memory
 from pytest_kvbench.engine.sample_outcomes import DecodedSample, SharedPrefills
 from pytest_kvbench.engine.time_limit import item_time_limit
+from pytest_kvbench.engine.twins import twin_outcome
 
 # decode(member, prefilled state) -> (GenerationOutput without log-probs, kl, agreement, decode_kl)
 Decode = Callable[[Case, object], tuple]
@@ -63,6 +64,7 @@ class Job:
     state: object  # its prefilled cache (generation.PrefilledPrompt)
     own_s: float  # its own compression
     group: SampleGroup
+    twins: list[Case] = field(default_factory=list)  # members whose cache equals its own (twins.py): its outcome is theirs
 
 
 def _detached(error: BaseException, note: str) -> BaseException:
@@ -106,7 +108,15 @@ class _Run:
     def fail(self, job: Job, error: BaseException) -> None:
         note = f"(raised in the run of {self.running.id}, whose shared prefill of sample {job.group.sample_id} " \
                f"served this item)"
-        self.outcomes.fail(job.member, job.group.sample_id, _detached(error, note), job.group.order)
+        error = _detached(error, note)
+        for member in [job.member, *job.twins]:
+            self.outcomes.fail(member, job.group.sample_id, error, job.group.order)
+
+    def keep(self, job: Job, outcome: DecodedSample) -> None:
+        """The member's outcome, and a copy for each of its twins."""
+        self.outcomes.keep(job.member, job.group.sample_id, outcome)
+        for twin in job.twins:
+            self.outcomes.keep(twin, job.group.sample_id, twin_outcome(outcome, twin, job.member))
 
 
 def decode_members(running: Case, groups: list[SampleGroup], outcomes: SharedPrefills, limit: item_time_limit,
@@ -121,9 +131,13 @@ def decode_members(running: Case, groups: list[SampleGroup], outcomes: SharedPre
     waiting: dict[str, list[Job]] = {}  # by batch kind (batched_generation.batch_kind)
     for group in groups:
         shared = group.shared
+        twin_of = shared.twin_of or [None] * len(group.members)
         for index, member in enumerate(group.members):
+            if twin_of[index] is not None:  # decoded with the member whose cache it equals
+                continue
             state, shared.selections[index] = shared.selections[index], None
-            job = Job(member, state, shared.own_s[index], group)
+            twins = [twin for twin, original in zip(group.members, twin_of) if original == index]
+            job = Job(member, state, shared.own_s[index], group, twins)
             error = shared.errors[index]
             if error is not None:
                 if run.raises_now(job):
@@ -147,7 +161,7 @@ def _decode_alone(run: _Run, job: Job) -> None:
     """One member decoded on its own (batch 1): the running item's failure on its sample raises, another's is kept."""
     member, sample_id = job.member, job.group.sample_id
     if run.raises_now(job):
-        run.outcomes.keep(member, sample_id, _outcome(job, job.group.decode(member, job.state), run, 1, 1))
+        run.keep(job, _outcome(job, job.group.decode(member, job.state), run, 1, 1))
         return
     own = member.key == run.running.key  # a later sample of the running item: its own clock runs
     started = now()
@@ -161,7 +175,7 @@ def _decode_alone(run: _Run, job: Job) -> None:
         if is_out_of_memory(exc):
             free_accelerator_memory()
     else:
-        run.outcomes.keep(member, sample_id, _outcome(job, decoded, run, 1, 1))
+        run.keep(job, _outcome(job, decoded, run, 1, 1))
     finally:
         if not own:
             run.outcomes.book(member, now() - started)
@@ -204,7 +218,7 @@ def _decode_batch(run: _Run, chunk: list[Job]) -> None:
             else:
                 run.fail(job, result)
             continue
-        run.outcomes.keep(job.member, job.group.sample_id, _outcome(job, result, run, len(chunk), samples))
+        run.keep(job, _outcome(job, result, run, len(chunk), samples))
     if own_failure is not None:
         raise own_failure
 

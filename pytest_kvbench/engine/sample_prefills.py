@@ -38,6 +38,7 @@ from pytest_kvbench.engine.sample_decoding import decode_compressed, decode_refe
 from pytest_kvbench.engine.sample_inputs import SampleInputs
 from pytest_kvbench.engine.sample_outcomes import SharedPrefills
 from pytest_kvbench.engine.time_limit import ItemTimeout, item_time_limit
+from pytest_kvbench.engine.twins import find_twins, spread_to_twins
 
 
 class SampleContext(NamedTuple):
@@ -148,9 +149,15 @@ class GroupPrefiller:
         return groups
 
     def prefill(self, members: list[Case], task, prompt, loaded: LoadedModel, protocol: str):
-        """The sample's shared prefill (kvmethods.runtime.shared_prefill): the full cache and every member's."""
-        return shared_prefill(loaded.model, [(method_of(c), c.budget) for c in members], prompt.input_ids,
-                              prompt.context_len, protocol, len(prompt.input_ids) + task.max_new_tokens)
+        """The sample's shared prefill (kvmethods.runtime.shared_prefill): the full cache and every member's. Twins
+        (twins.py: members whose caches would be equal) get one selection, their first's: a twin's state is None
+        and the prefill's `twin_of` names the member it rides with."""
+        twin_of = find_twins(loaded.model, [(method_of(c), c.budget) for c in members], prompt, protocol)
+        own = [index for index, twin in enumerate(twin_of) if twin is None]
+        shared = shared_prefill(loaded.model, [(method_of(members[i]), members[i].budget) for i in own],
+                                prompt.input_ids, prompt.context_len, protocol,
+                                len(prompt.input_ids) + task.max_new_tokens)
+        return spread_to_twins(shared, own, twin_of)
 
     def compressed(self, case: Case, method, budget, task, sample, prompt, loaded: LoadedModel, reference,
                    prefilled=None) -> tuple:
