@@ -19,6 +19,9 @@ samples, docs/batched-decoding.md): their members join the same batches, each ro
 and teacher-forced on its own sample's reference. What fails the running item on a later sample of the window
 is kept like another member's failure and raised when the item reaches that sample.
 
+Twins (twins.py: members whose caches would be equal, given one selection by the prefill) are not decoded: each
+rides with the member whose cache it equals and gets a copy of that member's outcome, or of its failure.
+
 What happens while decoding another member belongs to that member, not to the item whose run it is:
 an exception (out of memory included, after the memory is freed) is kept and raised when the member
 reaches that sample, and the member's decoding runs on its own clock (--kvbench-timeout): the running
