@@ -49,9 +49,10 @@ def base_label(label: str) -> str:
 AVERAGES = re.compile(r"^### (.* — Avg over \d+ tasks)$", re.MULTILINE)
 
 
-def real_results() -> dict[str, dict[str, dict[str, dict[str, float]]]]:
-    """results/real/RESULTS.md's averages over tasks: heading -> budget -> method -> {score, half_width}."""
-    text = REAL_RESULTS.read_text()
+def real_results(path: Path = REAL_RESULTS) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """A RESULTS.md's averages over tasks (results/real/RESULTS.md's by default): heading -> budget -> method ->
+    {score, half_width}."""
+    text = path.read_text()
     found = {}
     for heading in AVERAGES.findall(text):
         header, *rows = table_after(text, f"### {heading}")
@@ -101,6 +102,22 @@ def test_readme_real_model_tables_equal_results_real():
         methods = {method for cells in budgets.values() for method in cells}
         assert {base_label(row[0]) for row in rows} == methods and len(rows) == len(methods), heading
         assert check_score_cells(rows, list(budgets), source[heading], "README.md") == []
+
+
+def test_readme_table_of_the_2025_methods_equals_their_run():
+    """README's table of issue 49's methods on SmolLM2 copies results/real/RESULTS-2025.md's averages: every
+    method of that run but its full cache (quoted in the sentence above the table), each cell as printed."""
+    (heading, budgets), = real_results(ROOT / "results" / "real" / "RESULTS-2025.md").items()
+    readme = (ROOT / "README.md").read_text()
+    intro = "The 2025-26 methods of issue 49 on the same items"
+    header, *rows = table_after(readme, intro)
+    assert header[1:] == list(budgets)
+    methods = {method for cells in budgets.values() for method in cells} - {"full"}
+    assert {base_label(row[0]) for row in rows} == methods and len(rows) == len(methods)
+    assert check_score_cells(rows, list(budgets), budgets, "README.md") == []
+    full = budgets[header[1]]["full"]
+    intro_text = readme[readme.index(intro):readme.index("| method |", readme.index(intro))]
+    assert f"{full['score']:.1f} ± {full['half_width']:.1f}" in intro_text
 
 
 def test_default_selection_table_equals_the_task_scores_file():
