@@ -104,12 +104,15 @@ def test_readme_real_model_tables_equal_results_real():
         assert check_score_cells(rows, list(budgets), source[heading], "README.md") == []
 
 
-def test_readme_table_of_the_2025_methods_equals_their_run():
-    """README's table of issue 49's methods on SmolLM2 copies results/real/RESULTS-2025.md's averages: every
-    method of that run but its full cache (quoted in the sentence above the table), each cell as printed."""
-    (heading, budgets), = real_results(ROOT / "results" / "real" / "RESULTS-2025.md").items()
+@pytest.mark.parametrize("source, intro", [
+    ("RESULTS-2025.md", "The 2025-26 methods of issue 49 on the same items"),
+    ("RESULTS-2025-gemma.md", "On gemma3-270m the same methods ran on the two tasks"),
+])
+def test_readme_tables_of_the_2025_methods_equal_their_runs(source, intro):
+    """README's tables of issue 49's methods on each real model copy that run's averages (results/real/RESULTS-2025*.md):
+    every method of the run but its full cache (quoted in the sentence above the table), each cell as printed."""
+    (heading, budgets), = real_results(ROOT / "results" / "real" / source).items()
     readme = (ROOT / "README.md").read_text()
-    intro = "The 2025-26 methods of issue 49 on the same items"
     header, *rows = table_after(readme, intro)
     assert header[1:] == list(budgets)
     methods = {method for cells in budgets.values() for method in cells} - {"full"}
