@@ -62,6 +62,10 @@ def pytest_configure(config):
     # session, so every strategy drawn later in that worker warned 'Slow code in plugin' (~7,000 lines in CI's log,
     # above the failures). Nothing is slow there: the count is off.
     config.addinivalue_line("filterwarnings", "ignore:Slow code in plugin")
+    # A pytester in-process session inside an xdist worker (test_distributed's --collect-only runs) configures
+    # pytest-benchmark, which sees the worker's xdist and warns into this session that it disables benchmarks: true of
+    # the inner session, which collects only; nothing of ours is benchmarked there.
+    config.addinivalue_line("filterwarnings", "ignore:Benchmarks are automatically disabled because xdist plugin is active")
     if config.getoption("numprocesses", None) or os.environ.get("PYTEST_XDIST_WORKER"):
         one_torch_thread_per_worker()
 
