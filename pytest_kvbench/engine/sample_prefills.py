@@ -152,11 +152,11 @@ class GroupPrefiller:
         """The sample's shared prefill (kvmethods.runtime.shared_prefill): the full cache and every member's. Twins
         (twins.py: members whose caches would be equal) get one selection, their first's: a twin's state is None
         and the prefill's `twin_of` names the member it rides with."""
-        twin_of = find_twins(loaded.model, [(method_of(c), c.budget) for c in members], prompt, protocol)
+        requests = [(method_of(c), c.budget) for c in members]
+        twin_of = find_twins(loaded.model, requests, prompt, protocol)
         own = [index for index, twin in enumerate(twin_of) if twin is None]
-        shared = shared_prefill(loaded.model, [(method_of(members[i]), members[i].budget) for i in own],
-                                prompt.input_ids, prompt.context_len, protocol,
-                                len(prompt.input_ids) + task.max_new_tokens)
+        shared = shared_prefill(loaded.model, [requests[i] for i in own], prompt.input_ids, prompt.context_len,
+                                protocol, len(prompt.input_ids) + task.max_new_tokens)
         return spread_to_twins(shared, own, twin_of)
 
     def compressed(self, case: Case, method, budget, task, sample, prompt, loaded: LoadedModel, reference,
