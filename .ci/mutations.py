@@ -75,15 +75,19 @@ def load_mutations(path: Path) -> list[Mutation]:
         if "file" in row:
             edits.insert(0, (row["file"], row["old"], row["new"]))
         real = row.get("real", False)  # true: the float32 real gate; or a list of REAL_GATES names
-        real = ["real"] if real is True else list(real or [])
+        real = ["real"] if real is True else [real] if isinstance(real, str) else list(real or [])
         mutations.append(Mutation(row["name"], edits, list(row.get("methods", ["all"])), real))
     return mutations
 
 
 def check_edits(mutations: list[Mutation], root: Path) -> list[str]:
-    """Every `old` must occur exactly once in its file (a refactoring that moved it makes the mutation stale)."""
+    """Every `old` must occur exactly once in its file (a refactoring that moved it makes the mutation stale), and
+    every real gate a mutation names must be one of REAL_GATES (a typo would fail the suite halfway through)."""
     problems = []
     for mutation in mutations:
+        for gate in mutation.real:
+            if gate not in REAL_GATES:
+                problems.append(f"{mutation.name}: real gate {gate!r} is not one of {sorted(REAL_GATES)}")
         for file, old, _ in mutation.edits:
             text = (root / file).read_text()
             if text.count(old) != 1:
@@ -182,7 +186,7 @@ def try_mutation(mutation: Mutation, tree: Path, scratch: Path) -> Outcome:
 
 
 def control(tree: Path, scratch: Path) -> Outcome:
-    """The unmodified tree through both whole gates: must pass."""
+    """The unmodified tree through every whole gate (smoke, the gate configs, the real gates): must pass."""
     started = time.monotonic()
     codes = [run_gate(tree, args, None, scratch)
              for args in (SMOKE, *(a for _, a in config_gates()), *map(real_args, REAL_GATES))]

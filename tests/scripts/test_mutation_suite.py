@@ -67,6 +67,8 @@ def test_a_mutation_names_the_real_gates_it_needs(tmp_path):
     assert [m.real for m in module.load_mutations(tmp_path / "m.toml")] == [["real"], ["real-bf16"], []]
     listed = {gate for m in module.load_mutations(ROOT / ".ci" / "mutations.toml") for gate in m.real}
     assert "real-bf16" in listed and listed <= set(module.REAL_GATES)
+    typo = module.Mutation("typo", [], ["all"], ["real-bf"])
+    assert module.check_edits([typo], ROOT) == ["typo: real gate 'real-bf' is not one of ['real', 'real-bf16']"]
 
 
 def test_a_gate_run_reports_its_exit_code_and_cpu_seconds(tmp_path):
