@@ -70,6 +70,8 @@ def _buckets(module, key, attention_mask) -> list[tuple[int, int, int]] | None:
 def _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs):
     if _one_query_in_float32_fits(query, key, dropout, kwargs):
         return _one_query_in_float32(query, key, value, attention_mask, scaling), None
+    if key.dtype != query.dtype:  # a float32 working cache (decoding_cache_dtype) where this step cannot use it
+        key, value = key.to(query.dtype), value.to(query.dtype)
     groups = getattr(module, "num_key_value_groups", 1)
     if (attention_mask is None or query.shape[2] == 1 or groups == 1 or query.device.type != "cpu"
             or any(kwargs.get(name) is not None for name in ("position_bias", "softcap"))
@@ -115,6 +117,19 @@ def _one_query_in_float32(query, key, value, attention_mask, scaling):
             logits.add_(mask.float())
     out = torch.matmul(torch.softmax(logits, dim=-1), value.float())  # [batch, kv_heads, groups, value dim]
     return out.reshape(batch, heads, 1, -1).transpose(1, 2).contiguous().to(query.dtype)
+
+
+def decoding_cache_dtype(model) -> torch.dtype | None:
+    """float32 where masked_gqa computes a model's decoding steps in float32 (a half-precision model on CPU running
+    sdpa), else None. A cache that only decoding steps read can then hold its keys and values in float32,
+    converted once and exactly (every half-precision value is a float32 one), instead of at every step and
+    layer: the same float32 attention, bit for bit, without the conversion. A step that cannot take the float32
+    road (a softcap, sink logits) gets them back in the model's dtype."""
+    parameter = next(model.parameters())
+    if (_TORCH_HAS_GQA and attention_implementation(model) == "sdpa" and parameter.device.type == "cpu"
+            and parameter.dtype in (torch.bfloat16, torch.float16)):
+        return torch.float32
+    return None
 
 
 register_attention(ATTENTION_NAME, masked_gqa_attention, sdpa_mask)

@@ -44,7 +44,7 @@ from ..core.budget import Budget
 from ..core.capabilities import decodes_alone
 from ..core.errors import MethodError
 from ..attention.model_probe import describe
-from ..attention.gqa_attention import masked_gqa
+from ..attention.gqa_attention import decoding_cache_dtype, masked_gqa
 from ..attention.attention_hooks import AttentionCall, attention_masks
 from ..storage.window_layer import WindowLayer
 from ..storage.batched import BatchedLayer, MemberBuffer, MemberLayers, can_batch, can_batch_as_members
@@ -95,25 +95,28 @@ def can_decode_in_batch(method: Method, state: PrefilledPrompt) -> bool:
     return batch_kind(method, state) is not None
 
 
-def batched_cache(states: list[PrefilledPrompt], room: int, windows: list[int | None] | None = None) -> DynamicCache:
+def batched_cache(states: list[PrefilledPrompt], room: int, windows: list[int | None] | None = None,
+                  dtype: torch.dtype | None = None) -> DynamicCache:
     """The members' caches as one batch: padded into BatchedLayers (the members' caches stay as they are) or,
     for storages of their own, MemberLayers over forks of the members' layers (which decoding changes; a fork
     shares the stored codes, CompactLayer.fork) each reading into its layer's MemberBuffer (the batch's working
     memory, kept between steps, with `room` for the new tokens), their sliding layers' windows (full precision)
-    padded. `windows`: each layer's sliding window (a dense member's sliding layer too). Linear
-    layers' states are stacked along the batch axis (mixed_cache.stacked_state)."""
+    padded. `windows`: each layer's sliding window (a dense member's sliding layer too). `dtype`: the padded
+    buffers' and the working memory's, where not the members' (a decoding batch's float32 copy:
+    gqa_attention.decoding_cache_dtype). Linear layers' states are stacked along the batch axis
+    (mixed_cache.stacked_state)."""
     n_layers = len(states[0].cache.layers)
     members = [[s.cache.layers[i] for s in states] for i in range(n_layers)]
     if all(can_batch(layer) for s in states for layer in token_layers(s.cache)):
         if windows is None or len(windows) != n_layers:  # each layer's sliding window (a dense member's too)
             windows = [None] * n_layers
-        layers = [stacked_state(of) if is_state_layer(of[0]) else BatchedLayer(of, room, windows[i])
+        layers = [stacked_state(of) if is_state_layer(of[0]) else BatchedLayer(of, room, windows[i], dtype)
                   for i, of in enumerate(members)]
     else:
         windows = windows if windows is not None and len(windows) == n_layers else [None] * n_layers
         layers = [stacked_state(of) if is_state_layer(of[0])
-                  else BatchedLayer(of, room, windows[i]) if all(map(can_batch, of))  # sliding windows
-                  else MemberLayers([layer.fork() for layer in of], MemberBuffer(room))
+                  else BatchedLayer(of, room, windows[i], dtype) if all(map(can_batch, of))  # sliding windows
+                  else MemberLayers([layer.fork() for layer in of], MemberBuffer(room, dtype))
                   for i, of in enumerate(members)]
     return cache_of_layers(states[0].cache, layers)
 
@@ -222,7 +225,8 @@ def _generate_rows(model, requests: list[BatchRequest], prompt_tokens: int | Non
     own_targets = [r.teacher_targets if r.teacher_targets is not None else teacher_targets for r in requests]
     forcing = targets_of is not None or any(t is not None for t in own_targets)
     room = max([max_new_tokens] + [len(t) for t in own_targets if t is not None])
-    cache = batched_cache(states, room, _windows(model))
+    # a copy only decoding steps read: where a step attends in float32, it holds float32 keys and values
+    cache = batched_cache(states, room, _windows(model), decoding_cache_dtype(model))
     device = token_layers(cache)[0].keys.device
     positions = torch.tensor([[s.next_position] for s in states], dtype=torch.long, device=device)
     keep_steps = return_logprobs or forcing

@@ -110,17 +110,20 @@ class BatchedLayer(DynamicLayer):
 
     MASK_ROOM = 64  # slots a decoding mask built past the buffer's room covers ahead
 
-    def __init__(self, layers: list, room: int, window: int | None = None):
+    def __init__(self, layers: list, room: int, window: int | None = None, dtype: torch.dtype | None = None):
         """layers: each member's layer (can_batch); room: new tokens the buffer holds before it must grow; window:
-        the layer's sliding window (None: global; a member's WindowLayer says it too)."""
+        the layer's sliding window (None: global; a member's WindowLayer says it too); dtype: the buffer's, where
+        not the members' (a decoding batch's float32 working copy, gqa_attention.decoding_cache_dtype)."""
         super().__init__()
         first = layers[0].keys
         heads, dim = first.shape[1], first.shape[-1]
         lengths = torch.tensor([[int(n) for n in _lengths(layer)] for layer in layers], dtype=torch.long)
         self.prompt = int(lengths.max())
         self.lazy_initialization(first, first)
-        self._keys = first.new_zeros(len(layers), heads, self.prompt + room, dim)
-        self._values = first.new_zeros(len(layers), heads, self.prompt + room, layers[0].values.shape[-1])  # MLA: narrower
+        dtype = dtype or first.dtype
+        self._keys = first.new_zeros(len(layers), heads, self.prompt + room, dim, dtype=dtype)
+        self._values = first.new_zeros(len(layers), heads, self.prompt + room, layers[0].values.shape[-1],
+                                       dtype=dtype)  # MLA: values narrower
         for b, layer in enumerate(layers):
             if isinstance(layer, RaggedLayer):  # each head its own length
                 for h, (k, v) in enumerate(zip(*_head_sequences(layer))):
@@ -265,38 +268,63 @@ class MemberBuffer:
     KV figures) stay the codes; this buffer is the batch's, counted by the batch sizing as a dense row at the
     model's dtype (pytest_kvbench/engine/decode_batching.py). Alone (batch 1, generation.generate) a KIVI layer
     dequantizes at every step and keeps nothing. Padding after a member's tokens is zeros (masked, but a stale
-    value could be non-finite): a row's tokens only grow, and what lies past them is cleared if they ever do not."""
+    value could be non-finite): a row's tokens only grow, and what lies past them is cleared if they ever do not.
+
+    With a `dtype` other than the members' (a decoding batch's float32 working copy,
+    gqa_attention.decoding_cache_dtype) the members still write in their own dtype, rounded as they are alone,
+    and what each wrote is mirrored into a buffer of that dtype, which attention reads."""
 
     ROOM = 64  # positions allocated past the longest member when no room is given
 
-    def __init__(self, room: int = ROOM):
+    def __init__(self, room: int = ROOM, dtype: torch.dtype | None = None):
         self.room = max(1, room)
+        self.dtype = dtype  # the mirror's, where attention reads another dtype than the members write
         self.keys: torch.Tensor | None = None  # [B, heads, capacity, dim]
         self.values: torch.Tensor | None = None
+        self.mirror: tuple[torch.Tensor, torch.Tensor] | None = None  # keys and values in `dtype`
         self.filled: list[int] = []  # positions each row holds
         self.stable: list[tuple[int, int]] = []  # leading keys and values each row need not write again
 
     def views(self, like: torch.Tensor, batch: int, length: int, held: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """[batch, heads, length, dim] views of the buffers (zeroed when new, with room for `room` tokens after the
-        `held` the longest member held before this update; grown keeping what they hold)."""
+        """[batch, heads, length, dim] views of the buffers the members write (zeroed when new, with room for
+        `room` tokens after the `held` the longest member held before this update; grown keeping what they
+        hold)."""
         heads, dim = like.shape[1], like.shape[-1]
         if self.keys is None or self.keys.shape[0] != batch or self.keys.shape[1] != heads or \
                 self.keys.shape[-1] != dim or self.keys.dtype != like.dtype:
             capacity = max(length, held + self.room)
             self.keys = like.new_zeros(batch, heads, capacity, dim)
             self.values = like.new_zeros(batch, heads, capacity, dim)
+            self.mirror = None if self.dtype in (None, like.dtype) else \
+                (torch.zeros_like(self.keys, dtype=self.dtype), torch.zeros_like(self.values, dtype=self.dtype))
             self.filled, self.stable = [0] * batch, [(0, 0)] * batch
         elif self.keys.shape[2] < length:  # out of room: grow, what the rows hold kept
             grow = length + self.room - self.keys.shape[2]
-            self.keys, self.values = (torch.cat([t, t.new_zeros(*t.shape[:2], grow, t.shape[-1])], dim=-2)
-                                      for t in (self.keys, self.values))
+            self.keys, self.values = (self._grown(t, grow) for t in (self.keys, self.values))
+            if self.mirror is not None:
+                self.mirror = tuple(self._grown(t, grow) for t in self.mirror)
         return self.keys[:, :, :length], self.values[:, :, :length]
 
-    def done(self, row: int, length: int, stable: tuple[int, int]) -> None:
-        """Row `row` now holds `length` positions, of which the first `stable` keys and values stay as they are."""
+    @staticmethod
+    def _grown(tensor: torch.Tensor, grow: int) -> torch.Tensor:
+        return torch.cat([tensor, tensor.new_zeros(*tensor.shape[:2], grow, tensor.shape[-1])], dim=-2)
+
+    def read(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """What attention reads: [batch, heads, length, dim] views of the mirror, or of the buffers."""
+        keys, values = self.mirror if self.mirror is not None else (self.keys, self.values)
+        return keys[:, :, :length], values[:, :, :length]
+
+    def done(self, row: int, length: int, stable: tuple[int, int], written: tuple[int, int] = (0, 0)) -> None:
+        """Row `row` now holds `length` positions, of which the first `stable` keys and values stay as they are;
+        it wrote its keys and values from `written` on (mirrored)."""
+        tensors = [(self.keys, self.values)] + ([self.mirror] if self.mirror is not None else [])
         if self.filled[row] > length:
-            self.keys[row, :, length: self.filled[row]].zero_()
-            self.values[row, :, length: self.filled[row]].zero_()
+            for keys, values in tensors:
+                keys[row, :, length: self.filled[row]].zero_()
+                values[row, :, length: self.filled[row]].zero_()
+        if self.mirror is not None:
+            self.mirror[0][row, :, written[0]: length] = self.keys[row, :, written[0]: length]
+            self.mirror[1][row, :, written[1]: length] = self.values[row, :, written[1]: length]
         self.filled[row], self.stable[row] = length, stable
 
     def keep_rows(self, rows: list[int]) -> None:
@@ -304,6 +332,8 @@ class MemberBuffer:
         if self.keys is not None:
             index = torch.tensor(rows, device=self.keys.device)
             self.keys, self.values = self.keys[index], self.values[index]
+            if self.mirror is not None:
+                self.mirror = (self.mirror[0][index], self.mirror[1][index])
             self.filled = [self.filled[row] for row in rows]
             self.stable = [self.stable[row] for row in rows]
 
@@ -327,12 +357,14 @@ class MemberLayers(DynamicLayer):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         held = max(layer.get_seq_length() for layer in self.members)
-        keys, values = self.buffer.views(key_states, len(self.members), held + key_states.shape[-2], held)
+        length = held + key_states.shape[-2]
+        keys, values = self.buffer.views(key_states, len(self.members), length, held)
         for b, layer in enumerate(self.members):
+            written = self.buffer.stable[b]
             n, stable = layer.update_into(key_states[b: b + 1], value_states[b: b + 1], keys[b: b + 1],
-                                          values[b: b + 1], self.buffer.stable[b])
-            self.buffer.done(b, n, stable)
-        return keys, values
+                                          values[b: b + 1], written)
+            self.buffer.done(b, n, stable, written)
+        return self.buffer.read(length)
 
     def get_seq_length(self) -> int:
         return max(layer.get_seq_length() for layer in self.members)

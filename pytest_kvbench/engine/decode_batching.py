@@ -29,6 +29,7 @@ import os
 import torch
 
 from kvmethods.adapters.mixed_cache import is_state_layer, state_bytes, token_layers
+from kvmethods.storage.batched import can_batch
 
 from pytest_kvbench.input_values import MAX_DECODE_BATCH
 
@@ -41,7 +42,10 @@ def _cache_bytes(state) -> int:
     """Bytes a member's cache takes once padded into a batch: per layer, its longest head x heads x (K + V), at the
     dtype of its full-precision tensors. A quantized member (KIVI: tokens_per_head counts every token it holds)
     counts as that dense row too: in a batch it holds its keys and values dequantized, the batch's working memory
-    (kvmethods/storage/batched.MemberBuffer), though it stores, and the records report, its codes."""
+    (kvmethods/storage/batched.MemberBuffer), though it stores, and the records report, its codes. A
+    half-precision cache on CPU decodes from a float32 copy (kvmethods' attention/gqa_attention.
+    decoding_cache_dtype): 4 bytes an element, and a quantized member's row also in its own dtype (what it writes,
+    mirrored into the float32 buffer)."""
     total = 0
     for layer in state.cache.layers:
         if is_state_layer(layer):  # a linear layer's fixed state (stacked into the batch as it is)
@@ -50,8 +54,15 @@ def _cache_bytes(state) -> int:
         keys, values = layer.keys, getattr(layer, "values", None)
         width = keys.shape[-1] + (values.shape[-1] if values is not None else keys.shape[-1])  # MLA: V narrower
         longest = max(getattr(layer, "tokens_per_head", lambda: [keys.shape[-2]])())
-        total += keys.shape[1] * longest * width * keys.element_size()
+        total += keys.shape[1] * longest * width * _element_bytes(layer, keys)
     return total
+
+
+def _element_bytes(layer, keys: torch.Tensor) -> int:
+    """What one element of a member's row takes in a batch (_cache_bytes)."""
+    if keys.device.type != "cpu" or keys.dtype not in (torch.bfloat16, torch.float16):
+        return keys.element_size()
+    return 4 if can_batch(layer) else 4 + keys.element_size()  # the float32 copy (+ a member layer's own row)
 
 
 def _host_available() -> int | None:

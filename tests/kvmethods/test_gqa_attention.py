@@ -101,3 +101,58 @@ def test_greedy_decoding_of_a_bfloat16_model_runs_its_steps_through_it():
     assert len(calls) == 3 * layers  # every decoding step after the prefill's token, every layer
     assert all(shape[2] == 1 for shape in calls)
     assert attention_implementation(model) == "sdpa"
+
+
+def test_a_float32_working_cache_goes_back_to_the_models_dtype_where_a_step_cannot_use_it():
+    generator = torch.Generator().manual_seed(3)
+    module = SimpleNamespace(num_key_value_groups=3, is_causal=True)
+    query = torch.randn(1, 9, 1, 16, generator=generator).to(torch.bfloat16)
+    key, value = (torch.randn(1, 3, 50, 16, generator=generator).to(torch.bfloat16) for _ in range(2))
+    sinks = torch.zeros(9)
+    wide = masked_gqa_attention(module, query, key.float(), value.float(), None, scaling=0.25, s_aux=sinks)[0]
+    assert torch.equal(wide, sdpa_attention_forward(module, query, key, value, None, scaling=0.25, s_aux=sinks)[0])
+
+
+def test_only_a_half_precision_model_on_cpu_running_sdpa_decodes_from_a_float32_working_cache():
+    assert gqa_attention.decoding_cache_dtype(tiny_model("llama", seed=1)) is None  # float32 already
+    assert gqa_attention.decoding_cache_dtype(tiny_model("llama", seed=1).to(torch.bfloat16)) == torch.float32
+    eager = tiny_model("llama", seed=1, attn_implementation="eager").to(torch.bfloat16)
+    assert gqa_attention.decoding_cache_dtype(eager) is None  # the eager attention reads the cache as it is
+
+
+def test_a_bfloat16_batch_decodes_from_its_float32_working_copy_bit_for_bit(monkeypatch):
+    # dense members (padded layers) and KIVI members (their working buffer mirrored): the same tokens, decoding
+    # log-probs and teacher-forced log-probs as the batch holding its copy in bfloat16 (converted at every step)
+    from kvmethods import Budget
+    from kvmethods.runtime import batched_generation
+    from kvmethods.runtime.batched_generation import BatchRequest, generate_batch
+    from kvmethods.runtime.shared_prefill import shared_prefill
+
+    model = tiny_model("llama", seed=3, qk_scale=4.0).to(torch.bfloat16)
+    ids = [int(t) for t in torch.randint(5, 200, (48,), generator=torch.Generator().manual_seed(4))]
+    requests = [(get_method("snapkv"), Budget.parse("12")), (get_method("streamingllm"), Budget.parse("20")),
+                (get_method("kivi", group_size=8, residual=8), Budget.parse("full")),
+                (get_method("snapkv+kivi", group_size=8, residual=8), Budget.parse("24"))]
+    targets = generate(model, get_method("full"), FULL_CACHE, ids, 48, 12, set(), "question_in_window").tokens
+    seen = []
+    original = batched_generation.batched_cache
+
+    def recorded(*args, **kwargs):
+        cache = original(*args, **kwargs)
+        seen.append(args[3] if len(args) > 3 else kwargs.get("dtype"))
+        return cache
+
+    monkeypatch.setattr(batched_generation, "batched_cache", recorded)
+    runs = []
+    for dtype in (torch.float32, None):
+        monkeypatch.setattr(batched_generation, "decoding_cache_dtype", lambda model, dtype=dtype: dtype)
+        states = shared_prefill(model, requests, ids, 48, "question_in_window").selections
+        batches = [[BatchRequest(m, b, s) for (m, b), s in zip(requests[:2], states[:2])],  # padded layers
+                   [BatchRequest(m, b, s) for (m, b), s in zip(requests[2:], states[2:])]]  # member layers
+        runs.append([out for batch in batches for out in generate_batch(model, batch, len(ids), 12, set(),
+                                                                          teacher_targets=targets,
+                                                                          return_logprobs=True)])
+    assert torch.float32 in seen and None in seen
+    for wide, own in zip(*runs):
+        assert wide.tokens == own.tokens and len(wide.tokens) == 12
+        assert torch.equal(wide.logprobs, own.logprobs) and torch.equal(wide.target_logprobs, own.target_logprobs)

@@ -40,11 +40,14 @@ MEMBERS = {  # [member][layer]: member 0's first layer much longer than its seco
 
 @pytest.mark.parametrize("kind", sorted(MEMBERS))
 @pytest.mark.parametrize("new", [1, 5])
-def test_each_row_is_the_members_own_read_step_after_step_and_the_padding_is_zeros(kind, new):
+@pytest.mark.parametrize("mirror", [None, torch.float64], ids=["own-dtype", "wider-mirror"])
+def test_each_row_is_the_members_own_read_step_after_step_and_the_padding_is_zeros(kind, new, mirror):
     # 20 steps of one token (or 5) fill each member's 8-token window twice or more: keys are quantized while the
-    # batch decodes, and the rows (which the buffer keeps between steps) must still read as each layer alone
+    # batch decodes, and the rows (which the buffer keeps between steps) must still read as each layer alone.
+    # With a wider mirror (a half-precision batch's float32 working copy) the rows read are the member's own
+    # values, rounded as alone, then widened: not a more precise dequantization
     members = MEMBERS[kind]()
-    layers = [MemberLayers([m[i].fork() for m in members], MemberBuffer(room=3)) for i in range(2)]
+    layers = [MemberLayers([m[i].fork() for m in members], MemberBuffer(room=3, dtype=mirror)) for i in range(2)]
     generator = torch.Generator().manual_seed(9)
     for step in range(20):
         new_keys, new_values = (torch.randn(2, HEADS, new, DIM, generator=generator) for _ in range(2))
@@ -53,8 +56,9 @@ def test_each_row_is_the_members_own_read_step_after_step_and_the_padding_is_zer
             for b, member in enumerate(members):
                 alone_keys, alone_values = member[i].update(new_keys[b: b + 1], new_values[b: b + 1])
                 n = alone_keys.shape[-2]
-                assert torch.equal(keys[b: b + 1, :, :n], alone_keys) and torch.equal(values[b: b + 1, :, :n],
-                                                                                     alone_values), (step, i, b)
+                assert keys.dtype == values.dtype == (mirror or alone_keys.dtype)
+                assert torch.equal(keys[b: b + 1, :, :n], alone_keys.to(keys.dtype)) and \
+                    torch.equal(values[b: b + 1, :, :n], alone_values.to(values.dtype)), (step, i, b)
                 assert not keys[b, :, n:].any() and not values[b, :, n:].any(), (step, i, b)
         if step == 9:  # a member leaves: the rows kept keep what they hold
             for layer in layers:
@@ -109,26 +113,37 @@ def test_a_fork_decodes_without_changing_the_layer_it_came_from():
     assert all(torch.equal(a, b) for a, b in zip(before, layer.dequantized()))
 
 
-def test_the_batch_sizing_counts_a_kivi_row_as_a_dense_row_its_working_buffer_fits_in():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_batch_sizing_counts_a_kivi_row_as_a_dense_row_its_working_buffer_fits_in(dtype):
     # a KIVI member stores codes (what the records report), but in a batch its rows hold dequantized keys and values
-    # for every layer: DecodeBatching sizes a member by that dense row, which must cover the buffers the batch keeps
+    # for every layer: DecodeBatching sizes a member by that dense row, which must cover the buffers the batch keeps;
+    # in bfloat16 on CPU the batch also mirrors them in float32 (gqa_attention.decoding_cache_dtype), counted too
     from pytest_kvbench.engine.decode_batching import _cache_bytes, _member_bytes
+
+    def layer(tokens, seed):
+        generator = torch.Generator().manual_seed(seed)
+        keys, values = (torch.randn(1, HEADS, tokens, DIM, generator=generator).to(dtype) for _ in range(2))
+        return KIVILayer.holding(keys, values, bits=2, group_size=8, residual=8)
 
     class State:
         def __init__(self, tokens, seed):
-            self.cache = type("Cache", (), {"layers": [kivi(tokens, seed), kivi(tokens, seed + 1)]})()
+            self.cache = type("Cache", (), {"layers": [layer(tokens, seed), layer(tokens, seed + 1)]})()
             self.next_position = tokens
 
     states = [State(70, 1), State(43, 3)]
     stored = sum(layer.stored_bytes() for layer in states[0].cache.layers)
-    dense = 2 * HEADS * 70 * 2 * DIM * 4  # 2 layers x heads x tokens x (K + V) x float32
+    per_element = 4 if dtype == torch.float32 else 2 + 4  # its own row (+ the float32 mirror)
+    dense = 2 * HEADS * 70 * 2 * DIM * per_element  # 2 layers x heads x tokens x (K + V)
     assert _cache_bytes(states[0]) == dense and stored < dense / 2
     new_tokens = 12
     member = _member_bytes(states, new_tokens, 0, 1) - 4 * (new_tokens + 2)  # the cache's part, not the log-probs
-    batch = [MemberLayers([s.cache.layers[i].fork() for s in states], MemberBuffer(room=new_tokens))
+    mirror = None if dtype == torch.float32 else torch.float32
+    batch = [MemberLayers([s.cache.layers[i].fork() for s in states], MemberBuffer(room=new_tokens, dtype=mirror))
              for i in range(2)]
     for _ in range(new_tokens):
         for layer in batch:
-            layer.update(torch.randn(2, HEADS, 1, DIM), torch.randn(2, HEADS, 1, DIM))
-    held = sum(t.numel() * t.element_size() for layer in batch for t in (layer.buffer.keys, layer.buffer.values))
+            layer.update(torch.randn(2, HEADS, 1, DIM).to(dtype), torch.randn(2, HEADS, 1, DIM).to(dtype))
+    held = sum(t.numel() * t.element_size() for layer in batch
+               for t in (layer.buffer.keys, layer.buffer.values, *(layer.buffer.mirror or ())))
+    assert (layer.buffer.mirror is not None) == (dtype == torch.bfloat16)
     assert held <= len(states) * member, (held, member)
