@@ -90,7 +90,7 @@ _CHANGES_ATTENTION = ("position_bias", "softcap", "s_aux", "sinks")
 
 def _one_query_in_float32_fits(query, key, dropout: float, kwargs) -> bool:
     """A decoding step of a half-precision model on CPU: one query per row, nothing but a mask changing it."""
-    return (query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16) and query.shape[2] == 1
+    return (half_precision_on_cpu(query) and query.shape[2] == 1
             and not dropout and query.shape[1] % key.shape[1] == 0 and not kwargs.get("output_attentions", False)
             and all(kwargs.get(name) is None for name in _CHANGES_ATTENTION))
 
@@ -119,15 +119,18 @@ def _one_query_in_float32(query, key, value, attention_mask, scaling):
     return out.reshape(batch, heads, 1, -1).transpose(1, 2).contiguous().to(query.dtype)
 
 
+def half_precision_on_cpu(tensor: torch.Tensor) -> bool:
+    """Whether a tensor is bfloat16 or float16 on CPU: where a decoding step attends in float32."""
+    return tensor.device.type == "cpu" and tensor.dtype in (torch.bfloat16, torch.float16)
+
+
 def decoding_cache_dtype(model) -> torch.dtype | None:
     """float32 where masked_gqa computes a model's decoding steps in float32 (a half-precision model on CPU running
     sdpa), else None. A cache that only decoding steps read can then hold its keys and values in float32,
     converted once and exactly (every half-precision value is a float32 one), instead of at every step and
     layer: the same float32 attention, bit for bit, without the conversion. A step that cannot take the float32
     road (a softcap, sink logits) gets them back in the model's dtype."""
-    parameter = next(model.parameters())
-    if (_TORCH_HAS_GQA and attention_implementation(model) == "sdpa" and parameter.device.type == "cpu"
-            and parameter.dtype in (torch.bfloat16, torch.float16)):
+    if _TORCH_HAS_GQA and attention_implementation(model) == "sdpa" and half_precision_on_cpu(next(model.parameters())):
         return torch.float32
     return None
 

@@ -29,6 +29,7 @@ import os
 import torch
 
 from kvmethods.adapters.mixed_cache import is_state_layer, state_bytes, token_layers
+from kvmethods.attention.gqa_attention import half_precision_on_cpu
 from kvmethods.storage.batched import can_batch
 
 from pytest_kvbench.input_values import MAX_DECODE_BATCH
@@ -60,7 +61,7 @@ def _cache_bytes(state) -> int:
 
 def _element_bytes(layer, keys: torch.Tensor) -> int:
     """What one element of a member's row takes in a batch (_cache_bytes)."""
-    if keys.device.type != "cpu" or keys.dtype not in (torch.bfloat16, torch.float16):
+    if not half_precision_on_cpu(keys):
         return keys.element_size()
     return 4 if can_batch(layer) else 4 + keys.element_size()  # the float32 copy (+ a member layer's own row)
 
