@@ -81,3 +81,19 @@ def test_a_gate_run_reports_its_exit_code_and_cpu_seconds(tmp_path):
     assert (code, metrics) == (0, []) and cpu > 0.05
     code, _, _ = module.run_gate(ROOT, [str(tmp_path / "test_fails.py")], None, tmp_path)
     assert code == 1
+
+
+def test_mutated_gates_compare_with_the_baselines_saved_on_this_machine():
+    """The exact checks (outputs, per-sample fidelity) hold only on the CPU model a baseline was saved on, so the
+    suite compares mutated trees with copies it saved here first: each gate's --kvbench-compare is replaced by its
+    copy, and a gate without a copy keeps the committed one (--committed)."""
+    module = suite()
+    mutation = module.Mutation("m", [], ["snapkv"], ["real-bf16"])
+    gates = module.gates_of(mutation)
+    assert [name for name, _ in gates][0] == "smoke" and [name for name, _ in gates][-1] == "real-bf16"
+    copies = {"results/baseline-smoke.json": "/tmp/here/baseline-smoke.json"}
+    smoke = module.against(gates[0][1], copies)
+    assert smoke[smoke.index("--kvbench-compare") + 1] == "/tmp/here/baseline-smoke.json"
+    assert smoke[:3] == ["bench/", "-m", "smoke"] and len(smoke) == len(gates[0][1])
+    bf16 = module.against(gates[-1][1], copies)
+    assert bf16 == gates[-1][1]
