@@ -23,7 +23,8 @@ prefilled caches:
 The prefill and the copies are not timed. The variants alternate within each round so that load on a shared
 machine hits them alike; per round the wall and CPU seconds (this process, one torch thread) of the decoding are
 printed, then the medians, each variant's CPU ratio to the first of --variants (median of per-round ratios; by
-default sequential), the 1-minute load average, and whether every member's tokens are the same as the first's
+default sequential), the same ratio for the members alone (less the CPU of the references decoded alone, which
+sequential, batched and across pay alike: the issue's "a batched group of 12 members"), the 1-minute load average, and whether every member's tokens are the same as the first's
 (the first divergence with both log-probs otherwise).
 
     python scripts/measure/measure_batched_decode.py --repeat 2 --samples 3
@@ -74,7 +75,18 @@ def _targets(out) -> list[int]:
     return out.tokens + ([out.stop_token] if out.stop_token is not None else [])
 
 
+REFERENCE_CPU = [0.0]  # CPU seconds of the references decoded alone (the same on every variant that does so)
+
+
 def _reference(model, shared, prompt, new_tokens, eos):
+    started = time.process_time()
+    try:
+        return _decode_reference(model, shared, prompt, new_tokens, eos)
+    finally:
+        REFERENCE_CPU[0] += time.process_time() - started
+
+
+def _decode_reference(model, shared, prompt, new_tokens, eos):
     return generate(model, get_method("full"), None, prompt.input_ids, prompt.context_len, new_tokens, eos,
                     "question_in_window", return_logprobs=True, prefilled=shared.reference)
 
@@ -174,6 +186,7 @@ def main() -> None:
           f"{len(requests)} members + the reference per sample, {len(samples)} samples, max {new_tokens} "
           f"new tokens, {loaded.dtype}, 1 torch thread")
     times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
+    members: dict[str, list[float]] = {name: [] for name in variants}  # CPU s less the references decoded alone
     runs: dict[str, tuple] = {}
     for round_number in range(args.repeat):
         prefilled = [(prompt, shared_prefill(loaded.model, requests, prompt.input_ids, prompt.context_len,
@@ -181,18 +194,21 @@ def main() -> None:
         for name in variants:
             groups = [(prompt, copy.deepcopy(shared)) for prompt, shared in prefilled]
             load = os.getloadavg()[0]
+            REFERENCE_CPU[0] = 0.0
             wall, cpu, references, outputs = decode_groups(loaded.model, groups, requests, new_tokens,
                                                            loaded.eos_token_ids, name)
             times[name].append((wall, cpu, load))
+            members[name].append(cpu - REFERENCE_CPU[0])
             runs[name] = (references, outputs)
-            print(f"round {round_number + 1} {name:10s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  load {load:4.1f}",
-                  flush=True)
+            print(f"round {round_number + 1} {name:10s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  (references alone "
+                  f"{REFERENCE_CPU[0]:5.2f})  load {load:4.1f}", flush=True)
     base = times[variants[0]]
     for name, rounds in times.items():
         wall, cpu, load = (statistics.median(r[i] for r in rounds) for i in range(3))
         ratio = statistics.median(r[1] / s[1] for s, r in zip(base, rounds))
+        alone = statistics.median(r / s for s, r in zip(members[variants[0]], members[name]))
         print(f"{name:10s} median wall {wall:6.2f} s, CPU {cpu:6.2f} s, load {load:4.1f}; CPU / {variants[0]} "
-              f"{ratio:.2f}x")
+              f"{ratio:.2f}x; the members alone (less the references decoded alone) {alone:.2f}x")
     sequential_refs, sequential = runs[variants[0]]
     for name in variants[1:]:
         references, outputs = runs[name]

@@ -44,6 +44,17 @@ def test_nan_and_inf_fail_with_where_and_how_many():
     assert isinstance(info.value, AssertionError)  # the item fails, it does not error
 
 
+def test_a_sum_that_overflows_is_not_a_non_finite_logit():
+    """The happy path sums the logits; finite values whose sum overflows (float16: 120,000 > 65,504) still pass."""
+    check_logits_finite(torch.tensor([60000.0, 60000.0], dtype=torch.float16), "prefill")
+
+
+@pytest.mark.parametrize("values", [[float("inf"), float("-inf"), 1.0], [0.0, float("inf")], [float("nan"), 2.0]])
+def test_infinities_that_cancel_in_a_sum_still_fail(values):
+    with pytest.raises(NonFiniteLogits, match="non-finite logits in decode"):
+        check_logits_finite(torch.tensor(values), "decode")
+
+
 def test_half_precision_overflow_is_caught():
     logits = torch.tensor([60000.0, 1.0], dtype=torch.float16) * 2  # overflows to inf
     with pytest.raises(NonFiniteLogits, match="dtype float16"):
