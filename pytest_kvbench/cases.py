@@ -120,6 +120,7 @@ class Grid:
     max_prompt_tokens: int | None = None
     preset: str | None = None  # --kvbench-preset: the published evaluation the grid follows
     sliding: str = DEFAULT_SLIDING  # --kvbench-sliding: keep sliding-window layers as their window, or compress
+    measure_alone: str = "item"  # --kvbench-measure-alone: a method's own decode speed measured per item or method
 
     @property
     def protocol(self) -> str:
@@ -184,6 +185,7 @@ class Grid:
             "max_prompt_tokens": self.max_prompt_tokens,
             "preset": self.preset,
         } | ({"sliding": self.sliding} if self.sliding != DEFAULT_SLIDING else {}) | (  # older runs' settings stay equal
+            {"measure_alone": self.measure_alone} if self.measure_alone != "item" else {}) | (
             {"storage_budgets": [budget.spec for budget in self.storage_budgets]} if self.storage_budgets else {})
 
 

@@ -62,7 +62,7 @@ class Runner:
     def __init__(self, grid: Grid, run_id: str, timeout_s: float | None = None, share_prefill: bool = True,
                  decode_batch: int | str = 1) -> None:
         self.grid = grid
-        self.shared = SharedPrefills(share_prefill)
+        self.shared = SharedPrefills(share_prefill, grid.measure_alone)
         self.batching = DecodeBatching(decode_batch)  # --kvbench-decode-batch: members per decoding batch
         self.run_id = run_id
         self.timeout_s = timeout_s

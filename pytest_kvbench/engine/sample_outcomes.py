@@ -42,9 +42,24 @@ class DecodedSample:
     decode_kl: float | None = None  # KL along its own greedy decode (engine/fidelity.py)
 
 
+def alone_key(case: Case, measure_alone: str = "item") -> tuple:
+    """What one sample decoded alone (batch 1) measures the own decode speed of (--kvbench-measure-alone).
+
+    ``item``: the item itself, so every item's first sample is decoded alone. ``method``: the method at its budget
+    on its model, context length, protocol and sliding policy, in this worker. A decoding step's cost follows the
+    cache it reads (its length, its layout), not the task's words: at one context length every task's prompt is
+    about as long, so the real-model jobs (8 tasks a length) measure each method's speed once a worker, where one
+    sample alone per item took about a quarter of a member's decoding on gemma3-270m at 8k
+    (docs/performance.md). Items without a sample alone record no ``decode_tokens_per_s_alone``."""
+    if measure_alone == "method":
+        return (case.model, case.method.label, case.budget.spec, case.context_length, case.protocol, case.sliding)
+    return (case.key,)
+
+
 class SharedPrefills:
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, measure_alone: str = "item") -> None:
         self.enabled = enabled
+        self.measure_alone = measure_alone  # --kvbench-measure-alone: alone_key
         self._planned: dict[str, list[Case]] = {}
         self._group_of: dict[str, str] = {}  # case key -> its sharing group (its reference group, or a part of it)
         self._decoded: dict[tuple[str, str], DecodedSample] = {}
@@ -53,7 +68,7 @@ class SharedPrefills:
         self._spent: Counter[str] = Counter()  # seconds of an item's decoding done in other items' runs
         self._hosted: Counter[str] = Counter()  # other items' sample decodes run inside an item's run
         self._elsewhere: Counter[str] = Counter()  # an item's own sample decodes run inside another's
-        self._alone: set[str] = set()  # items with a sample decoded alone (their own decode speed measured)
+        self._alone: set[tuple] = set()  # alone_key of the items with a sample decoded alone (own speed measured)
         self._batches: dict[str, list[int]] = {}  # by host: decode_batch of each (member, sample) it decoded
         self._batch_samples: dict[str, set[str]] = {}  # by host: the samples whose members it decoded
 
@@ -77,7 +92,7 @@ class SharedPrefills:
     def keep(self, case: Case, sample_id: str, decoded: DecodedSample) -> None:
         self._decoded[(case.key, sample_id)] = decoded
         if decoded.timing.get("decode_batch", 1) == 1:
-            self._alone.add(case.key)
+            self._alone.add(alone_key(case, self.measure_alone))
         if decoded.host != case.key:
             self._hosted[decoded.host] += 1
         self._batches.setdefault(decoded.host, []).append(decoded.timing.get("decode_batch", 1))
@@ -95,8 +110,9 @@ class SharedPrefills:
         return len(self._batch_samples.pop(host.key, ()))
 
     def measured_alone(self, case: Case) -> bool:
-        """Whether a sample of the item was decoded alone (batch 1) already: its own decode speed is measured."""
-        return case.key in self._alone
+        """Whether a sample of the item (or of its method, under ``method``: alone_key) was decoded alone (batch 1)
+        already: its own decode speed is measured."""
+        return alone_key(case, self.measure_alone) in self._alone
 
     def fail(self, case: Case, sample_id: str, error: BaseException, order: int = 0) -> None:
         """`case` failed on this sample while another item's run decoded it: raised when `case` gets there. Of

@@ -7,9 +7,10 @@ of an item's work are printed with their share of the benchmark's items (wiring/
 
 - model load: engine/models.ModelCache._load (a cached GGUF conversion included);
 - shared prefill: runtime/shared_prefill.shared_prefill, each sample's one forward and the members' selections;
-- reference decode: engine/runner._decode_reference, the full cache's greedy decode (with its log-probs);
-- members decoded alone (each member's first sample, engine/group_decode): engine/runner._compressed (its
-  generate), minus its teacher forcing;
+- reference decode: engine/sample_decoding.decode_reference, the full cache's greedy decode (with its
+  log-probs), minus its fidelity reference (reference_of);
+- members decoded alone (each member's first sample, engine/group_decode): engine/sample_decoding.decode_compressed
+  (its generate), minus its teacher forcing and its fidelity_of;
 - members' batched decode (the later samples): runtime/batched_generation._generate_rows, minus its teacher forcing;
 - teacher forcing: generation.teacher_force_copy (alone) + batched_generation._teacher_forced_rows (batched);
 - fidelity and scoring: engine/fidelity.fidelity_of + reference_of, and the tasks' `score` functions.
@@ -36,6 +37,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# engine/sample_decoding.py: a sample's reference, and a member decoded alone (each with its fidelity, counted apart)
+REFERENCE = ("pytest_kvbench/engine/sample_decoding.py", "decode_reference")
+COMPRESSED = ("pytest_kvbench/engine/sample_decoding.py", "decode_compressed")
+REFERENCE_OF = ("pytest_kvbench/engine/fidelity.py", "reference_of")
+FIDELITY_OF = ("pytest_kvbench/engine/fidelity.py", "fidelity_of")
+
+
 def _key(stats: dict, path_end: str, name: str):
     return next((key for key in stats if key[0].endswith(path_end) and key[2] == name), None)
 
@@ -43,6 +51,12 @@ def _key(stats: dict, path_end: str, name: str):
 def _cumulative(stats: dict, path_end: str, name: str) -> float:
     key = _key(stats, path_end, name)
     return 0.0 if key is None else stats[key][3]
+
+
+def _via(stats: dict, callee: tuple[str, str], caller: tuple[str, str]) -> float:
+    """The cumulative seconds of `callee` when called from `caller` (each a (path end, function name))."""
+    key, by = _key(stats, *callee), _key(stats, *caller)
+    return 0.0 if key is None or by is None or by not in stats[key][4] else stats[key][4][by][3]
 
 
 def phases(profile: str) -> tuple[dict[str, float], float]:
@@ -55,8 +69,8 @@ def phases(profile: str) -> tuple[dict[str, float], float]:
     table = {
         "model load": _cumulative(stats, "pytest_kvbench/engine/models.py", "_load"),
         "shared prefill": _cumulative(stats, "kvmethods/runtime/shared_prefill.py", "shared_prefill"),
-        "reference decode": _cumulative(stats, "pytest_kvbench/engine/runner.py", "_decode_reference"),
-        "members decoded alone": _cumulative(stats, "pytest_kvbench/engine/runner.py", "_compressed") - alone_forcing,
+        "reference decode": _cumulative(stats, *REFERENCE) - _via(stats, REFERENCE_OF, REFERENCE),
+        "members decoded alone": _cumulative(stats, *COMPRESSED) - _via(stats, FIDELITY_OF, COMPRESSED) - alone_forcing,
         "members' batched decode": _cumulative(stats, "kvmethods/runtime/batched_generation.py", "_generate_rows")
         - batched_forcing,
         "teacher forcing": alone_forcing + batched_forcing,

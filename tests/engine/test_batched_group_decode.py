@@ -324,3 +324,36 @@ def test_auto_on_cuda_counts_the_memory_torch_holds_cached_but_unused(monkeypatc
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 9 * 20_736 * 2)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 3 * 20_736 * 2)
     assert DecodeBatching(AUTO).size([State() for _ in range(3)], 16, 16, 100) == 10
+
+
+@pytest.mark.parametrize("measure_alone", ["item", "method"])
+def test_a_methods_own_speed_is_measured_once_per_item_or_once_per_method(measure_alone):
+    """--kvbench-measure-alone: `item` decodes each item's first sample alone; `method` only the first item's of
+    each method and budget (the second task's items batch from their first sample), and those items record no
+    speed of their own, which the table then leaves out of the method's Dec tok/s. The outputs are the same."""
+    grid = Grid(methods=[MethodSpec(m) for m in ["full", "snapkv", "h2o", "streamingllm"]],
+                budgets=[Budget.parse("16")], tasks=["niah_single_1", "niah_multikey_2"], context_lengths=[256],
+                samples=3, data_dir="fixtures", max_prompt_tokens=320, measure_alone=measure_alone)
+    cases = grid.cases("ruler", lambda task: "ruler")
+    runner = Runner(grid, "run", decode_batch=4)
+    runner.shared.plan(cases)
+    records = {(r.task.name, r.method.name): r for r in (runner.run(case) for case in cases)}
+    for method in ["snapkv", "h2o", "streamingllm"]:
+        first, second = records[("niah_single_1", method)], records[("niah_multikey_2", method)]
+        assert [row["decode_batch"] == 1 for row in first.samples] == [True, False, False], method
+        assert first.latency.decode_tokens_per_s_alone is not None
+        alone_in_second = [row["decode_batch"] == 1 for row in second.samples]
+        if measure_alone == "item":
+            assert alone_in_second == [True, False, False], method
+            assert second.latency.decode_tokens_per_s_alone is not None
+        else:
+            assert alone_in_second == [False, False, False], method
+            assert second.latency.decode_tokens_per_s_alone is None
+            from pytest_kvbench.results.views.table_model import _batched
+            assert _batched(second) and not _batched(records[("niah_single_1", "full")])
+    if measure_alone == "method":
+        items = Runner(Grid(**{**grid.__dict__, "measure_alone": "item"}), "run2", decode_batch=4)
+        items.shared.plan(cases)
+        same = {(r.task.name, r.method.name): r for r in (items.run(case) for case in cases)}
+        assert {k: [row["prediction"] for row in r.samples] for k, r in records.items()} == \
+               {k: [row["prediction"] for row in r.samples] for k, r in same.items()}

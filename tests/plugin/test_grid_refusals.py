@@ -103,6 +103,8 @@ def refused(pytester, *args: str) -> str:
     ([f"--kvbench-tasks=niah_single_1:questions={ARABIC_12}"], "questions must be a positive integer"),
     (["--kvbench-tasks=niah_single_1:questions=2:questions=3"], "sets questions twice"),
     (["--kvbench-compare-fail=score:١"], "finite number >= 0 in ASCII digits"),
+    (["--kvbench-measure-alone=task"], "--kvbench-measure-alone: unknown value 'task'; valid: item, method"),
+    (["--kvbench-measure-alone=item,method"], "valid: item, method"),
 ])
 def test_each_class_of_issue_31_is_refused_in_one_line(pytester, args, named):
     assert named in refused(pytester, *args)
@@ -118,6 +120,7 @@ def test_each_class_of_issue_31_is_refused_in_one_line(pytester, args, named):
     ('models = ["default", " "]', "empty element"),
     ("samples = 1000000000000000000", "up to 1,000,000"),
     (f'samples = "{ARABIC_12}"', "ASCII digits"),
+    ('measure_alone = "sometimes"', "grid file grid.toml: measure_alone: unknown value 'sometimes'; valid: item, method"),
 ])
 def test_grid_file_classes_are_refused_in_one_line(pytester, toml, named):
     (pytester.path / "grid.toml").write_text(toml + "\n", encoding="utf-8")
@@ -130,6 +133,7 @@ def test_grid_file_classes_are_refused_in_one_line(pytester, toml, named):
     ("kvbench_seed = 1\nkvbench_seeds = 0,2", "ini key kvbench_seed 1 contradicts ini key kvbench_seeds 0,2"),
     (f"kvbench_samples = {HUGE}", "up to 1,000,000"),
     ("kvbench_results =", "ini key kvbench_results is empty"),
+    ("kvbench_measure_alone = always", "ini key kvbench_measure_alone: unknown value 'always'; valid: item, method"),
 ])
 def test_ini_classes_are_refused_in_one_line(pytester, ini, named):
     pytester.makeini("[pytest]\n" + ini + "\n")

@@ -92,6 +92,22 @@ def test_byte_budget_tables_show_measured_bytes_peak_memory_and_the_share_of_the
     assert "KV/budget" not in token_table and "Peak MiB" in token_table
 
 
+def test_dec_tok_s_leaves_out_an_item_whose_samples_all_decoded_in_batches():
+    """--kvbench-measure-alone method: a method's own speed is measured on one item; its other items' samples all
+    decoded in batches and record no speed alone. The row's Dec tok/s is the measured one, not mixed with a batch's
+    speed; a record from before batched decoding (no decode_batch) still gives its decode_tokens_per_s."""
+    alone = record("snapkv", "128", "trec", 10.0, samples=[{"decode_batch": 1}, {"decode_batch": 4}],
+                   latency={"decode_tokens_per_s": 90.0, "decode_tokens_per_s_alone": 30.0})
+    batched = record("snapkv", "128", "lcc", 10.0, samples=[{"decode_batch": 4}, {"decode_batch": 4}],
+                     latency={"decode_tokens_per_s": 200.0})
+    old = record("h2o", "128", "trec", 10.0, samples=[{"decode_ms": 5.0}], latency={"decode_tokens_per_s": 20.0})
+    ((_, table),) = budget_tables([record("full", "full", "trec", 10.0), alone, batched, old])
+    header = [c.strip() for c in table.splitlines()[0].split("|")[1:-1]]
+    column = header.index("Dec tok/s")
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines()[2:]}
+    assert cells["snapkv"][column] == "30.0" and cells["h2o"][column] == "20.0"
+
+
 def test_one_seed_cells_show_the_bootstrap_half_width_over_their_samples():
     half = [{"score": float(i % 2)} for i in range(40)]  # 20 of 40 right: 50 +- about 1.96 * 7.9
     same = [{"score": 1.0} for _ in range(40)]

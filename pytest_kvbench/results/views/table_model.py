@@ -135,9 +135,12 @@ class ScoreTable:
 
     def decode_tokens_per_s(self, method: str) -> float | None:
         """The method's own decode speed: tokens per second of its samples decoded alone (batch 1), mean over the
-        row's records; records from before batched decoding give their decode_tokens_per_s (all alone then)."""
+        row's records; records from before batched decoding give their decode_tokens_per_s (all alone then). A
+        record whose samples all decoded in batches (--kvbench-measure-alone method: its method's speed was
+        measured on another item) adds nothing: a batch's speed is not the method's own."""
         return mean_of_present(r.latency.decode_tokens_per_s_alone if r.latency.decode_tokens_per_s_alone is not None
-                        else r.latency.decode_tokens_per_s for r in self.records[method])
+                               else None if _batched(r) else r.latency.decode_tokens_per_s
+                               for r in self.records[method])
 
     @property
     def has_engine_rows(self) -> bool:
@@ -253,3 +256,8 @@ def score_tables(records: Iterable[Record]) -> list[ScoreTable]:
                 table.records.setdefault(label.row, []).append(r)
             tables.append(table)
     return tables
+
+
+def _batched(record) -> bool:
+    """Whether any sample of the record was decoded in a batch (decode_batch above 1)."""
+    return any((sample.get("decode_batch") or 1) > 1 for sample in record.samples)

@@ -60,6 +60,10 @@ GRID_OPTIONS: dict[str, tuple[str, str]] = {
     "max-prompt-tokens": ("maximum prompt tokens before middle truncation (default: model maximum - generation length)", "string"),
     "sliding": ("sliding-window layers (gemma2/3, gpt-oss, cohere2, mistral with a window): keep (default: kept as "
                 "their window) or compress (compressed to the method's budget too); docs/models.md", "string"),
+    "measure-alone": ("how often a method's own decode speed is measured, one sample decoded alone (batch 1) "
+                      "while the others batch: item (default: each item's first sample) or method (the first "
+                      "sample of each method, budget, context length and protocol in each worker; the real-model "
+                      "jobs, whose tasks share a length); docs/batched-decoding.md", "string"),
     "preset": ("a published evaluation's settings: kvpress-leaderboard or kvcache-factory-longbench; it sets tasks, "
                "context length, budgets, protocol and samples, and refuses options that contradict it "
                "(docs/official-evaluations.md)", "string"),

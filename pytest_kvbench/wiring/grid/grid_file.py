@@ -20,7 +20,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 TOML_KEYS = {"models", "model", "methods", "budgets", "tasks", "samples", "seed", "seeds",
              "context_lengths", "protocol", "dtype", "attn_implementation", "data", "max_prompt_tokens",
-             "preset", "sliding"}
+             "preset", "sliding", "measure_alone"}
 LIST_KEYS = {"models", "model", "methods", "budgets", "tasks", "seeds", "context_lengths"}  # may be arrays
 
 

@@ -151,6 +151,10 @@ def resolve_grid(config: pytest.Config) -> Grid:
     grid.sliding = str(sliding).strip() if sliding is not None else DEFAULT_SLIDING
     if grid.sliding not in SLIDING_POLICIES:
         raise GridError(f"{where}: unknown value {shown(grid.sliding)}; valid: {', '.join(SLIDING_POLICIES)}")
+    measure_alone, where = sources.scalar("measure-alone")
+    grid.measure_alone = str(measure_alone).strip() if measure_alone is not None else "item"
+    if grid.measure_alone not in MEASURE_ALONE:
+        raise GridError(f"{where}: unknown value {shown(grid.measure_alone)}; valid: {', '.join(MEASURE_ALONE)}")
     max_prompt, where = sources.scalar("max-prompt-tokens")
     grid.max_prompt_tokens = _token_count(max_prompt, where) if max_prompt is not None else None
     if sources.preset is not None:
@@ -162,6 +166,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+MEASURE_ALONE = ("item", "method")  # --kvbench-measure-alone (engine/sample_outcomes.alone_key)
 # which source wins: a command-line option over the grid file, the grid file over an ini key or a preset
 _PRECEDENCE = ("--kvbench-", "grid file", "ini key")
 
