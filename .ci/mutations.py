@@ -164,10 +164,22 @@ def gates_of(mutation: Mutation) -> list[tuple[str, list[str]]]:
     return [("smoke", SMOKE), *config_gates(), *((gate, real_args(gate)) for gate in mutation.real)]
 
 
+def baseline_of(args: list[str] | tuple[str, ...]) -> str:
+    """The baseline a gate compares with (the value of its --kvbench-compare)."""
+    return args[args.index("--kvbench-compare") + 1]
+
+
 def against(args: list[str], baselines: dict[str, str]) -> list[str]:
     """A gate's arguments with its --kvbench-compare baseline replaced by this machine's copy (fingerprint_here)."""
     at = args.index("--kvbench-compare") + 1
     return [*args[:at], baselines.get(args[at], args[at]), *args[at + 1:]]
+
+
+def unmodified(name: str, codes: list[tuple[int, list[str], float]], started: float) -> Outcome:
+    """The outcome of unmodified gate runs: ``FALSE ALARM`` with the failing metrics where any failed."""
+    failed = [m for code, metrics, _ in codes if code != 0 for m in metrics or [f"exit {code}"]]
+    return Outcome(name, "FALSE ALARM" if failed else "", failed, time.monotonic() - started,
+                   sum(cpu for _, _, cpu in codes), ", ".join(f"exit {code}" for code, _, _ in codes))
 
 
 def fingerprint_here(mutations: list[Mutation], trees: list[Path], scratch: Path) -> tuple[dict[str, str], Outcome]:
@@ -184,20 +196,16 @@ def fingerprint_here(mutations: list[Mutation], trees: list[Path], scratch: Path
     started = time.monotonic()
     gates = list(dict.fromkeys(tuple(args) for mutation in mutations for _, args in gates_of(mutation)))
     (scratch / "baselines").mkdir()
-    baselines = {committed: str(scratch / "baselines" / Path(committed).name)
-                 for committed in (args[args.index("--kvbench-compare") + 1] for args in gates)}
+    baselines = {baseline_of(args): str(scratch / "baselines" / Path(baseline_of(args)).name) for args in gates}
 
     def save(job: tuple[int, tuple[str, ...]]) -> tuple[int, list[str], float]:
         index, args = job
-        committed = args[args.index("--kvbench-compare") + 1]
-        return run_gate(trees[index % len(trees)], [*args, "--kvbench-save", baselines[committed]], None, scratch)
+        return run_gate(trees[index % len(trees)], [*args, "--kvbench-save", baselines[baseline_of(args)]], None,
+                        scratch)
 
     with ThreadPoolExecutor(max_workers=len(trees)) as pool:
         codes = list(pool.map(save, enumerate(gates)))
-    failed = [m for code, metrics, _ in codes if code != 0 for m in metrics or [f"exit {code}"]]
-    return baselines, Outcome("unmodified, baselines saved here", "FALSE ALARM" if failed else "", failed,
-                              time.monotonic() - started, sum(cpu for _, _, cpu in codes),
-                              ", ".join(f"exit {code}" for code, _, _ in codes))
+    return baselines, unmodified("unmodified, baselines saved here", codes, started)
 
 
 def selection(mutation: Mutation) -> str | None:
@@ -233,9 +241,7 @@ def control(tree: Path, scratch: Path) -> Outcome:
     started = time.monotonic()
     codes = [run_gate(tree, args, None, scratch)
              for args in (SMOKE, *(a for _, a in config_gates()), *map(real_args, REAL_GATES))]
-    failed = [m for code, metrics, _ in codes if code != 0 for m in metrics or [f"exit {code}"]]
-    return Outcome("unmodified", "FALSE ALARM" if failed else "", failed, time.monotonic() - started,
-                   sum(cpu for _, _, cpu in codes), ", ".join(f"exit {code}" for code, _, _ in codes))
+    return unmodified("unmodified", codes, started)
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -255,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", help="write the markdown table here too")
     parser.add_argument("--target", type=float, default=0.9, help="least fraction of mutations caught")
     parser.add_argument("--committed", action="store_true",
-                        help="compare the mutated gates with the committed baselines, not with copies saved on this "
-                             "machine first (the gates as CI runs them, exact checks only on the baselines' CPU model)")
+                        help="compare the mutated gates with the committed baselines, not with copies saved on "
+                             "this machine first (the gates as CI runs them: exact checks only on the baselines' "
+                             "CPU model)")
     args = parser.parse_args(argv)
     mutations = load_mutations(ROOT / ".ci" / "mutations.toml")
     problems = check_edits(mutations, ROOT)

@@ -32,6 +32,9 @@ def model_label(model: str) -> str:
 
 
 GridError = InputError  # a grid value that cannot be used; the message is one line naming the valid choices
+# --kvbench-measure-alone: a method's own decode speed measured on one sample alone per item (the default) or per
+# method (engine/sample_outcomes.alone_key)
+MEASURE_ALONE = ("item", "method")
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class Grid:
     max_prompt_tokens: int | None = None
     preset: str | None = None  # --kvbench-preset: the published evaluation the grid follows
     sliding: str = DEFAULT_SLIDING  # --kvbench-sliding: keep sliding-window layers as their window, or compress
-    measure_alone: str = "item"  # --kvbench-measure-alone: a method's own decode speed measured per item or method
+    measure_alone: str = MEASURE_ALONE[0]  # --kvbench-measure-alone: a method's own decode speed per item or method
 
     @property
     def protocol(self) -> str:
@@ -185,7 +188,7 @@ class Grid:
             "max_prompt_tokens": self.max_prompt_tokens,
             "preset": self.preset,
         } | ({"sliding": self.sliding} if self.sliding != DEFAULT_SLIDING else {}) | (  # older runs' settings stay equal
-            {"measure_alone": self.measure_alone} if self.measure_alone != "item" else {}) | (
+            {"measure_alone": self.measure_alone} if self.measure_alone != MEASURE_ALONE[0] else {}) | (
             {"storage_budgets": [budget.spec for budget in self.storage_budgets]} if self.storage_budgets else {})
 
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_kvbench.cases import Case
+from pytest_kvbench.cases import MEASURE_ALONE, Case
 
 
 @dataclass
@@ -42,7 +42,7 @@ class DecodedSample:
     decode_kl: float | None = None  # KL along its own greedy decode (engine/fidelity.py)
 
 
-def alone_key(case: Case, measure_alone: str = "item") -> tuple:
+def alone_key(case: Case, measure_alone: str = MEASURE_ALONE[0]) -> tuple:
     """What one sample decoded alone (batch 1) measures the own decode speed of (--kvbench-measure-alone).
 
     ``item``: the item itself, so every item's first sample is decoded alone. ``method``: the method at its budget
@@ -57,7 +57,7 @@ def alone_key(case: Case, measure_alone: str = "item") -> tuple:
 
 
 class SharedPrefills:
-    def __init__(self, enabled: bool = True, measure_alone: str = "item") -> None:
+    def __init__(self, enabled: bool = True, measure_alone: str = MEASURE_ALONE[0]) -> None:
         self.enabled = enabled
         self.measure_alone = measure_alone  # --kvbench-measure-alone: alone_key
         self._planned: dict[str, list[Case]] = {}

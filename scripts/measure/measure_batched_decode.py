@@ -24,8 +24,8 @@ The prefill and the copies are not timed. The variants alternate within each rou
 machine hits them alike; per round the wall and CPU seconds (this process, one torch thread) of the decoding are
 printed, then the medians, each variant's CPU ratio to the first of --variants (median of per-round ratios; by
 default sequential), the same ratio for the members alone (less the CPU of the references decoded alone, which
-sequential, batched and across pay alike: the issue's "a batched group of 12 members"), the 1-minute load average, and whether every member's tokens are the same as the first's
-(the first divergence with both log-probs otherwise).
+sequential, batched and across pay alike: the issue's "a batched group of 12 members"), the 1-minute load average,
+and whether every member's tokens are the same as the first's (the first divergence with both log-probs otherwise).
 
     python scripts/measure/measure_batched_decode.py --repeat 2 --samples 3
     python scripts/measure/measure_batched_decode.py --model /work/models/gemma-3-270m-q4_k_m.gguf --members 12 \
@@ -75,26 +75,23 @@ def _targets(out) -> list[int]:
     return out.tokens + ([out.stop_token] if out.stop_token is not None else [])
 
 
-REFERENCE_CPU = [0.0]  # CPU seconds of the references decoded alone (the same on every variant that does so)
-
-
 def _reference(model, shared, prompt, new_tokens, eos):
-    started = time.process_time()
-    try:
-        return _decode_reference(model, shared, prompt, new_tokens, eos)
-    finally:
-        REFERENCE_CPU[0] += time.process_time() - started
-
-
-def _decode_reference(model, shared, prompt, new_tokens, eos):
     return generate(model, get_method("full"), None, prompt.input_ids, prompt.context_len, new_tokens, eos,
                     "question_in_window", return_logprobs=True, prefilled=shared.reference)
 
 
-def decode_groups(model, groups, requests, new_tokens, eos, variant: str) -> tuple[float, float, list, list]:
-    """(wall s, CPU s, reference outputs, member outputs per sample) of decoding the groups (prompt, shared
-    prefill) of several samples under `variant`."""
+def decode_groups(model, groups, requests, new_tokens, eos, variant: str) -> tuple[float, float, list, list, float]:
+    """(wall s, CPU s, reference outputs, member outputs per sample, CPU s of the references decoded alone) of
+    decoding the groups (prompt, shared prefill) of several samples under `variant`."""
     wall, cpu = time.perf_counter(), time.process_time()
+    alone = [0.0]
+
+    def reference(shared, prompt):
+        started = time.process_time()
+        out = _reference(model, shared, prompt, new_tokens, eos)
+        alone[0] += time.process_time() - started
+        return out
+
     outputs = [[None] * len(requests) for _ in groups]
     references: list = [None] * len(groups)
     batches: list[list[tuple[int, int | None]]] = []  # (sample, member or None: the reference) per batch
@@ -103,7 +100,7 @@ def decode_groups(model, groups, requests, new_tokens, eos, variant: str) -> tup
         batches.append([(s, None) for s in range(len(groups))])
     for s, (prompt, shared) in enumerate(groups):
         if variant not in ("across+ref", "across+refs"):
-            references[s] = _reference(model, shared, prompt, new_tokens, eos)
+            references[s] = reference(shared, prompt)
         else:
             kinds.setdefault(PADDED, []).append((s, None))
         for n, ((method, _), state) in enumerate(zip(requests, shared.selections)):
@@ -115,7 +112,7 @@ def decode_groups(model, groups, requests, new_tokens, eos, variant: str) -> tup
             kinds = {}
     if variant == "across+refs" and len(groups) == 1:  # one reference: alone, as across
         batches.pop(0)
-        references[0] = _reference(model, groups[0][1], groups[0][0], new_tokens, eos)
+        references[0] = reference(groups[0][1], groups[0][0])
     batches += kinds.values()
     for rows in batches:
         made = generate_batch(model, [_request(groups, requests, s, n) for s, n in rows], None, new_tokens, eos,
@@ -132,7 +129,7 @@ def decode_groups(model, groups, requests, new_tokens, eos, variant: str) -> tup
                 outputs[s][n] = generate(model, method, budget, prompt.input_ids, prompt.context_len, new_tokens, eos,
                                          "question_in_window", teacher_targets=_targets(references[s]),
                                          return_logprobs=True, prefilled=shared.selections[n])
-    return time.perf_counter() - wall, time.process_time() - cpu, references, outputs
+    return time.perf_counter() - wall, time.process_time() - cpu, references, outputs, alone[0]
 
 
 def _request(groups, requests, s: int, n: int | None) -> BatchRequest:
@@ -194,21 +191,20 @@ def main() -> None:
         for name in variants:
             groups = [(prompt, copy.deepcopy(shared)) for prompt, shared in prefilled]
             load = os.getloadavg()[0]
-            REFERENCE_CPU[0] = 0.0
-            wall, cpu, references, outputs = decode_groups(loaded.model, groups, requests, new_tokens,
-                                                           loaded.eos_token_ids, name)
+            wall, cpu, references, outputs, alone = decode_groups(loaded.model, groups, requests, new_tokens,
+                                                                  loaded.eos_token_ids, name)
             times[name].append((wall, cpu, load))
-            members[name].append(cpu - REFERENCE_CPU[0])
+            members[name].append(cpu - alone)
             runs[name] = (references, outputs)
             print(f"round {round_number + 1} {name:10s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  (references alone "
-                  f"{REFERENCE_CPU[0]:5.2f})  load {load:4.1f}", flush=True)
+                  f"{alone:5.2f})  load {load:4.1f}", flush=True)
     base = times[variants[0]]
     for name, rounds in times.items():
         wall, cpu, load = (statistics.median(r[i] for r in rounds) for i in range(3))
         ratio = statistics.median(r[1] / s[1] for s, r in zip(base, rounds))
-        alone = statistics.median(r / s for s, r in zip(members[variants[0]], members[name]))
+        own = statistics.median(r / s for s, r in zip(members[variants[0]], members[name]))
         print(f"{name:10s} median wall {wall:6.2f} s, CPU {cpu:6.2f} s, load {load:4.1f}; CPU / {variants[0]} "
-              f"{ratio:.2f}x; the members alone (less the references decoded alone) {alone:.2f}x")
+              f"{ratio:.2f}x; the members alone (less the references decoded alone) {own:.2f}x")
     sequential_refs, sequential = runs[variants[0]]
     for name in variants[1:]:
         references, outputs = runs[name]

@@ -15,7 +15,8 @@ import pytest
 from kvmethods import MethodError
 from kvmethods.core.layout import SLIDING_POLICIES
 from pytest_kvbench import user_paths
-from pytest_kvbench.cases import DEFAULT_MODEL, Grid, GridError, MethodSpec, parse_positive_int, parse_seed
+from pytest_kvbench.cases import (DEFAULT_MODEL, MEASURE_ALONE, Grid, GridError, MethodSpec, parse_positive_int,
+                                  parse_seed)
 from pytest_kvbench.record_key import DEFAULT_SLIDING
 from pytest_kvbench.input_values import MAX_TOKENS, shown, shown_list, split_list
 from pytest_kvbench.wiring.grid import canonical, presets
@@ -152,7 +153,7 @@ def resolve_grid(config: pytest.Config) -> Grid:
     if grid.sliding not in SLIDING_POLICIES:
         raise GridError(f"{where}: unknown value {shown(grid.sliding)}; valid: {', '.join(SLIDING_POLICIES)}")
     measure_alone, where = sources.scalar("measure-alone")
-    grid.measure_alone = str(measure_alone).strip() if measure_alone is not None else "item"
+    grid.measure_alone = str(measure_alone).strip() if measure_alone is not None else MEASURE_ALONE[0]
     if grid.measure_alone not in MEASURE_ALONE:
         raise GridError(f"{where}: unknown value {shown(grid.measure_alone)}; valid: {', '.join(MEASURE_ALONE)}")
     max_prompt, where = sources.scalar("max-prompt-tokens")
@@ -166,7 +167,6 @@ def resolve_grid(config: pytest.Config) -> Grid:
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-MEASURE_ALONE = ("item", "method")  # --kvbench-measure-alone (engine/sample_outcomes.alone_key)
 # which source wins: a command-line option over the grid file, the grid file over an ini key or a preset
 _PRECEDENCE = ("--kvbench-", "grid file", "ini key")
 
