@@ -46,7 +46,7 @@ def base_label(label: str) -> str:
     return label.split("(", 1)[0].strip()
 
 
-AVERAGES = re.compile(r"^### (.* — Avg over \d+ tasks)$", re.MULTILINE)
+AVERAGES = re.compile(r"^### (.* — Avg over \d+ tasks(?: at [\d,]+ tokens)?)$", re.MULTILINE)
 
 
 def real_results(path: Path = REAL_RESULTS) -> dict[str, dict[str, dict[str, dict[str, float]]]]:

@@ -1,9 +1,12 @@
 """RESULTS.md tables: full row first, Avg, best compressed score in bold, needle heatmaps."""
 
+import json
+
 import pytest
 
 from pytest_kvbench.results.record import Record
 from pytest_kvbench.results.views.task_averages import task_average_tables
+from pytest_kvbench.results.views.table_formats import to_json, to_latex
 from pytest_kvbench.results.views.tables import budget_tables, needle_heatmaps, results_markdown
 
 pytestmark = pytest.mark.transformers_independent  # tests/conftest.py: not rerun on transformers 5.2
@@ -151,6 +154,36 @@ def test_averages_over_tasks_one_table_per_model_method_by_budget_with_a_stratif
     assert rows["snapkv"][1] == "100.0 ± 0.0"
     assert rows["h2o"] == ["-", "-"]
     assert "## Averages over tasks" in results_markdown({"run_id": "r"}, recs)
+
+
+def test_a_run_at_several_context_lengths_gets_tables_and_averages_per_length():
+    """RULER at 8k with one task also at 16k for a few methods: one budget table per length (a row's Avg, KL and
+    KV MiB never mix lengths); the 8k rows are averaged over the 8k tasks alone (h2o, without the 16k item, still
+    gets its average), and the single 16k task gets no average table."""
+    same = [{"score": 1.0}, {"score": 0.0}]
+    recs = [record(m, b, t, 50.0, ctx=8192, samples=same) for m, b in [("full", "full"), ("snapkv", "m0.125"),
+                                                                      ("h2o", "m0.125")] for t in ("a", "b")]
+    recs += [record(m, b, "a", 100.0, ctx=16384, samples=[{"score": 1.0}] * 2)
+             for m, b in [("full", "full"), ("snapkv", "m0.125")]]
+    assert [h for h, _ in budget_tables(recs)] == ["m — budget m0.125 — 8,192 tokens", "m — budget m0.125 — 16,384 tokens"]
+    sixteen = budget_tables(recs)[1][1].splitlines()
+    assert [c.strip() for c in sixteen[0].split("|")[2:4]] == ["a@16384", "Avg"]
+    assert {l.split("|")[1].strip() for l in sixteen[2:]} == {"full", "snapkv"}  # h2o did not run at 16k
+    ((heading, table),) = task_average_tables(recs)
+    assert heading == "m — Avg over 2 tasks at 8,192 tokens"
+    rows = {l.split("|")[1].strip(): l.split("|")[2].strip() for l in table.splitlines()[2:]}
+    assert set(rows) == {"full", "snapkv", "h2o"}
+    assert all(cell.startswith("50.0 ± ") for cell in rows.values())  # the 16k cell (100) is not in the mean
+    recs += [record(m, b, "b", 0.0, ctx=16384, samples=[{"score": 0.0}] * 2)
+             for m, b in [("full", "full"), ("snapkv", "m0.125")]]
+    headings = [h for h, _ in task_average_tables(recs)]
+    assert headings == ["m — Avg over 2 tasks at 8,192 tokens", "m — Avg over 2 tasks at 16,384 tokens"]
+    one_length = [r for r in recs if r.task.context_length == 8192]
+    assert [h for h, _ in task_average_tables(one_length)] == ["m — Avg over 2 tasks"]  # no length: one table
+    latex = to_latex(recs).split("\\begin{table}")[1:]
+    assert [("at 8,192 tokens" in t, "at 16,384 tokens" in t) for t in latex] == [(True, False), (False, True)]
+    assert all("-- & full &" in t for t in latex)  # each length's own reference row
+    assert [t.get("context_length") for t in json.loads(to_json(recs))["tables"]] == [8192, 16384]
 
 
 def test_no_average_table_for_a_single_task():

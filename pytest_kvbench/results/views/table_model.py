@@ -7,6 +7,10 @@ of each column marked, several seeds of a cell averaged with the half-width of t
 interval, and per method the mean fidelity (KL, greedy agreement), KV memory kept (bytes the stored
 tensors hold), peak memory and, under a byte budget, the share of the budget used. Rows,
 columns and budgets are named from each record's key (results/record/__init__.py) and ordered one way.
+
+A run at several RULER context lengths gets one table per length too, as RULER reports a score per length:
+in one table a task run at 16k for three methods would leave the other rows without an Avg, and mix 8k and
+16k records in a row's KL and KV MiB.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ class ScoreTable:
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
     records: dict[str, list[Record]] = field(default_factory=dict)  # per method, every record of its row
     protocol: str = DEFAULT_PROTOCOL
+    context_length: int | None = None  # set where the model's records ran at several lengths: one table each
 
     def value(self, method: str, column: str) -> float | None:
         """Mean score of a cell, or the method's average over all tasks for the ``Avg`` column."""
@@ -190,6 +195,8 @@ class ScoreTable:
     @property
     def heading(self) -> str:
         heading = f"{self.model} — " + ("full cache" if self.budget == FULL_CACHE.spec else f"budget {self.budget}")
+        if self.context_length is not None:
+            heading += f" — {self.context_length:,} tokens"
         return heading if self.protocol == DEFAULT_PROTOCOL else f"{heading} — protocol {self.protocol}"
 
 
@@ -211,8 +218,13 @@ def cell_text(table: ScoreTable, method: str, column: str, pm: str | None = " ±
 
 def _task_order(label: str) -> tuple[str, int]:
     """Tasks by name, then context length as a number (niah@4096 before niah@16384)."""
+    return (label.partition("@")[0], context_length(label) or 0)
+
+
+def context_length(label: str) -> int | None:
+    """The context length of a task label (``niah_single_2@16384`` -> 16384), None for a task without one."""
     name, _, ctx = label.partition("@")
-    return (name, int(ctx) if ctx.isdigit() else 0)
+    return int(ctx) if name and ctx.isdigit() else None
 
 
 def _memory_fraction(budget: str) -> float | None:
@@ -241,20 +253,29 @@ def score_tables(records: Iterable[Record]) -> list[ScoreTable]:
     settings = list(dict.fromkeys((title, label.protocol) for label, title, _ in scored))
     tables = []
     for model, protocol in settings:
-        mine = [(label, r) for label, title, r in scored if (title, label.protocol) == (model, protocol)]
-        budgets = sorted({label.budget for label, _ in mine if label.budget != FULL_CACHE.spec}, key=budget_sort_key) or [FULL_CACHE.spec]
-        for budget in budgets:
-            rows = [(label, r) for label, r in mine
-                    if label.budget == budget or (label.budget == FULL_CACHE.spec and joins_table(r, budget, budgets))]
-            methods = sorted({label.row for label, _ in rows}, key=lambda m: (m != FULL_CACHE.spec, m))
-            tasks = sorted({label.task for label, _ in rows}, key=_task_order)
-            table = ScoreTable(model, budget, tasks, methods, protocol=protocol)
-            for label, r in rows:
-                cell = table.cells.setdefault((label.row, label.task), Cell([]))
-                cell.values.append(float(r.score))
-                cell.sample_scores += r.sample_scores
-                table.records.setdefault(label.row, []).append(r)
-            tables.append(table)
+        model_records = [(label, r) for label, title, r in scored if (title, label.protocol) == (model, protocol)]
+        lengths = sorted({context_length(label.task) for label, _ in model_records}, key=lambda n: (n is None, n or 0))
+        for length in lengths if len(lengths) > 1 else [None]:
+            mine = [(label, r) for label, r in model_records if length is None or context_length(label.task) == length]
+            tables += _budget_tables(model, protocol, mine, length)
+    return tables
+
+
+def _budget_tables(model: str, protocol: str, mine: list, length: int | None) -> list[ScoreTable]:
+    budgets = sorted({label.budget for label, _ in mine if label.budget != FULL_CACHE.spec}, key=budget_sort_key) or [FULL_CACHE.spec]
+    tables = []
+    for budget in budgets:
+        rows = [(label, r) for label, r in mine
+                if label.budget == budget or (label.budget == FULL_CACHE.spec and joins_table(r, budget, budgets))]
+        methods = sorted({label.row for label, _ in rows}, key=lambda m: (m != FULL_CACHE.spec, m))
+        tasks = sorted({label.task for label, _ in rows}, key=_task_order)
+        table = ScoreTable(model, budget, tasks, methods, protocol=protocol, context_length=length)
+        for label, r in rows:
+            cell = table.cells.setdefault((label.row, label.task), Cell([]))
+            cell.values.append(float(r.score))
+            cell.sample_scores += r.sample_scores
+            table.records.setdefault(label.row, []).append(r)
+        tables.append(table)
     return tables
 
 

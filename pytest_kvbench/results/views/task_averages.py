@@ -5,7 +5,8 @@ number per method and budget (the README of a real-model job quotes these). The 
 equally, as the per-budget tables' Avg column does, and its interval is a stratified bootstrap over samples
 (`stats.stratified_bootstrap_mean`): each task's samples are resampled within that task, since the tasks are
 fixed and only their samples could have been others. A row is averaged only where it has every task of the
-model's tables; a model whose tables hold one task gets no compact table (its Avg is that task's cell).
+model's tables; a model whose tables hold one task gets no compact table (its Avg is that task's cell). A run at
+several context lengths gets one compact table per length (score_tables splits them), its heading naming it.
 """
 
 from __future__ import annotations
@@ -39,18 +40,19 @@ def _cell(average: tuple[float, float | None] | None) -> str:
 
 
 def task_average_tables(records: list[Record], fmt: str = "github") -> list[tuple[str, str]]:
-    """[(heading, table)] per model and protocol whose tables hold two tasks or more: Method x budget."""
-    by_model: dict[tuple[str, str], list[ScoreTable]] = {}
+    """[(heading, table)] per model, protocol (and context length) whose tables hold two tasks or more: Method x
+    budget."""
+    by_model: dict[tuple[str, str, int | None], list[ScoreTable]] = {}
     for table in score_tables(records):
         if len(table.tasks) >= 2:
-            by_model.setdefault((table.model, table.protocol), []).append(table)
+            by_model.setdefault((table.model, table.protocol, table.context_length), []).append(table)
     out = []
-    for (model, protocol), tables in by_model.items():
+    for (model, protocol, length), tables in by_model.items():
         methods = list(dict.fromkeys(m for t in tables for m in t.methods))
         rows = [[method, *(_cell(task_average(t, method)) if method in t.methods else "-" for t in tables)]
                 for method in methods]
         tasks = list(dict.fromkeys(task for t in tables for task in t.tasks))
-        heading = f"{model} — {AVG} over {len(tasks)} tasks" + (
+        heading = f"{model} — {AVG} over {len(tasks)} tasks" + (f" at {length:,} tokens" if length else "") + (
             f" — protocol {protocol}" if protocol != DEFAULT_PROTOCOL else "")
         out.append((heading, tabulate(rows, headers=["Method", *(t.budget for t in tables)], tablefmt=fmt,
                                       disable_numparse=True)))
