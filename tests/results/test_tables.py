@@ -184,6 +184,11 @@ def test_a_run_at_several_context_lengths_gets_tables_and_averages_per_length():
     assert [("at 8,192 tokens" in t, "at 16,384 tokens" in t) for t in latex] == [(True, False), (False, True)]
     assert all("-- & full &" in t for t in latex)  # each length's own reference row
     assert [t.get("context_length") for t in json.loads(to_json(recs))["tables"]] == [8192, 16384]
+    beside = one_length + [record(m, b, "qasper", 10.0) for m, b in [("full", "full"), ("snapkv", "m0.125")]]
+    assert [h for h, _ in budget_tables(beside)] == ["m — budget m0.125"]  # one length beside LongBench: one table
+    mixed = recs + [record(m, b, "qasper", 10.0) for m, b in [("full", "full"), ("snapkv", "m0.125")]]
+    assert [h for h, _ in budget_tables(mixed)] == ["m — budget m0.125 — 8,192 tokens",
+                                                    "m — budget m0.125 — 16,384 tokens", "m — budget m0.125"]
 
 
 def test_no_average_table_for_a_single_task():

@@ -255,8 +255,11 @@ def score_tables(records: Iterable[Record]) -> list[ScoreTable]:
     for model, protocol in settings:
         model_records = [(label, r) for label, title, r in scored if (title, label.protocol) == (model, protocol)]
         lengths = sorted({context_length(label.task) for label, _ in model_records}, key=lambda n: (n is None, n or 0))
-        for length in lengths if len(lengths) > 1 else [None]:
-            mine = [(label, r) for label, r in model_records if length is None or context_length(label.task) == length]
+        if len([n for n in lengths if n is not None]) < 2:  # one RULER length (beside tasks without one): one table
+            tables += _budget_tables(model, protocol, model_records, None)
+            continue
+        for length in lengths:  # tasks without a length (LongBench beside RULER) get their own table, unlabelled
+            mine = [(label, r) for label, r in model_records if context_length(label.task) == length]
             tables += _budget_tables(model, protocol, mine, length)
     return tables
 
